@@ -1,0 +1,30 @@
+#pragma once
+// Factories of the concrete communicators. No Gloo, NCCL or CUDA type appears here.
+#include <string>
+
+#include "comm/communicator.h"
+#include "comm/store.h"
+
+namespace tessera {
+
+bool glooAvailable();
+// Collective over `size` processes that share `store` (keys are used under "gloo/<name>").
+CommPtr makeGlooCommunicator(const StorePtr& store, int rank, int size, const std::string& name,
+                             std::chrono::milliseconds timeout);
+
+// True when tessera was built with NCCL (it may still find no GPU at run time).
+bool ncclAvailable();
+// "2.28.3" or "" when built without NCCL.
+std::string ncclVersion();
+// Collective over `size` processes: rank 0 makes the ncclUniqueId and shares it through
+// `store`; non-blocking init, aborted with a clear error after `timeout`. `device` is the
+// CUDA device index this process uses.
+CommPtr makeNcclCommunicator(const StorePtr& store, int rank, int size, int device, const std::string& name,
+                             std::chrono::milliseconds timeout);
+
+// CUDA device queries (0 / "" when built without CUDA or no driver is present).
+int cudaDeviceCount();
+std::string cudaPciBusId(int device);
+void cudaSelectDevice(int device);
+
+}  // namespace tessera

@@ -1,0 +1,101 @@
+#include "comm/bootstrap/init.h"
+
+#include <unistd.h>
+
+#include "comm/backends.h"
+#include "common/env.h"
+#include "common/error.h"
+#include "common/log.h"
+
+namespace tessera {
+namespace {
+
+std::string hostName() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+LaunchInfo explicitLaunch(const InitOptions& o) {
+  LaunchInfo l;
+  l.launcher = "explicit";
+  l.rank = *o.rank;
+  l.worldSize = *o.worldSize;
+  l.localRank = o.localRank.value_or(l.rank);
+  l.localWorldSize = o.localWorldSize.value_or(l.worldSize);
+  TESSERA_CHECK(o.storePort, "tessera::init: explicit rank/worldSize given but no storePort");
+  l.storeHost = o.storeHost;
+  l.storePort = *o.storePort;
+  l.hostsStore = o.rank0HostsStore && l.rank == 0;
+  l.storePrefix = "tessera";
+  return l;
+}
+
+LaunchInfo detect(const InitOptions& o) {
+  if (o.rank || o.worldSize) {
+    TESSERA_CHECK(o.rank && o.worldSize, "tessera::init: give both rank and worldSize, or neither");
+    return explicitLaunch(o);
+  }
+  if (auto l = detectTorchrun()) return *l;
+  if (auto l = detectPmix()) return *l;
+  if (auto l = detectSlurm()) return *l;
+  throw Error(
+      "tessera::init: no launcher found: set rank/worldSize explicitly, or start under torchrun (RANK, WORLD_SIZE, "
+      "MASTER_ADDR, MASTER_PORT), PMIx (srun --mpi=pmix, mpirun) or SLURM (SLURM_PROCID, SLURM_NTASKS)");
+}
+
+Backend chooseBackend(const InitOptions& o, int devices) {
+  if (auto b = env::get("TESSERA_BACKEND")) {
+    if (*b == "gloo") return Backend::Gloo;
+    if (*b == "nccl") return Backend::Nccl;
+    throw Error(fmt::format("TESSERA_BACKEND='{}' is not one of gloo, nccl", *b));
+  }
+  if (o.backend) return *o.backend;
+  return (ncclAvailable() && devices > 0) ? Backend::Nccl : Backend::Gloo;
+}
+
+}  // namespace
+
+CommPtr makeWorldCommunicator(Backend backend, const StorePtr& store, int rank, int worldSize,
+                              const at::Device& device, std::chrono::milliseconds timeout) {
+  if (backend == Backend::Nccl) {
+    TESSERA_CHECK(ncclAvailable(), "tessera: NCCL backend requested but tessera was built without NCCL");
+    TESSERA_CHECK(device.is_cuda(), "tessera: NCCL backend requested on rank {} but no CUDA device is visible", rank);
+    return makeNcclCommunicator(store, rank, worldSize, device.index(), "world", timeout);
+  }
+  TESSERA_CHECK(glooAvailable(), "tessera: Gloo backend requested but tessera was built without Gloo");
+  return makeGlooCommunicator(store, rank, worldSize, "world", timeout);
+}
+
+Context init(const InitOptions& o) {
+  Context c;
+  c.launch = detect(o);
+  const auto& l = c.launch;
+  TESSERA_CHECK(l.worldSize > 0 && l.rank >= 0 && l.rank < l.worldSize,
+                "tessera::init ({}): rank {} is not in [0, world size {})", l.launcher, l.rank, l.worldSize);
+  log::setRank(l.rank);
+  c.hostname = hostName();
+
+  StorePtr base = l.store;
+  if (!base) {
+    base = l.hostsStore ? startStoreServer(l.storePort, o.timeout) : connectStore(l.storeHost, l.storePort, o.timeout);
+  }
+  c.store = prefixStore(l.storePrefix, base);
+
+  int devices = cudaDeviceCount();
+  Backend backend = chooseBackend(o, devices);
+  if (devices > 0 && backend == Backend::Nccl) {
+    int dev = l.localRank % devices;
+    cudaSelectDevice(dev);
+    c.device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(dev));
+    c.deviceDescription = fmt::format("cuda:{} (PCI {})", dev, cudaPciBusId(dev));
+  } else {
+    c.deviceDescription = "cpu";
+  }
+  log::info("{} launch: rank {}/{} local rank {}/{} on host {}, device {}, backend {}", l.launcher, l.rank,
+            l.worldSize, l.localRank, l.localWorldSize, c.hostname, c.deviceDescription, toString(backend));
+  c.world = makeWorldCommunicator(backend, c.store, l.rank, l.worldSize, c.device, o.timeout);
+  return c;
+}
+
+}  // namespace tessera

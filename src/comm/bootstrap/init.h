@@ -1,0 +1,70 @@
+#pragma once
+// tessera::init(): who am I, who are my peers, which device is mine, and the world
+// communicator. Collective over all processes of the job.
+//
+// Detection order (the first that applies wins):
+//   1. explicit InitOptions (rank and worldSize set);
+//   2. torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; with
+//      TORCHELASTIC_USE_AGENT_STORE=True every rank is a client of the agent's store under
+//      "/worker/attempt_{TORCHELASTIC_RESTART_COUNT}" (MASTER_PORT is never bound then);
+//   3. PMIx (only when PMIX_NAMESPACE is set: srun --mpi=pmix, mpirun): rank 0 starts the
+//      store and publishes its address with PMIx_Put/Commit/Fence; peers PMIx_Get it;
+//   4. SLURM's environment: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, the first host of
+//      SLURM_STEP_NODELIST / SLURM_JOB_NODELIST runs the store (port: TESSERA_STORE_PORT,
+//      MASTER_PORT, or 29500 + SLURM_JOB_ID % 20000).
+// Device: local rank modulo the visible CUDA devices (after CUDA_VISIBLE_DEVICES), or CPU.
+// Backend: TESSERA_BACKEND (gloo|nccl) or InitOptions::backend; default NCCL when built
+// with it and a CUDA device is visible, else Gloo.
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <string>
+
+#include "comm/communicator.h"
+#include "comm/store.h"
+
+namespace tessera {
+
+struct InitOptions {
+  // Explicit bootstrap: set rank and worldSize (and the store address).
+  std::optional<int> rank, worldSize, localRank, localWorldSize;
+  std::string storeHost = "127.0.0.1";
+  std::optional<uint16_t> storePort;
+  // Explicit bootstrap only: when false every rank is a client (someone else runs the server).
+  bool rank0HostsStore = true;
+  std::optional<Backend> backend;
+  std::chrono::milliseconds timeout = defaultTimeout();
+};
+
+// What the launcher told this process.
+struct LaunchInfo {
+  std::string launcher;  // "explicit" | "torchrun" | "pmix" | "slurm"
+  int rank = 0, worldSize = 1, localRank = 0, localWorldSize = 1;
+  std::string storeHost;
+  uint16_t storePort = 0;
+  bool hostsStore = false;    // this process runs the store server
+  std::string storePrefix;    // namespace inside the store
+  StorePtr store;             // set when the detector had to make the store itself (PMIx)
+};
+
+struct Context {
+  LaunchInfo launch;
+  std::string hostname;
+  StorePtr store;             // already prefixed for tessera's use
+  at::Device device = at::Device(at::kCPU);
+  std::string deviceDescription;  // "cpu" or "cuda:1 (PCI 0000:1b:00.0)"
+  CommPtr world;
+};
+
+Context init(const InitOptions& opts = {});
+
+// Detectors, each returns nullopt when its launcher is not present. Exposed for tests.
+std::optional<LaunchInfo> detectTorchrun();
+std::optional<LaunchInfo> detectPmix();
+std::optional<LaunchInfo> detectSlurm();
+
+// Makes the world communicator for `backend` over `store` (collective).
+CommPtr makeWorldCommunicator(Backend backend, const StorePtr& store, int rank, int worldSize,
+                              const at::Device& device, std::chrono::milliseconds timeout);
+
+}  // namespace tessera

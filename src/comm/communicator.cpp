@@ -1,0 +1,196 @@
+#include "comm/communicator.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/env.h"
+#include "common/error.h"
+
+namespace tessera {
+
+const char* toString(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "?";
+}
+
+const char* toString(Backend b) { return b == Backend::Gloo ? "gloo" : "nccl"; }
+
+std::string dtypeName(c10::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "float32";
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    case at::kInt: return "int32";
+    case at::kLong: return "int64";
+    case at::kDouble: return "float64";
+    default: return c10::toString(t);
+  }
+}
+
+bool isSupportedDtype(c10::ScalarType t) {
+  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf || t == at::kInt || t == at::kLong;
+}
+
+std::chrono::milliseconds defaultTimeout() {
+  static const auto t = env::getSeconds("TESSERA_TIMEOUT_S").value_or(std::chrono::minutes(10));
+  return t;
+}
+
+std::string OpInfo::describe() const {
+  return fmt::format("{} #{} on group '{}' (rank {} of {}{}{})", op, seq, group, rank, groupSize,
+                     detail.empty() ? "" : ", ", detail);
+}
+
+namespace {
+std::string shapeDetail(const at::Tensor& t) {
+  return t.defined() ? fmt::format("{} x {}", t.numel(), dtypeName(t.scalar_type())) : "undefined";
+}
+}  // namespace
+
+Communicator::Communicator(int rank, int size, std::string name)
+    : rank_(rank), size_(size), name_(std::move(name)), timeout_(defaultTimeout()) {
+  TESSERA_CHECK(size > 0 && rank >= 0 && rank < size, "communicator '{}': rank {} is not in [0, {})", name_, rank,
+                size);
+}
+
+OpInfo Communicator::nextOp(const char* op, std::string detail) {
+  OpInfo i;
+  i.op = op;
+  i.group = name_;
+  i.seq = ++seq_;
+  i.rank = rank_;
+  i.groupSize = size_;
+  i.detail = std::move(detail);
+  return i;
+}
+
+void Communicator::checkTensor(const OpInfo& i, const char* what, const at::Tensor& t) const {
+  TESSERA_CHECK(t.defined(), "{}: {} tensor is undefined", i.describe(), what);
+  checkDevice(i, what, t);
+  TESSERA_CHECK(t.is_contiguous(), "{}: {} tensor (sizes {}) is not contiguous", i.describe(), what,
+                fmt::format("{}", fmt::join(t.sizes(), "x")));
+  TESSERA_CHECK(isSupportedDtype(t.scalar_type()),
+                "{}: {} tensor has dtype {}; supported: float32, bfloat16, float16, int32, int64", i.describe(), what,
+                dtypeName(t.scalar_type()));
+}
+
+void Communicator::checkPeer(const OpInfo& i, int peer) const {
+  TESSERA_CHECK(peer >= 0 && peer < size_ && peer != rank_, "{}: peer rank {} is invalid (group of {}, self {})",
+                i.describe(), peer, size_, rank_);
+}
+
+static void checkSameDtype(const OpInfo& i, const at::Tensor& out, const at::Tensor& in) {
+  TESSERA_CHECK(out.scalar_type() == in.scalar_type(), "{}: output dtype {} differs from input dtype {}", i.describe(),
+                dtypeName(out.scalar_type()), dtypeName(in.scalar_type()));
+}
+
+WorkPtr Communicator::allReduce(const at::Tensor& t, ReduceOp op) {
+  auto i = nextOp("all_reduce", fmt::format("{}, {}", shapeDetail(t), toString(op)));
+  checkTensor(i, "input", t);
+  return doAllReduce(i, t, op);
+}
+
+WorkPtr Communicator::broadcast(const at::Tensor& t, int root) {
+  auto i = nextOp("broadcast", fmt::format("{}, root {}", shapeDetail(t), root));
+  checkTensor(i, "input", t);
+  TESSERA_CHECK(root >= 0 && root < size_, "{}: root {} is not a rank of the group", i.describe(), root);
+  return doBroadcast(i, t, root);
+}
+
+WorkPtr Communicator::reduce(const at::Tensor& t, int root, ReduceOp op) {
+  auto i = nextOp("reduce", fmt::format("{}, {}, root {}", shapeDetail(t), toString(op), root));
+  checkTensor(i, "input", t);
+  TESSERA_CHECK(root >= 0 && root < size_, "{}: root {} is not a rank of the group", i.describe(), root);
+  return doReduce(i, t, root, op);
+}
+
+WorkPtr Communicator::allGather(const at::Tensor& out, const at::Tensor& in) {
+  auto i = nextOp("all_gather", shapeDetail(in));
+  checkTensor(i, "input", in);
+  checkTensor(i, "output", out);
+  checkSameDtype(i, out, in);
+  TESSERA_CHECK(out.numel() == in.numel() * size_,
+                "{}: output has {} elements, expected group size {} x input's {} = {}", i.describe(), out.numel(),
+                size_, in.numel(), in.numel() * size_);
+  return doAllGather(i, out, in);
+}
+
+WorkPtr Communicator::reduceScatter(const at::Tensor& out, const at::Tensor& in, ReduceOp op) {
+  auto i = nextOp("reduce_scatter", fmt::format("{}, {}", shapeDetail(in), toString(op)));
+  checkTensor(i, "input", in);
+  checkTensor(i, "output", out);
+  checkSameDtype(i, out, in);
+  TESSERA_CHECK(in.numel() == out.numel() * size_,
+                "{}: input has {} elements, expected group size {} x output's {} = {} (input numel must be divisible "
+                "by the group size)",
+                i.describe(), in.numel(), size_, out.numel(), out.numel() * size_);
+  return doReduceScatter(i, out, in, op);
+}
+
+WorkPtr Communicator::allToAll(const at::Tensor& out, const at::Tensor& in) {
+  auto i = nextOp("all_to_all", shapeDetail(in));
+  checkTensor(i, "input", in);
+  checkTensor(i, "output", out);
+  checkSameDtype(i, out, in);
+  TESSERA_CHECK(in.numel() == out.numel(), "{}: output has {} elements, input {}; they must be equal", i.describe(),
+                out.numel(), in.numel());
+  TESSERA_CHECK(in.numel() % size_ == 0, "{}: {} elements are not divisible by the group size {}", i.describe(),
+                in.numel(), size_);
+  return doAllToAll(i, out, in);
+}
+
+WorkPtr Communicator::send(const at::Tensor& t, int peer) { return batchP2P({P2POp{P2POp::Send, t, peer}}); }
+
+WorkPtr Communicator::recv(const at::Tensor& t, int peer) { return batchP2P({P2POp{P2POp::Recv, t, peer}}); }
+
+WorkPtr Communicator::batchP2P(const std::vector<P2POp>& ops) {
+  std::string detail;
+  for (const auto& o : ops) {
+    detail += fmt::format("{}{} {} {} {}", detail.empty() ? "" : "; ", o.kind == P2POp::Send ? "send" : "recv",
+                          shapeDetail(o.tensor), o.kind == P2POp::Send ? "to" : "from", o.peer);
+  }
+  // Point-to-point ops are not collective: they do not consume a collective sequence number
+  // on ranks that do not take part, so they carry seq 0 and are named by their peers.
+  OpInfo i;
+  i.op = ops.size() == 1 ? (ops[0].kind == P2POp::Send ? "send" : "recv") : "batch_p2p";
+  i.group = name_;
+  i.rank = rank_;
+  i.groupSize = size_;
+  i.detail = detail;
+  TESSERA_CHECK(!ops.empty(), "{}: no operations given", i.describe());
+  for (const auto& o : ops) {
+    checkTensor(i, o.kind == P2POp::Send ? "send" : "recv", o.tensor);
+    checkPeer(i, o.peer);
+  }
+  return doBatchP2P(i, ops);
+}
+
+WorkPtr Communicator::barrier() { return doBarrier(nextOp("barrier", "")); }
+
+std::shared_ptr<Communicator> Communicator::split(int color, int key, const std::string& name) {
+  auto mine = at::tensor(std::vector<int64_t>{color, key}, at::TensorOptions().dtype(at::kLong))
+                  .to(scratchOptions().dtype(at::kLong));
+  auto all = at::empty({2 * size_}, scratchOptions().dtype(at::kLong));
+  allGather(all, mine)->synchronize();
+  auto cpu = all.cpu();
+  auto* v = cpu.data_ptr<int64_t>();
+  std::string tag = fmt::format("{}/split{}", name_, ++splits_);
+  if (color < 0) return nullptr;
+  std::vector<std::pair<int64_t, int>> order;  // (key, old rank) of my color
+  for (int r = 0; r < size_; ++r) {
+    if (v[2 * r] == color) order.emplace_back(v[2 * r + 1], r);
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<int> members;
+  for (auto& kv : order) members.push_back(kv.second);
+  return doSplit(color, members, name, fmt::format("{}/c{}", tag, color));
+}
+
+}  // namespace tessera

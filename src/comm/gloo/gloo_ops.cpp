@@ -1,0 +1,184 @@
+#include "comm/gloo/gloo_ops.h"
+
+#include <ATen/ATen.h>
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/reduce.h>
+
+#include "common/error.h"
+
+namespace tessera::gloo_ops {
+namespace {
+
+using Func = void (*)(void*, const void*, const void*, size_t);
+
+struct SumOp {
+  template <typename T> static T apply(T a, T b) { return static_cast<T>(a + b); }
+};
+struct MaxOp {
+  template <typename T> static T apply(T a, T b) { return b > a ? b : a; }
+};
+struct MinOp {
+  template <typename T> static T apply(T a, T b) { return b < a ? b : a; }
+};
+
+// c = a (op) b elementwise; c may alias a. Half/BFloat16 go through float arithmetic.
+template <typename T, typename Op>
+void reduceFn(void* c, const void* a, const void* b, size_t n) {
+  auto* C = static_cast<T*>(c);
+  auto* A = static_cast<const T*>(a);
+  auto* B = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) C[i] = Op::apply(A[i], B[i]);
+}
+
+template <typename T>
+Func pick(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Max: return &reduceFn<T, MaxOp>;
+    case ReduceOp::Min: return &reduceFn<T, MinOp>;
+    default: return &reduceFn<T, SumOp>;  // Sum, and Avg (divided afterwards)
+  }
+}
+
+Func reduceFunc(c10::ScalarType t, ReduceOp op) {
+  switch (t) {
+    case at::kFloat: return pick<float>(op);
+    case at::kBFloat16: return pick<c10::BFloat16>(op);
+    case at::kHalf: return pick<c10::Half>(op);
+    case at::kInt: return pick<int32_t>(op);
+    case at::kLong: return pick<int64_t>(op);
+    default: throw Error(fmt::format("gloo: unsupported dtype {}", c10::toString(t)));
+  }
+}
+
+// Gloo's typed setters only need the element size; a byte-sized "element" type per width
+// lets one code path serve every dtype.
+template <size_t N> struct Bytes { char b[N]; };
+
+template <typename F>
+void withElementType(const at::Tensor& t, F&& f) {
+  switch (t.element_size()) {
+    case 2: f(Bytes<2>{}); break;
+    case 4: f(Bytes<4>{}); break;
+    case 8: f(Bytes<8>{}); break;
+    default: throw Error(fmt::format("gloo: unsupported element size {}", t.element_size()));
+  }
+}
+
+template <typename T> T* ptr(const at::Tensor& t) { return static_cast<T*>(t.data_ptr()); }
+
+void finishAvg(const at::Tensor& t, ReduceOp op, int size) {
+  if (op != ReduceOp::Avg) return;
+  if (at::isIntegralType(t.scalar_type(), false)) {
+    t.div_(size, "trunc");
+  } else {
+    t.div_(size);
+  }
+}
+
+}  // namespace
+
+void allReduce(const Ctx& c, Ms timeout, uint32_t tag, const at::Tensor& t, ReduceOp op) {
+  if (t.numel() == 0) return;
+  withElementType(t, [&](auto e) {
+    using T = decltype(e);
+    gloo::AllreduceOptions o(c);
+    o.setTimeout(timeout);
+    o.setTag(tag);
+    o.setOutput(ptr<T>(t), t.numel());
+    o.setReduceFunction(reduceFunc(t.scalar_type(), op));
+    gloo::allreduce(o);
+  });
+  finishAvg(t, op, c->size);
+}
+
+void broadcast(const Ctx& c, Ms timeout, uint32_t tag, const at::Tensor& t, int root) {
+  if (t.numel() == 0) return;
+  withElementType(t, [&](auto e) {
+    using T = decltype(e);
+    gloo::BroadcastOptions o(c);
+    o.setTimeout(timeout);
+    o.setTag(tag);
+    o.setRoot(root);
+    o.setOutput(ptr<T>(t), t.numel());
+    gloo::broadcast(o);
+  });
+}
+
+void reduce(const Ctx& c, Ms timeout, uint32_t tag, const at::Tensor& t, int root, ReduceOp op) {
+  if (t.numel() == 0) return;
+  // Gloo's reduce may use the output as scratch on non-root ranks; reduce a copy there so
+  // that their tensor stays as it was (the documented contract).
+  at::Tensor buf = c->rank == root ? t : t.clone();
+  withElementType(buf, [&](auto e) {
+    using T = decltype(e);
+    gloo::ReduceOptions o(c);
+    o.setTimeout(timeout);
+    o.setTag(tag);
+    o.setRoot(root);
+    o.setOutput(ptr<T>(buf), buf.numel());
+    o.setReduceFunction(reduceFunc(buf.scalar_type(), op));
+    gloo::reduce(o);
+  });
+  if (c->rank == root) finishAvg(t, op, c->size);
+}
+
+void allGather(const Ctx& c, Ms timeout, uint32_t tag, const at::Tensor& out, const at::Tensor& in) {
+  if (in.numel() == 0) return;
+  withElementType(in, [&](auto e) {
+    using T = decltype(e);
+    gloo::AllgatherOptions o(c);
+    o.setTimeout(timeout);
+    o.setTag(tag);
+    o.setInput(ptr<T>(in), in.numel());
+    o.setOutput(ptr<T>(out), out.numel());
+    gloo::allgather(o);
+  });
+}
+
+void allToAll(const Ctx& c, Ms timeout, uint32_t tag, const at::Tensor& out, const at::Tensor& in) {
+  if (in.numel() == 0) return;
+  withElementType(in, [&](auto e) {
+    using T = decltype(e);
+    gloo::AlltoallOptions o(c);
+    o.setTimeout(timeout);
+    o.setTag(tag);
+    o.setInput(ptr<T>(in), in.numel());
+    o.setOutput(ptr<T>(out), out.numel());
+    gloo::alltoall(o);
+  });
+}
+
+void barrier(const Ctx& c, Ms timeout, uint32_t tag) {
+  gloo::BarrierOptions o(c);
+  o.setTimeout(timeout);
+  o.setTag(tag);
+  gloo::barrier(o);
+}
+
+void batchP2P(const Ctx& c, Ms timeout, const std::vector<P2POp>& ops, const std::vector<uint64_t>& slots) {
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> bufs;
+  bufs.reserve(ops.size());
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const auto& op = ops[k];
+    auto bytes = static_cast<size_t>(op.tensor.numel()) * op.tensor.element_size();
+    bufs.push_back(c->createUnboundBuffer(op.tensor.data_ptr(), bytes));
+    if (op.kind == P2POp::Send) {
+      bufs.back()->send(op.peer, slots[k]);
+    } else {
+      bufs.back()->recv(op.peer, slots[k]);
+    }
+  }
+  for (size_t k = 0; k < ops.size(); ++k) {
+    if (ops[k].kind == P2POp::Send) {
+      bufs[k]->waitSend(timeout);
+    } else {
+      bufs[k]->waitRecv(timeout);
+    }
+  }
+}
+
+}  // namespace tessera::gloo_ops

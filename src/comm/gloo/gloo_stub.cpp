@@ -1,0 +1,10 @@
+// Built when tessera has no Gloo (e.g. PyTorch wheels ship no Gloo headers).
+#include "comm/backends.h"
+#include "common/error.h"
+
+namespace tessera {
+bool glooAvailable() { return false; }
+CommPtr makeGlooCommunicator(const StorePtr&, int rank, int, const std::string& name, std::chrono::milliseconds) {
+  throw Error(fmt::format("tessera: communicator '{}' on rank {}: tessera was built without Gloo", name, rank));
+}
+}  // namespace tessera

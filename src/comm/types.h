@@ -1,0 +1,41 @@
+#pragma once
+// Value types shared by every communicator backend.
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <string>
+
+namespace tessera {
+
+enum class ReduceOp { Sum, Avg, Max, Min };
+enum class Backend { Gloo, Nccl };
+
+const char* toString(ReduceOp op);
+const char* toString(Backend b);
+// "float32", "bfloat16", ... (what error messages print).
+std::string dtypeName(c10::ScalarType t);
+// fp32, bf16, fp16, int32, int64: the dtypes every collective supports.
+bool isSupportedDtype(c10::ScalarType t);
+
+// Default per-op timeout: 10 minutes, overridden by TESSERA_TIMEOUT_S (seconds).
+std::chrono::milliseconds defaultTimeout();
+
+// One point-to-point operation of a batched group (see Communicator::batchP2P).
+struct P2POp {
+  enum Kind { Send, Recv } kind;
+  at::Tensor tensor;
+  int peer;  // rank within the communicator
+};
+
+// What a collective call was: for error messages, the watchdog and debugging.
+struct OpInfo {
+  std::string op;       // "all_reduce", "all_gather", ...
+  std::string group;    // communicator name, e.g. "world", "tp[0]"
+  uint64_t seq = 0;     // per-communicator sequence number, starting at 1
+  int rank = -1;        // rank within the group
+  int groupSize = 0;
+  std::string detail;   // "1024 x bfloat16, sum"
+  std::string describe() const;  // "all_reduce #7 on group 'world' (rank 1 of 4, 1024 x bfloat16, sum)"
+};
+
+}  // namespace tessera
