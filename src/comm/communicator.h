@@ -19,6 +19,7 @@
 
 #include "comm/types.h"
 #include "comm/work.h"
+#include "common/error.h"
 
 namespace tessera {
 

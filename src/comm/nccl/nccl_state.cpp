@@ -1,0 +1,309 @@
+#include "comm/nccl/nccl_state.h"
+
+#include <fmt/format.h>
+
+#include "comm/nccl/cuda_glue.h"
+#include "comm/nccl/nccl_check.h"
+#include "common/error.h"
+#include "common/log.h"
+
+namespace tessera::nccl_detail {
+
+double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// ---------------------------------------------------------------------------------------------
+// NcclWork
+
+NcclWork::NcclWork(OpInfo info, std::shared_ptr<NcclState> st, cudaEvent_t done, std::vector<at::Tensor> keep,
+                   std::chrono::milliseconds timeout)
+    : Work(std::move(info)), st_(std::move(st)), done_(done), timeout_(timeout), start_(Clock::now()),
+      keep_(std::move(keep)) {}
+
+NcclWork::~NcclWork() { st_->giveEvent(done_); }
+
+void NcclWork::throwIfFailed() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!error_.empty()) throw CommError(error_);
+}
+
+void NcclWork::wait() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!error_.empty()) throw CommError(error_);
+    if (finished_) return;
+  }
+  DeviceGuard g(st_->device);
+  TESSERA_CUDA_CHECK(cudaStreamWaitEvent(callerStream(st_->device), done_, 0), st_->rank);
+}
+
+int NcclWork::poll(std::string& err) {
+  std::vector<at::Tensor> drop;  // released outside the lock
+  std::lock_guard<std::mutex> l(mu_);
+  if (finished_) return 1;
+  cudaError_t e = cudaEventQuery(done_);
+  if (e == cudaSuccess) {
+    finished_ = true;
+    drop.swap(keep_);
+    return 1;
+  }
+  if (e == cudaErrorNotReady) return 0;
+  (void)cudaGetLastError();
+  err = fmt::format("tessera: {} failed on device cuda:{}: cudaEventQuery returned {} ({})", info_.describe(),
+                    st_->device, cudaGetErrorName(e), cudaGetErrorString(e));
+  return -1;
+}
+
+bool NcclWork::markFailed(const std::string& why) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (finished_) return false;
+  if (error_.empty() && cudaEventQuery(done_) == cudaSuccess) {  // finished before the failure
+    finished_ = true;
+    return false;
+  }
+  if (error_.empty()) error_ = why;
+  return true;
+}
+
+void NcclWork::synchronize() {
+  DeviceGuard g(st_->device);
+  auto spinUntil = Clock::now() + std::chrono::milliseconds(2);
+  for (;;) {
+    std::string err;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!error_.empty()) throw CommError(error_);
+      if (finished_) return;
+    }
+    int s = poll(err);
+    if (s == 1) {
+      throwIfFailed();  // an abort (after marking this op failed) also completes the event
+      return;
+    }
+    if (s < 0) {
+      st_->fail(err);
+      throw CommError(err);
+    }
+    // The watchdog fails timed-out ops; this is the backstop should it be stuck.
+    if (Clock::now() - start_ > timeout_ + std::chrono::seconds(5)) {
+      auto msg = fmt::format("tessera: {} timed out after {:.1f} s (timeout {:.1f} s) on device cuda:{}",
+                             info_.describe(), secondsSince(start_), timeout_.count() / 1000.0, st_->device);
+      st_->fail(msg);
+      throw CommError(msg);
+    }
+    if (Clock::now() < spinUntil) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+}
+
+bool NcclWork::completed() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (finished_ || !error_.empty()) return true;
+  }
+  std::string err;
+  return poll(err) != 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// NcclState
+
+NcclState::NcclState(int rank_, int size_, int device_, std::string name_)
+    : rank(rank_), size(size_), device(device_), name(std::move(name_)) {}
+
+NcclState::~NcclState() {
+  DeviceGuard g(device);
+  for (auto e : pool_) cudaEventDestroy(e);
+  if (ready) cudaEventDestroy(ready);
+  if (stream) cudaStreamDestroy(stream);
+  if (scratch) cudaFree(scratch);
+  (void)cudaGetLastError();
+}
+
+void NcclState::start() {
+  DeviceGuard g(device);
+  int least = 0, greatest = 0;
+  TESSERA_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest), rank);
+  TESSERA_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest), rank);
+  TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), rank);
+  TESSERA_CUDA_CHECK(cudaMalloc(&scratch, 16), rank);
+  TESSERA_CUDA_CHECK(cudaMemset(scratch, 0, 16), rank);
+  watchdog_ = std::thread([this] { watchdogLoop(); });
+}
+
+cudaEvent_t NcclState::takeEvent() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!pool_.empty()) {
+      auto e = pool_.back();
+      pool_.pop_back();
+      return e;
+    }
+  }
+  cudaEvent_t e = nullptr;
+  TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), rank);
+  return e;
+}
+
+void NcclState::giveEvent(cudaEvent_t e) {
+  std::lock_guard<std::mutex> l(mu_);
+  pool_.push_back(e);
+}
+
+void NcclState::track(const std::shared_ptr<NcclWork>& w) {
+  std::lock_guard<std::mutex> l(mu_);
+  bool wake = inflight_.empty();
+  inflight_.push_back(w);
+  if (wake) cv_.notify_all();
+}
+
+std::string NcclState::broken() {
+  std::lock_guard<std::mutex> l(mu_);
+  return broken_;
+}
+
+void NcclState::fail(const std::string& reason) {
+  std::vector<std::shared_ptr<NcclWork>> works;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!broken_.empty()) return;
+    broken_ = reason;
+    works.assign(inflight_.begin(), inflight_.end());
+    abortRequested_ = true;
+  }
+  log::error("{}", reason);
+  for (auto& w : works) {
+    // The op the reason names gets the reason itself; the others say why they could not finish.
+    bool culprit = reason.find(w->info().describe()) != std::string::npos;
+    w->markFailed(culprit ? reason
+                          : fmt::format("tessera: {} did not complete: communicator '{}' was aborted: {}",
+                                        w->info().describe(), name, reason));
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  cv_.notify_all();
+}
+
+void NcclState::waitNotInProgress(ncclComm_t c, const std::string& what, std::chrono::milliseconds timeout) {
+  auto t0 = Clock::now();
+  for (;;) {
+    ncclResult_t state = ncclInProgress;
+    TESSERA_NCCL_CHECK(ncclCommGetAsyncError(c, &state), rank, c);
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) {
+      const char* last = ncclGetLastError(c);
+      throw CommError(fmt::format("tessera: {} on communicator '{}' (rank {} of {}) failed after {:.1f} s: {}{}{}",
+                                  what, name, rank, size, secondsSince(t0), ncclGetErrorString(state),
+                                  (last && *last) ? ": " : "", last ? last : ""));
+    }
+    if (Clock::now() - t0 > timeout) {
+      throw CommError(fmt::format(
+          "tessera: {} on communicator '{}' (rank {} of {}) timed out after {:.1f} s (timeout {:.1f} s)", what, name,
+          rank, size, secondsSince(t0), timeout.count() / 1000.0));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+void NcclState::abortComm() {
+  // Callers hold opMu only briefly; should one be stuck inside NCCL, abort anyway.
+  bool locked = opMu.try_lock_for(std::chrono::seconds(2));
+  ncclComm_t c = comm;
+  comm = nullptr;
+  if (c) {
+    DeviceGuard g(device);
+    ncclCommAbort(c);
+  }
+  if (locked) opMu.unlock();
+  std::deque<std::shared_ptr<NcclWork>> drop;  // NCCL's kernels are gone: release the tensors
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    aborted_ = true;
+    drop.swap(inflight_);
+    cv_.notify_all();
+  }
+}
+
+void NcclState::watchdogLoop() {
+  cudaSetDevice(device);
+  std::unique_lock<std::mutex> l(mu_);
+  for (;;) {
+    if (abortRequested_ && !aborted_) {
+      l.unlock();
+      abortComm();
+      l.lock();
+      continue;
+    }
+    if (stop_) break;
+    cv_.wait_for(l, inflight_.empty() ? std::chrono::milliseconds(100) : std::chrono::milliseconds(1));
+    if (stop_ || (abortRequested_ && !aborted_) || inflight_.empty() || !broken_.empty()) continue;
+    std::vector<std::shared_ptr<NcclWork>> works(inflight_.begin(), inflight_.end());
+    ncclComm_t c = comm;
+    l.unlock();
+    size_t finished = 0;
+    std::string failure;
+    for (auto& w : works) {  // ops finish in issue order (one stream): stop at the first running one
+      std::string err;
+      int s = w->poll(err);
+      if (s == 1) {
+        ++finished;
+        continue;
+      }
+      if (s < 0) {
+        failure = err;
+      } else if (Clock::now() - w->start() > w->timeout()) {
+        failure = fmt::format("tessera: {} timed out after {:.1f} s (timeout {:.1f} s) on device cuda:{}; NCCL "
+                              "communicator '{}' aborted",
+                              w->info().describe(), secondsSince(w->start()), w->timeout().count() / 1000.0, device,
+                              name);
+      } else if (c) {
+        ncclResult_t ar = ncclSuccess;
+        if (ncclCommGetAsyncError(c, &ar) == ncclSuccess && ar != ncclSuccess && ar != ncclInProgress) {
+          const char* last = ncclGetLastError(c);
+          failure = fmt::format("tessera: {} failed after {:.1f} s: NCCL reported an asynchronous error on "
+                                "communicator '{}': {}{}{}; communicator aborted",
+                                w->info().describe(), secondsSince(w->start()), name, ncclGetErrorString(ar),
+                                (last && *last) ? ": " : "", last ? last : "");
+        }
+      }
+      break;
+    }
+    works.clear();
+    std::vector<std::shared_ptr<NcclWork>> done;
+    l.lock();
+    for (size_t k = 0; k < finished && !inflight_.empty(); ++k) {
+      done.push_back(std::move(inflight_.front()));
+      inflight_.pop_front();
+    }
+    if (inflight_.empty()) cv_.notify_all();  // shutdown() waits for this
+    l.unlock();
+    done.clear();  // may destroy Works, which return their event under mu_
+    if (!failure.empty()) fail(failure);
+    l.lock();
+  }
+}
+
+void NcclState::shutdown() {
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return inflight_.empty() && (!abortRequested_ || aborted_); });
+    stop_ = true;
+    cv_.notify_all();
+  }
+  if (watchdog_.joinable()) watchdog_.join();
+  if (!comm) return;
+  DeviceGuard g(device);
+  try {
+    if (TESSERA_NCCL_CHECK(ncclCommFinalize(comm), rank, comm) == ncclInProgress) {
+      waitNotInProgress(comm, "ncclCommFinalize", std::chrono::seconds(30));
+    }
+    TESSERA_NCCL_CHECK(ncclCommDestroy(comm), rank, comm);
+  } catch (const std::exception& e) {
+    log::warn("{}; aborting the NCCL communicator instead", e.what());
+    ncclCommAbort(comm);
+  }
+  comm = nullptr;
+}
+
+}  // namespace tessera::nccl_detail

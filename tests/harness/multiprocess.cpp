@@ -1,0 +1,167 @@
+#include "harness/multiprocess.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "comm/store.h"
+
+extern char** environ;
+
+namespace tessera::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::map<std::string, WorkerFn>& registry() {
+  static std::map<std::string, WorkerFn> r;
+  return r;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string selfExe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) throw std::runtime_error("harness: cannot read /proc/self/exe");
+  buf[n] = 0;
+  return buf;
+}
+
+}  // namespace
+
+bool registerWorker(const std::string& name, WorkerFn fn) {
+  registry()[name] = std::move(fn);
+  return true;
+}
+
+// Entered from main() when TESSERA_TEST_WORKER is set: runs one worker and exits.
+int runWorkerFromEnv(const char* name) {
+  auto it = registry().find(name);
+  if (it == registry().end()) {
+    fmt::print(stderr, "harness: no worker named '{}'\n", name);
+    return 2;
+  }
+  WorkerArgs w;
+  w.rank = std::atoi(std::getenv("TESSERA_TEST_RANK"));
+  w.world = std::atoi(std::getenv("TESSERA_TEST_WORLD"));
+  w.storeHost = "127.0.0.1";
+  w.storePort = static_cast<uint16_t>(std::atoi(std::getenv("TESSERA_TEST_STORE_PORT")));
+  if (const char* a = std::getenv("TESSERA_TEST_ARG")) w.arg = a;
+  try {
+    it->second(w);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "WORKER FAILED rank {}: {}\n", w.rank, e.what());
+    std::fflush(stderr);
+    return 1;
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+std::vector<RankResult> runWorkers(const std::string& worker, const RunOptions& opts) {
+  // The parent hosts the store; every worker is a client (like torchrun's agent store).
+  auto store = startStoreServer(0, opts.timeout);
+  uint16_t port = storePort(store);
+  std::string exe = selfExe();
+  char dirTemplate[] = "/tmp/tessera-test-XXXXXX";
+  std::string dir = mkdtemp(dirTemplate);
+
+  std::vector<RankResult> results(opts.ranks);
+  std::vector<pid_t> pids(opts.ranks, 0);
+  auto t0 = Clock::now();
+  for (int r = 0; r < opts.ranks; ++r) {
+    // Build argv/envp before fork: only async-signal-safe calls in the child.
+    std::vector<std::string> envs;
+    for (char** e = environ; *e; ++e) envs.emplace_back(*e);
+    envs.push_back("TESSERA_TEST_WORKER=" + worker);
+    envs.push_back(fmt::format("TESSERA_TEST_RANK={}", r));
+    envs.push_back(fmt::format("TESSERA_TEST_WORLD={}", opts.ranks));
+    envs.push_back(fmt::format("TESSERA_TEST_STORE_PORT={}", port));
+    envs.push_back("TESSERA_TEST_ARG=" + opts.arg);
+    for (const auto& [k, v] : opts.env) envs.push_back(k + "=" + v);
+    std::vector<char*> envp;
+    for (auto& s : envs) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::string out = fmt::format("{}/rank{}.log", dir, r);
+    char* argv[] = {exe.data(), nullptr};
+    pid_t pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
+      int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      execve(exe.c_str(), argv, envp.data());
+      _exit(127);
+    }
+    pids[r] = pid;
+    results[r].rank = r;
+  }
+
+  int alive = opts.ranks;
+  bool killAll = false;
+  while (alive > 0) {
+    bool timedOut = Clock::now() - t0 > opts.timeout;
+    for (int r = 0; r < opts.ranks; ++r) {
+      if (!pids[r]) continue;
+      if (killAll || timedOut) {
+        kill(pids[r], SIGKILL);
+        results[r].killedByHarness = true;
+      }
+      int status = 0;
+      pid_t done = waitpid(pids[r], &status, killAll || timedOut ? 0 : WNOHANG);
+      if (done != pids[r]) continue;
+      results[r].seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (WIFEXITED(status)) {
+        results[r].exitCode = WEXITSTATUS(status);
+      } else if (WIFSIGNALED(status)) {
+        results[r].signal = WTERMSIG(status);
+      }
+      pids[r] = 0;
+      --alive;
+      if (!results[r].ok() && opts.killSiblingsOnFailure) killAll = true;
+    }
+    if (alive > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (int r = 0; r < opts.ranks; ++r) {
+    results[r].output = readFile(fmt::format("{}/rank{}.log", dir, r));
+    std::remove(fmt::format("{}/rank{}.log", dir, r).c_str());
+  }
+  rmdir(dir.c_str());
+  return results;
+}
+
+void expectAllOk(const std::vector<RankResult>& results) {
+  for (const auto& r : results) {
+    EXPECT_TRUE(r.ok()) << "rank " << r.rank << " exit " << r.exitCode << " signal " << r.signal
+                        << (r.killedByHarness ? " (killed by the harness: timeout or a sibling failed)" : "")
+                        << " after " << r.seconds << " s; output:\n"
+                        << r.output;
+  }
+}
+
+Context initWorker(const WorkerArgs& w, std::optional<Backend> backend) {
+  InitOptions o;
+  o.rank = w.rank;
+  o.worldSize = w.world;
+  o.storeHost = w.storeHost;
+  o.storePort = w.storePort;
+  o.rank0HostsStore = false;
+  o.backend = backend;
+  return init(o);
+}
+
+}  // namespace tessera::testing

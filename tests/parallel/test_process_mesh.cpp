@@ -1,0 +1,84 @@
+// ProcessMesh: coordinates (pure) and the dp/pp/tp communicators (8 ranks as 2x2x2, and
+// other shapes), checked by collectives over each group against the group's known ranks.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "harness/multiprocess.h"
+#include "parallel/process_mesh.h"
+
+using namespace tessera;
+using namespace tessera::testing;
+
+namespace {
+std::vector<int> parseShape(const std::string& s) {
+  std::vector<int> v;
+  size_t p = 0;
+  while (p < s.size()) {
+    size_t q = s.find('x', p);
+    v.push_back(std::stoi(s.substr(p, q - p)));
+    p = q == std::string::npos ? s.size() : q + 1;
+  }
+  return v;
+}
+}  // namespace
+
+TESSERA_WORKER(mesh_groups) {
+  auto shape = parseShape(w.arg);
+  int dp = shape[0], pp = shape[1], tp = shape[2];
+  auto ctx = initWorker(w);
+  ProcessMesh mesh(ctx.world, dp, pp, tp);
+  auto c = mesh.coord();
+  // tp fastest-varying: rank = (d*pp + p)*tp + t.
+  WCHECK(w.rank == (c.dp * pp + c.pp) * tp + c.tp, "rank {} has coord ({},{},{})", w.rank, c.dp, c.pp, c.tp);
+  const std::pair<MeshAxis, const char*> axes[] = {
+      {MeshAxis::Data, "dp"}, {MeshAxis::Pipeline, "pp"}, {MeshAxis::Tensor, "tp"}};
+  for (auto [axis, name] : axes) {
+    auto& g = mesh.group(axis);
+    auto ranks = mesh.groupRanks(axis);
+    WCHECK(g && g->size() == static_cast<int>(ranks.size()), "{} group size {} vs {}", name, g ? g->size() : -1,
+           ranks.size());
+    WCHECK(ranks[g->rank()] == w.rank, "{} group rank {} maps to world {} not {}", name, g->rank(), ranks[g->rank()],
+           w.rank);
+    // The all-gather over the group returns exactly the world ranks the mesh says.
+    auto mine = at::full({1}, static_cast<int64_t>(w.rank), at::kLong);
+    auto all = at::empty({g->size()}, at::kLong);
+    g->allGather(all, mine)->synchronize();
+    for (int k = 0; k < g->size(); ++k) {
+      WCHECK(all[k].item<int64_t>() == ranks[k], "{} group member {} is world rank {}, mesh says {}", name, k,
+             all[k].item<int64_t>(), ranks[k]);
+    }
+    // And an all-reduce sums over that group only.
+    auto s = at::full({1}, static_cast<int64_t>(w.rank), at::kLong);
+    g->allReduce(s)->synchronize();
+    int64_t want = 0;
+    for (int r : ranks) want += r;
+    WCHECK(s.item<int64_t>() == want, "{} all-reduce gave {} want {}", name, s.item<int64_t>(), want);
+  }
+  fmt::print("rank {}: {}\n", w.rank, mesh.describe());
+}
+
+class MeshShapes : public ::testing::TestWithParam<std::pair<int, const char*>> {};
+
+TEST_P(MeshShapes, GroupsHoldTheRanksTheCoordinatesSay) {
+  auto [ranks, shape] = GetParam();
+  expectAllOk(runWorkers("mesh_groups", {.ranks = ranks, .timeout = std::chrono::seconds(120), .arg = shape}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, MeshShapes,
+                         ::testing::Values(std::make_pair(8, "2x2x2"), std::make_pair(8, "1x2x4"),
+                                           std::make_pair(8, "4x1x2"), std::make_pair(4, "2x1x2"),
+                                           std::make_pair(1, "1x1x1")));
+
+TESSERA_WORKER(mesh_bad_shape) {
+  auto ctx = initWorker(w);
+  try {
+    ProcessMesh mesh(ctx.world, 2, 2, 2);
+  } catch (const Error& e) {
+    std::string m = e.what();
+    WCHECK(m.find("dp 2 x pp 2 x tp 2 = 8 does not match the world size 4") != std::string::npos, "message: {}", m);
+    return;
+  }
+  WCHECK(false, "a 2x2x2 mesh over 4 ranks was accepted");
+}
+
+TEST(ProcessMesh, ShapeNotMatchingWorldIsAClearError) { expectAllOk(runWorkers("mesh_bad_shape", {.ranks = 4})); }
