@@ -41,6 +41,13 @@ std::string selfExe() {
   return buf;
 }
 
+// "$RANK" → the worker's rank, "$STORE" → the harness store's port (whole value only).
+std::string expandEnvValue(const std::string& v, int rank, uint16_t port) {
+  if (v == "$RANK") return std::to_string(rank);
+  if (v == "$STORE") return std::to_string(port);
+  return v;
+}
+
 }  // namespace
 
 bool registerWorker(const std::string& name, WorkerFn fn) {
@@ -92,7 +99,7 @@ std::vector<RankResult> runWorkers(const std::string& worker, const RunOptions& 
     envs.push_back(fmt::format("TESSERA_TEST_WORLD={}", opts.ranks));
     envs.push_back(fmt::format("TESSERA_TEST_STORE_PORT={}", port));
     envs.push_back("TESSERA_TEST_ARG=" + opts.arg);
-    for (const auto& [k, v] : opts.env) envs.push_back(k + "=" + v);
+    for (const auto& [k, v] : opts.env) envs.push_back(k + "=" + expandEnvValue(v, r, port));
     std::vector<char*> envp;
     for (auto& s : envs) envp.push_back(s.data());
     envp.push_back(nullptr);

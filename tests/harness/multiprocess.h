@@ -35,7 +35,9 @@ bool registerWorker(const std::string& name, WorkerFn fn);
 struct RunOptions {
   int ranks = 2;
   std::chrono::milliseconds timeout = std::chrono::seconds(60);  // whole run
-  std::map<std::string, std::string> env;                        // extra environment
+  // Extra environment; a value "$RANK" becomes the worker's rank, "$STORE" the port of the
+  // harness's store (e.g. to pose as torchrun's agent store).
+  std::map<std::string, std::string> env;
   std::string arg;
   // When a worker fails, kill the others at once (default); false lets them run to their
   // own end (used by fault tests, which check how the survivors end).
