@@ -33,14 +33,14 @@ void probe(const tessera::Context& ctx) {
   world->allReduce(sum)->wait();
   const long long want = 1LL * n * (n + 1) / 2;
   for (int i = 0; i < 3; ++i) {
-    long long got = sum[i].item<long long>();
+    long long got = sum[i].item<int64_t>();
     TESSERA_CHECK(got == want, "rank {}: all-reduce of rank+1 gave {} at [{}], want n(n+1)/2 = {}", r, got, i, want);
   }
 
   auto gathered = at::full({n}, -1, opts);
   world->allGather(gathered, at::full({1}, r, opts))->wait();
   for (int i = 0; i < n; ++i) {
-    long long got = gathered[i].item<long long>();
+    long long got = gathered[i].item<int64_t>();
     TESSERA_CHECK(got == i, "rank {}: all-gather of ranks gave {} at [{}], want {}", r, got, i, i);
   }
 

@@ -8,10 +8,14 @@
 //      TORCHELASTIC_USE_AGENT_STORE=True every rank is a client of the agent's store under
 //      "/worker/attempt_{TORCHELASTIC_RESTART_COUNT}" (MASTER_PORT is never bound then);
 //   3. PMIx (only when PMIX_NAMESPACE is set: srun --mpi=pmix, mpirun): rank 0 starts the
-//      store and publishes its address with PMIx_Put/Commit/Fence; peers PMIx_Get it;
-//   4. SLURM's environment: SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, the first host of
-//      SLURM_STEP_NODELIST / SLURM_JOB_NODELIST runs the store (port: TESSERA_STORE_PORT,
-//      MASTER_PORT, or 29500 + SLURM_JOB_ID % 20000).
+//      store (port TESSERA_STORE_PORT, else ephemeral) and publishes "<host>:<port>" (host:
+//      TESSERA_STORE_HOST, else its host name) with PMIx_Put/Commit/Fence; peers PMIx_Get it.
+//      PMIx is finalized before detectPmix() returns;
+//   4. SLURM's environment inside a job step (srun): SLURM_PROCID, SLURM_NTASKS,
+//      SLURM_LOCALID, SLURM_NODEID + SLURM_STEP_TASKS_PER_NODE (local world); rank 0 runs the
+//      store on the first host of SLURM_STEP_NODELIST / SLURM_JOB_NODELIST (or
+//      TESSERA_STORE_HOST); port: TESSERA_STORE_PORT, MASTER_PORT, or 29500 + SLURM_JOB_ID % 20000.
+//      An sbatch script itself (SLURM_PROCID without SLURM_STEP_ID) is an error, not rank 0.
 // Device: local rank modulo the visible CUDA devices (after CUDA_VISIBLE_DEVICES), or CPU.
 // Backend: TESSERA_BACKEND (gloo|nccl) or InitOptions::backend; default NCCL when built
 // with it and a CUDA device is visible, else Gloo.

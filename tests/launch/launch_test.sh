@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# One launch test: runs launch_probe under a real launcher and checks that every rank printed
+#   PROBE launcher=<L> rank=<r> world=<N> local_rank=<r> local_world=<N> ... ok
+# exactly once (all launches here are single-node, so local rank = rank). Exit 0 pass,
+# 1 fail, 77 skip (ctest SKIP_RETURN_CODE) with the reason printed.
+#
+#   launch_test.sh <case> <launch_probe> <scripts/slurm-local>
+# cases: torchrun_agent_store torchrun_standalone mpirun_pmix mpirun_rank_fails srun_pmix
+#        srun_slurm_env srun_rank_fails slurm_cleanup
+set -uo pipefail
+
+CASE=$1 PROBE=$2 SLURM_LOCAL=$3
+LIMIT=${TESSERA_LAUNCH_TIMEOUT_S:-120}  # whole launch; the probe's own ops time out sooner
+export TESSERA_TIMEOUT_S=${TESSERA_TIMEOUT_S:-60}
+SLURM_DIR=${TESSERA_SLURM_DIR:-/tmp/tessera-slurm}
+OUT=$(mktemp)
+trap 'rm -f "$OUT"' EXIT
+
+skip() { echo "SKIP: $*"; exit 77; }
+fail() { echo "FAIL ($CASE): $*"; exit 1; }
+need() { command -v "$1" >/dev/null || skip "$1 not found (scripts/setup installs it)"; }
+
+# Runs the launcher under `timeout`, output to $OUT (and to ours, for ctest's log).
+launch() {
+  echo "+ $*"
+  timeout -k 10 "$LIMIT" "$@" >"$OUT" 2>&1
+  RC=$?
+  cat "$OUT"
+  echo "+ exit status $RC"
+  if ((RC == 124 || RC == 137)); then fail "the launch did not finish within ${LIMIT}s"; fi
+}
+
+# expect_ok <launcher> <world> [extra regex the lines must match]
+expect_ok() {
+  local launcher=$1 world=$2 extra=${3:-} r n total
+  ((RC == 0)) || fail "launcher exited with $RC, expected 0"
+  for ((r = 0; r < world; r++)); do
+    n=$(grep -cE "PROBE launcher=$launcher rank=$r world=$world local_rank=$r local_world=$world .*${extra}.* ok$" "$OUT")
+    ((n == 1)) || fail "rank $r printed its 'PROBE launcher=$launcher rank=$r world=$world ...${extra}... ok' line $n times, expected once"
+  done
+  total=$(grep -cE "PROBE .* ok$" "$OUT")
+  ((total == world)) || fail "$total PROBE ok lines for a world of $world"
+  grep -q "PROBE FAILED" "$OUT" && fail "a rank reported PROBE FAILED"
+  echo "PASS ($CASE): all $world ranks ok under $launcher"
+}
+
+# expect_rank_failure <failing rank>: the launch must fail, name the rank's error, and not hang.
+expect_rank_failure() {
+  ((RC != 0)) || fail "launcher exited 0 although rank $1 failed"
+  grep -q "PROBE FAILED rank=$1: rank $1: failing on purpose" "$OUT" || fail "rank $1's error message is missing"
+  echo "PASS ($CASE): the launch failed with exit status $RC and rank $1's error"
+}
+
+slurm_up() {
+  need srun
+  [[ $(id -u) -eq 0 ]] || skip "the local Slurm needs root (scripts/slurm-local: munged, slurmctld, slurmd)"
+  local log
+  log=$("$SLURM_LOCAL" start 2>&1)
+  local rc=$?
+  echo "$log"
+  ((rc == 3)) && skip "scripts/slurm-local says it needs root"
+  ((rc == 4)) && skip "Slurm or munge is not installed (scripts/setup installs them)"
+  ((rc == 0)) || fail "scripts/slurm-local start failed (exit $rc)"
+  if grep -q "slurmctld started" <<<"$log"; then touch "$SLURM_DIR/.started-by-launch-tests"; fi
+  export SLURM_CONF=$SLURM_DIR/slurm.conf
+}
+
+# srun: kill the step when a task fails, and the rest 30 s after the first task ends.
+SRUN=(srun -N 1 --kill-on-bad-exit=1 --wait=30)
+
+case $CASE in
+  torchrun_agent_store)  # static rendezvous: the agent's store, TORCHELASTIC_USE_AGENT_STORE=True
+    need torchrun
+    launch torchrun -r 1 -t 1 --nproc_per_node=2 --no_python "$PROBE"
+    expect_ok torchrun 2 "hosts_store=0 prefix=/worker/attempt_0/tessera"
+    ;;
+  torchrun_standalone)  # c10d rendezvous: USE_AGENT_STORE=False, rank 0 binds MASTER_PORT
+    need torchrun
+    launch torchrun -r 1 -t 1 --standalone --nproc_per_node=2 --no_python "$PROBE"
+    expect_ok torchrun 2 "prefix=tessera"
+    grep -qE "rank=0 .*hosts_store=1" "$OUT" || fail "rank 0 did not host the store"
+    ;;
+  mpirun_pmix)
+    need mpirun
+    launch mpirun --allow-run-as-root --oversubscribe -np 3 "$PROBE"
+    expect_ok pmix 3 "prefix=tessera/"
+    ;;
+  mpirun_rank_fails)
+    need mpirun
+    launch mpirun --allow-run-as-root --oversubscribe -np 3 -x TESSERA_PROBE_FAIL_RANK=1 "$PROBE"
+    expect_rank_failure 1
+    ;;
+  srun_pmix)
+    slurm_up
+    launch "${SRUN[@]}" --mpi=pmix -n 2 "$PROBE"
+    expect_ok pmix 2 "prefix=tessera/slurm.pmix."
+    ;;
+  srun_slurm_env)
+    slurm_up
+    launch "${SRUN[@]}" --mpi=none -n 2 "$PROBE"
+    expect_ok slurm 2 "prefix=tessera/slurm/"
+    ;;
+  srun_rank_fails)
+    slurm_up
+    export TESSERA_PROBE_FAIL_RANK=0  # srun passes the environment on
+    launch "${SRUN[@]}" --mpi=none -n 2 "$PROBE"
+    expect_rank_failure 0
+    ;;
+  slurm_cleanup)
+    if [[ -f $SLURM_DIR/.started-by-launch-tests ]]; then
+      "$SLURM_LOCAL" stop || fail "scripts/slurm-local stop failed"
+      rm -f "$SLURM_DIR/.started-by-launch-tests"
+    else
+      echo "the local Slurm was not started by the launch tests; leaving it as it is"
+    fi
+    ;;
+  *) fail "unknown case '$CASE'" ;;
+esac
