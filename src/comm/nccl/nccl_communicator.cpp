@@ -1,0 +1,295 @@
+#include "comm/nccl/nccl_communicator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "comm/backends.h"
+#include "comm/nccl/cuda_glue.h"
+#include "comm/nccl/nccl_check.h"
+#include "comm/nccl/nccl_state.h"
+#include "common/error.h"
+#include "common/log.h"
+
+namespace tessera {
+
+using nccl_detail::DeviceGuard;
+using nccl_detail::NcclState;
+using nccl_detail::NcclWork;
+
+namespace {
+
+ncclDataType_t ncclType(c10::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return ncclFloat32;
+    case at::kBFloat16: return ncclBfloat16;
+    case at::kHalf: return ncclFloat16;
+    case at::kInt: return ncclInt32;
+    case at::kLong: return ncclInt64;
+    default: throw Error(fmt::format("tessera: dtype {} has no NCCL type here", dtypeName(t)));
+  }
+}
+
+bool isIntegral(c10::ScalarType t) { return t == at::kInt || t == at::kLong; }
+
+// Integer Avg runs as Sum followed by a truncating division on the communicator's stream.
+ncclRedOp_t ncclOp(ReduceOp op, c10::ScalarType t) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Avg: return isIntegral(t) ? ncclSum : ncclAvg;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+// Store key of the n-th communicator called `name` made by this process (ranks make their
+// communicators in the same order, so n agrees across ranks).
+std::string uniqueIdKey(const std::string& name) {
+  static std::mutex mu;
+  static std::map<std::string, int> made;
+  std::lock_guard<std::mutex> l(mu);
+  return fmt::format("nccl/{}/{}/unique_id", name, made[name]++);
+}
+
+char* bytes(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(const StorePtr& store, int rank, int size, int device, const std::string& name,
+                                   std::chrono::milliseconds timeout)
+    : Communicator(rank, size, name), device_(device) {
+  setTimeout(timeout);
+  int devices = cudaDeviceCount();
+  TESSERA_CHECK(device >= 0 && device < devices,
+                "tessera: NCCL communicator '{}' (rank {} of {}): device index {} is not one of the {} visible CUDA "
+                "devices",
+                name, rank, size, device, devices);
+  st_ = std::make_shared<NcclState>(rank, size, device, name);
+  DeviceGuard g(device);
+  auto t0 = nccl_detail::Clock::now();
+  ncclUniqueId id;
+  std::string key = uniqueIdKey(name);
+  if (rank == 0) {
+    TESSERA_NCCL_CHECK(ncclGetUniqueId(&id), rank, nullptr);
+    const auto* p = reinterpret_cast<const uint8_t*>(&id);
+    store->set(key, std::vector<uint8_t>(p, p + sizeof(id)));
+  } else {
+    std::vector<uint8_t> v;
+    try {
+      store->wait({key}, timeout);
+      v = store->get(key);
+    } catch (const std::exception& e) {
+      throw CommError(fmt::format("tessera: NCCL communicator '{}' (rank {} of {}): rank 0's ncclUniqueId did not "
+                                  "arrive in the store under '{}' after {:.1f} s: {}",
+                                  name, rank, size, key, nccl_detail::secondsSince(t0), e.what()));
+    }
+    TESSERA_CHECK(v.size() == sizeof(id), "tessera: NCCL communicator '{}' (rank {}): store key '{}' holds {} bytes, "
+                  "an ncclUniqueId has {}", name, rank, key, v.size(), sizeof(id));
+    std::memcpy(&id, v.data(), sizeof(id));
+  }
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  ncclComm_t c = nullptr;
+  try {
+    TESSERA_NCCL_CHECK(ncclCommInitRankConfig(&c, size, id, rank, &cfg), rank, c);
+    st_->waitNotInProgress(c, "ncclCommInitRankConfig", timeout);
+  } catch (const std::exception& e) {
+    if (c) ncclCommAbort(c);
+    throw CommError(fmt::format("tessera: NCCL communicator '{}' (rank {} of {}, cuda:{}) could not be created: {}",
+                                name, rank, size, device, e.what()));
+  }
+  st_->comm = c;
+  st_->start();
+  log::debug("nccl communicator '{}' rank {} of {} on cuda:{} ready in {:.2f} s", name, rank, size, device,
+             nccl_detail::secondsSince(t0));
+}
+
+NcclCommunicator::NcclCommunicator(std::shared_ptr<NcclState> state, std::chrono::milliseconds timeout)
+    : Communicator(state->rank, state->size, state->name), st_(std::move(state)), device_(st_->device) {
+  setTimeout(timeout);
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  try {
+    st_->shutdown();
+  } catch (const std::exception& e) {
+    log::warn("NCCL communicator '{}' shutdown: {}", name_, e.what());
+  }
+}
+
+void NcclCommunicator::abort(const std::string& reason) {
+  st_->fail(fmt::format("tessera: NCCL communicator '{}' (rank {} of {}) aborted: {}", name_, rank_, size_, reason));
+}
+
+void NcclCommunicator::checkDevice(const OpInfo& i, const char* what, const at::Tensor& t) const {
+  TESSERA_CHECK(t.device().is_cuda() && t.device().index() == device_,
+                "{}: {} tensor is on {}; NCCL communicator '{}' (rank {}) takes tensors on cuda:{}", i.describe(),
+                what, t.device().str(), name_, rank_, device_);
+}
+
+at::TensorOptions NcclCommunicator::scratchOptions() const {
+  return at::TensorOptions().device(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device_)));
+}
+
+template <typename F>
+WorkPtr NcclCommunicator::enqueue(const OpInfo& i, std::vector<at::Tensor> keep, F&& launch) {
+  std::unique_lock<std::timed_mutex> lock(st_->opMu);
+  auto broken = st_->broken();
+  if (!broken.empty()) {
+    throw CommError(fmt::format("tessera: {} not run: NCCL communicator '{}' is broken: {}", i.describe(), name_,
+                                broken));
+  }
+  DeviceGuard g(device_);
+  ncclComm_t c = st_->comm;
+  cudaStream_t s = st_->stream;
+  // NCCL calls on a non-blocking communicator may return ncclInProgress (e.g. while the first
+  // op connects): wait for it before anything else goes on the stream.
+  auto settle = [&](ncclResult_t r) {
+    if (r == ncclInProgress) st_->waitNotInProgress(c, i.describe(), timeout_);
+  };
+  try {
+    TESSERA_CUDA_CHECK(cudaEventRecord(st_->ready, nccl_detail::callerStream(device_)), rank_);
+    TESSERA_CUDA_CHECK(cudaStreamWaitEvent(s, st_->ready, 0), rank_);
+    launch(c, s, settle);
+    cudaEvent_t done = st_->takeEvent();
+    cudaError_t e = cudaEventRecord(done, s);
+    if (e != cudaSuccess) st_->giveEvent(done);
+    TESSERA_CUDA_CHECK(e, rank_);
+    auto w = std::make_shared<NcclWork>(i, st_, done, std::move(keep), timeout_);
+    st_->track(w);
+    return w;
+  } catch (const std::exception& e) {
+    lock.unlock();
+    auto msg = fmt::format("tessera: {} failed: {}", i.describe(), e.what());
+    st_->fail(msg);
+    throw CommError(msg);
+  }
+}
+
+#define NCHECK(call) TESSERA_NCCL_CHECK(call, rank_, c)
+
+WorkPtr NcclCommunicator::doAllReduce(const OpInfo& i, const at::Tensor& t, ReduceOp op) {
+  auto dt = t.scalar_type();
+  return enqueue(i, {t}, [&](ncclComm_t c, cudaStream_t s, auto& settle) {
+    settle(NCHECK(ncclAllReduce(t.data_ptr(), t.data_ptr(), t.numel(), ncclType(dt), ncclOp(op, dt), c, s)));
+    if (op == ReduceOp::Avg && isIntegral(dt))
+      nccl_detail::launchIntDivide(t.data_ptr(), t.numel(), static_cast<int>(t.element_size()), size_, s);
+  });
+}
+
+WorkPtr NcclCommunicator::doBroadcast(const OpInfo& i, const at::Tensor& t, int root) {
+  return enqueue(i, {t}, [&](ncclComm_t c, cudaStream_t s, auto& settle) {
+    settle(NCHECK(ncclBroadcast(t.data_ptr(), t.data_ptr(), t.numel(), ncclType(t.scalar_type()), root, c, s)));
+  });
+}
+
+WorkPtr NcclCommunicator::doReduce(const OpInfo& i, const at::Tensor& t, int root, ReduceOp op) {
+  auto dt = t.scalar_type();
+  return enqueue(i, {t}, [&](ncclComm_t c, cudaStream_t s, auto& settle) {
+    settle(NCHECK(ncclReduce(t.data_ptr(), t.data_ptr(), t.numel(), ncclType(dt), ncclOp(op, dt), root, c, s)));
+    if (op == ReduceOp::Avg && isIntegral(dt) && rank_ == root)
+      nccl_detail::launchIntDivide(t.data_ptr(), t.numel(), static_cast<int>(t.element_size()), size_, s);
+  });
+}
+
+WorkPtr NcclCommunicator::doAllGather(const OpInfo& i, const at::Tensor& out, const at::Tensor& in) {
+  return enqueue(i, {out, in}, [&](ncclComm_t c, cudaStream_t s, auto& settle) {
+    settle(NCHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), ncclType(in.scalar_type()), c, s)));
+  });
+}
+
+WorkPtr NcclCommunicator::doReduceScatter(const OpInfo& i, const at::Tensor& out, const at::Tensor& in, ReduceOp op) {
+  auto dt = in.scalar_type();
+  return enqueue(i, {out, in}, [&](ncclComm_t c, cudaStream_t s, auto& settle) {
+    settle(NCHECK(
+        ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), ncclType(dt), ncclOp(op, dt), c, s)));
+    if (op == ReduceOp::Avg && isIntegral(dt))
+      nccl_detail::launchIntDivide(out.data_ptr(), out.numel(), static_cast<int>(out.element_size()), size_, s);
+  });
+}
+
+WorkPtr NcclCommunicator::doAllToAll(const OpInfo& i, const at::Tensor& out, const at::Tensor& in) {
+  TESSERA_CHECK(out.data_ptr() != in.data_ptr() || in.numel() == 0,
+                "{}: input and output are the same memory; NCCL's all-to-all is not in place", i.describe());
+  return enqueue(i, {out, in}, [&](ncclComm_t c, cudaStream_t s, auto& settle) {
+    size_t chunk = static_cast<size_t>(in.numel() / size_);
+    size_t chunkBytes = chunk * in.element_size();
+    auto dt = ncclType(in.scalar_type());
+    NCHECK(ncclGroupStart());
+    for (int p = 0; p < size_; ++p) {
+      NCHECK(ncclSend(bytes(in) + p * chunkBytes, chunk, dt, p, c, s));
+      NCHECK(ncclRecv(bytes(out) + p * chunkBytes, chunk, dt, p, c, s));
+    }
+    settle(NCHECK(ncclGroupEnd()));
+  });
+}
+
+WorkPtr NcclCommunicator::doBatchP2P(const OpInfo& i, const std::vector<P2POp>& ops) {
+  std::vector<at::Tensor> keep;
+  for (const auto& o : ops) keep.push_back(o.tensor);
+  return enqueue(i, std::move(keep), [&](ncclComm_t c, cudaStream_t s, auto& settle) {
+    NCHECK(ncclGroupStart());
+    for (const auto& o : ops) {
+      const auto& t = o.tensor;
+      if (o.kind == P2POp::Send) {
+        NCHECK(ncclSend(t.data_ptr(), t.numel(), ncclType(t.scalar_type()), o.peer, c, s));
+      } else {
+        NCHECK(ncclRecv(t.data_ptr(), t.numel(), ncclType(t.scalar_type()), o.peer, c, s));
+      }
+    }
+    settle(NCHECK(ncclGroupEnd()));
+  });
+}
+
+WorkPtr NcclCommunicator::doBarrier(const OpInfo& i) {
+  return enqueue(i, {}, [&](ncclComm_t c, cudaStream_t s, auto& settle) {
+    settle(NCHECK(ncclAllReduce(st_->scratch, st_->scratch, 1, ncclFloat32, ncclSum, c, s)));
+  });
+}
+
+std::shared_ptr<Communicator> NcclCommunicator::doSplit(int color, const std::vector<int>& members,
+                                                        const std::string& name, const std::string& tag) {
+  // ncclCommSplit is collective over this communicator: ranks outside every new group must
+  // call it too (members empty → NCCL_SPLIT_NOCOLOR); key = index in `members`.
+  int newRank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  TESSERA_CHECK(members.empty() || newRank < static_cast<int>(members.size()),
+                "tessera: split of NCCL communicator '{}' into '{}': rank {} is not among its members", name_, name,
+                rank_);
+  auto st = std::make_shared<NcclState>(newRank, static_cast<int>(members.size()), device_, name);
+  ncclComm_t nc = nullptr;
+  {
+    std::unique_lock<std::timed_mutex> lock(st_->opMu);
+    auto broken = st_->broken();
+    if (!broken.empty()) {
+      throw CommError(fmt::format("tessera: split of NCCL communicator '{}' into '{}' not run: it is broken: {}",
+                                  name_, name, broken));
+    }
+    DeviceGuard g(device_);
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    ncclComm_t c = st_->comm;
+    try {
+      NCHECK(ncclCommSplit(c, members.empty() ? NCCL_SPLIT_NOCOLOR : color, newRank, &nc, &cfg));
+      st_->waitNotInProgress(nc ? nc : c, fmt::format("ncclCommSplit ({}, color {})", tag, color), timeout_);
+    } catch (const std::exception& e) {
+      if (nc) ncclCommAbort(nc);
+      lock.unlock();
+      auto msg = fmt::format("tessera: split of NCCL communicator '{}' (rank {} of {}) into '{}' failed: {}", name_,
+                             rank_, size_, name, e.what());
+      st_->fail(msg);
+      throw CommError(msg);
+    }
+  }
+  if (members.empty() || !nc) return nullptr;
+  st->comm = nc;
+  st->start();
+  return std::make_shared<NcclCommunicator>(st, timeout_);
+}
+
+#undef NCHECK
+
+}  // namespace tessera

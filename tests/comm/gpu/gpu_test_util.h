@@ -1,0 +1,45 @@
+#pragma once
+// Shared bits of the NCCL GPU tests.
+#include <gtest/gtest.h>
+
+#include "comm/backends.h"
+#include "harness/multiprocess.h"
+
+namespace tessera::testing {
+
+// Skips the calling test (visibly) unless `n` CUDA devices are visible.
+#define TESSERA_REQUIRE_GPUS(n)                                                                          \
+  do {                                                                                                  \
+    int have_ = ::tessera::cudaDeviceCount();                                                           \
+    if (have_ < (n)) {                                                                                  \
+      fmt::print("SKIP: needs {} CUDA devices, {} visible (NCCL {})\n", (n), have_, ::tessera::ncclVersion()); \
+      GTEST_SKIP() << "needs " << (n) << " CUDA devices, " << have_ << " visible";                     \
+    }                                                                                                   \
+  } while (0)
+
+// Run options for 2-rank NCCL runs: NVLink multicast stays off (the GPU machine's rule).
+inline RunOptions gpuRun(int seconds, std::map<std::string, std::string> env = {}) {
+  RunOptions o;
+  o.ranks = 2;
+  o.timeout = std::chrono::seconds(seconds);
+  o.env = std::move(env);
+  o.env["NCCL_NVLS_ENABLE"] = "0";
+  o.env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1";
+  o.env["NVSHMEM_DISABLE_NVLS"] = "1";
+  return o;
+}
+
+// Expects `fn` to throw tessera::Error whose message contains every one of `parts`.
+template <typename F>
+void expectErrorWith(F&& fn, std::initializer_list<const char*> parts) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    std::string m = e.what();
+    for (const char* p : parts) WCHECK(m.find(p) != std::string::npos, "message '{}' lacks '{}'", m, p);
+    return;
+  }
+  WCHECK(false, "no error thrown (expected one containing '{}')", *parts.begin());
+}
+
+}  // namespace tessera::testing
