@@ -14,7 +14,9 @@
 
 #include <chrono>
 #include <functional>
+#include <initializer_list>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -68,6 +70,20 @@ Context initWorker(const WorkerArgs& w, std::optional<Backend> backend = Backend
       throw std::runtime_error(fmt::format("WCHECK({}) failed at {}:{}: {}", #cond, __FILE__, __LINE__, \
                                            fmt::format(__VA_ARGS__)));                           \
   } while (0)
+
+// In workers: runs `fn`, which must throw a std::exception whose message contains every
+// one of `parts`; throws (failing the worker) otherwise.
+template <typename F>
+void expectErrorContaining(F&& fn, std::initializer_list<const char*> parts) {
+  std::string m;
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    m = e.what();
+  }
+  WCHECK(!m.empty(), "no error thrown (expected one containing '{}')", *parts.begin());
+  for (const char* p : parts) WCHECK(m.find(p) != std::string::npos, "message '{}' lacks '{}'", m, p);
+}
 
 #define TESSERA_WORKER(name)                                                                   \
   static void tessera_worker_##name(const ::tessera::testing::WorkerArgs& w);                  \

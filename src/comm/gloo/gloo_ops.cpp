@@ -126,30 +126,29 @@ void reduce(const Ctx& c, Ms timeout, uint32_t tag, const at::Tensor& t, int roo
   if (c->rank == root) finishAvg(t, op, c->size);
 }
 
-void allGather(const Ctx& c, Ms timeout, uint32_t tag, const at::Tensor& out, const at::Tensor& in) {
+namespace {
+// Ops with one input and one output buffer (all-gather, all-to-all).
+template <typename Options, typename Run>
+void inOut(const Ctx& c, Ms timeout, uint32_t tag, const at::Tensor& out, const at::Tensor& in, Run&& run) {
   if (in.numel() == 0) return;
   withElementType(in, [&](auto e) {
     using T = decltype(e);
-    gloo::AllgatherOptions o(c);
+    Options o(c);
     o.setTimeout(timeout);
     o.setTag(tag);
     o.setInput(ptr<T>(in), in.numel());
     o.setOutput(ptr<T>(out), out.numel());
-    gloo::allgather(o);
+    run(o);
   });
+}
+}  // namespace
+
+void allGather(const Ctx& c, Ms timeout, uint32_t tag, const at::Tensor& out, const at::Tensor& in) {
+  inOut<gloo::AllgatherOptions>(c, timeout, tag, out, in, [](auto& o) { gloo::allgather(o); });
 }
 
 void allToAll(const Ctx& c, Ms timeout, uint32_t tag, const at::Tensor& out, const at::Tensor& in) {
-  if (in.numel() == 0) return;
-  withElementType(in, [&](auto e) {
-    using T = decltype(e);
-    gloo::AlltoallOptions o(c);
-    o.setTimeout(timeout);
-    o.setTag(tag);
-    o.setInput(ptr<T>(in), in.numel());
-    o.setOutput(ptr<T>(out), out.numel());
-    gloo::alltoall(o);
-  });
+  inOut<gloo::AlltoallOptions>(c, timeout, tag, out, in, [](auto& o) { gloo::alltoall(o); });
 }
 
 void barrier(const Ctx& c, Ms timeout, uint32_t tag) {
