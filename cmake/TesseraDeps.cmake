@@ -38,10 +38,13 @@ if(TESSERA_WITH_CUDA)
     endif()
     find_path(NCCL_INCLUDE_DIR nccl.h
       HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_INCLUDE_DIRS} PATH_SUFFIXES include)
-    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
+    # NAMES_PER_DIR: NCCL_ROOT's libnccl.so.2 (PyTorch's nvidia/nccl wheel has no libnccl.so)
+    # wins over a libnccl.so in a later directory, so tessera and torch share one libnccl.
+    find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR
       HINTS ${NCCL_ROOT} ENV NCCL_ROOT ${CUDAToolkit_LIBRARY_DIR} PATH_SUFFIXES lib lib64)
     if(TESSERA_HAVE_CUDA AND NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
       set(TESSERA_HAVE_NCCL ON)
+      message(STATUS "tessera: NCCL ${NCCL_LIBRARY} (headers ${NCCL_INCLUDE_DIR})")
     endif()
   endif()
 endif()

@@ -11,6 +11,7 @@
 #include "comm/nccl/cuda_glue.h"
 #include "comm/nccl/nccl_check.h"
 #include "comm/nccl/nccl_state.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -57,6 +58,16 @@ std::string uniqueIdKey(const std::string& name) {
 
 char* bytes(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
+// Non-blocking (the default) bounds init and splits by the timeout; TESSERA_NCCL_BLOCKING=1
+// makes blocking communicators instead (cheaper per op for small messages; init and splits
+// then wait for every peer without a bound, ops are still watched and aborted).
+ncclConfig_t commConfig() {
+  static const bool blocking = env::getInt("TESSERA_NCCL_BLOCKING").value_or(0) != 0;
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = blocking ? 1 : 0;
+  return cfg;
+}
+
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(const StorePtr& store, int rank, int size, int device, const std::string& name,
@@ -91,8 +102,7 @@ NcclCommunicator::NcclCommunicator(const StorePtr& store, int rank, int size, in
                   "an ncclUniqueId has {}", name, rank, key, v.size(), sizeof(id));
     std::memcpy(&id, v.data(), sizeof(id));
   }
-  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-  cfg.blocking = 0;
+  ncclConfig_t cfg = commConfig();
   ncclComm_t c = nullptr;
   try {
     TESSERA_NCCL_CHECK(ncclCommInitRankConfig(&c, size, id, rank, &cfg), rank, c);
@@ -269,8 +279,7 @@ std::shared_ptr<Communicator> NcclCommunicator::doSplit(int color, const std::ve
                                   name_, name, broken));
     }
     DeviceGuard g(device_);
-    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0;
+    ncclConfig_t cfg = commConfig();
     ncclComm_t c = st_->comm;
     try {
       NCHECK(ncclCommSplit(c, members.empty() ? NCCL_SPLIT_NOCOLOR : color, newRank, &nc, &cfg));

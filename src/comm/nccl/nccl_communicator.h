@@ -10,7 +10,8 @@
 // Tensors stay referenced until the completion event has fired (no record_stream): the
 // watchdog thread (see nccl_state.h) drops them. A timed-out op, an NCCL asynchronous error
 // or abort() aborts the NCCL communicator: unfinished and later ops throw CommError.
-// Init is non-blocking (ncclCommInitRankConfig, blocking = 0) and bounded by the timeout.
+// Init and splits are non-blocking (config.blocking = 0) and bounded by the timeout
+// (TESSERA_NCCL_BLOCKING=1 makes blocking communicators: see commConfig() in the .cpp).
 #include <memory>
 
 #include "comm/communicator.h"

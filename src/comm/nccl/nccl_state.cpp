@@ -186,7 +186,10 @@ void NcclState::fail(const std::string& reason) {
 }
 
 void NcclState::waitNotInProgress(ncclComm_t c, const std::string& what, std::chrono::milliseconds timeout) {
+  // A non-blocking communicator launches every op from a helper thread of NCCL's and reports
+  // ncclInProgress until it is done (tens of microseconds): spin first, then sleep.
   auto t0 = Clock::now();
+  auto spinUntil = t0 + std::chrono::milliseconds(10);
   for (;;) {
     ncclResult_t state = ncclInProgress;
     TESSERA_NCCL_CHECK(ncclCommGetAsyncError(c, &state), rank, c);
@@ -202,7 +205,11 @@ void NcclState::waitNotInProgress(ncclComm_t c, const std::string& what, std::ch
           "tessera: {} on communicator '{}' (rank {} of {}) timed out after {:.1f} s (timeout {:.1f} s)", what, name,
           rank, size, secondsSince(t0), timeout.count() / 1000.0));
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (Clock::now() < spinUntil) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
   }
 }
 

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs the collectives benchmark on this machine's GPUs: PyTorch's side and tessera's side in
+# interleaved rounds, then writes bench/results/collectives.{json,md}.
+#   bench/collectives/run.sh BUILD_DIR LOG_DIR [ROUNDS]
+# Needs torchrun (PyTorch) on the PATH and tessera built with NCCL in BUILD_DIR.
+set -euo pipefail
+BUILD=${1:?build dir}
+LOGS=${2:?log dir}
+ROUNDS=${3:-2}
+NPROC=${NPROC:-2}
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+mkdir -p "$LOGS"
+torch_logs=() tessera_logs=()
+for i in $(seq 1 "$ROUNDS"); do
+  torchrun --nproc_per_node="$NPROC" "$HERE/torch_nccl_bw.py" 2>&1 | tee "$LOGS/bw_torch_$i.log"
+  torchrun --nproc_per_node="$NPROC" --no-python "$BUILD/bench/tessera_bench_collectives" 2>&1 |
+    tee "$LOGS/bw_tessera_$i.log"
+  torch_logs+=("$LOGS/bw_torch_$i.log")
+  tessera_logs+=("$LOGS/bw_tessera_$i.log")
+done
+# Diagnostic (not in the rows): tessera with blocking NCCL communicators, to show what the
+# non-blocking default costs per op (NCCL launches each op of a non-blocking comm from a thread).
+diag=()
+if [ "${DIAG_BLOCKING:-1}" = 1 ]; then
+  TESSERA_NCCL_BLOCKING=1 torchrun --nproc_per_node="$NPROC" --no-python "$BUILD/bench/tessera_bench_collectives" 2>&1 |
+    tee "$LOGS/bw_tessera_blocking.log"
+  diag=(--diag-blocking "$LOGS/bw_tessera_blocking.log")
+fi
+gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sort | uniq -c | sed 's/^ *//;s/,/ driver/' | paste -sd';')
+topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}')
+machine="$NPROC ranks on ${gpus} (GPU0-GPU1 link: ${topo:-?}); torch $(python3 -c 'import torch;print(torch.__version__)')"
+python3 "$HERE/combine.py" --torch "${torch_logs[@]}" --tessera "${tessera_logs[@]}" \
+  --machine "$machine" --command "bench/collectives/run.sh $BUILD $LOGS $ROUNDS (from scripts/gpu-check)" \
+  "${diag[@]}" --json "$ROOT/bench/results/collectives.json" --md "$ROOT/bench/results/collectives.md"
