@@ -6,7 +6,7 @@
 #
 #   launch_test.sh <case> <launch_probe> <scripts/slurm-local>
 # cases: torchrun_agent_store torchrun_standalone mpirun_pmix mpirun_rank_fails srun_pmix
-#        srun_slurm_env srun_rank_fails slurm_cleanup
+#        srun_pmix_rank_missing srun_slurm_env srun_rank_fails slurm_cleanup
 set -uo pipefail
 
 CASE=$1 PROBE=$2 SLURM_LOCAL=$3
@@ -94,6 +94,16 @@ case $CASE in
     slurm_up
     launch "${SRUN[@]}" --mpi=pmix -n 2 "$PROBE"
     expect_ok pmix 2 "prefix=tessera/slurm.pmix."
+    ;;
+  srun_pmix_rank_missing)  # rank 1 never reaches PMIx: rank 0's fence must time out, not hang
+    slurm_up
+    export TESSERA_TIMEOUT_S=10
+    launch srun -N 1 --wait=60 --mpi=pmix -n 2 \
+      bash -c 'if [[ $SLURM_PROCID == 1 ]]; then exit 3; fi; exec "$0"' "$PROBE"
+    ((RC != 0)) || fail "srun exited 0 although rank 1 never started"
+    grep -qE "PROBE FAILED .*PMIx_Fence.* on rank 0: TIMEOUT" "$OUT" ||
+      fail "rank 0 did not report its PMIx_Fence timing out"
+    echo "PASS ($CASE): rank 0's PMIx_Fence timed out with a clear error"
     ;;
   srun_slurm_env)
     slurm_up
