@@ -42,7 +42,7 @@ struct Demo {
     for (size_t i = 0; ok && i < v.size(); ++i) ok = std::abs(v[i] - want[i]) <= 1e-5 * (1 + std::abs(want[i]));
     TESSERA_CHECK(ok, "collectives_demo: {} on rank {} gave [{}], expected [{}]", what, rank, fmt::join(v, ", "),
                   fmt::join(want, ", "));
-    if (rank == 0) fmt::print("  {:<34} [{}]  ok  ({:.2f} ms)\n", what, fmt::join(v, ", "), ms);
+    if (rank == 0) fmt::print("  {:<36} [{}]  ok  ({:.2f} ms)\n", what, fmt::join(v, ", "), ms);
   }
 
   template <typename F>
@@ -109,11 +109,10 @@ struct Demo {
       report("send to rank+1 / recv from rank-1", recv, {double(prev), double(prev)}, ms);
     }
     double ms = timed([&] { return w->barrier(); });
-    if (rank == 0) fmt::print("  {:<34} ok  ({:.2f} ms)\n", "barrier", ms);
+    if (rank == 0) fmt::print("  {:<36} ok  ({:.2f} ms)\n", "barrier", ms);
   }
 
   void mesh(const tessera::ProcessMesh& m) {
-    auto c = m.coord();
     auto tpRanks = m.groupRanks(tessera::MeshAxis::Tensor);
     auto t = at::full({2}, rank, f32);
     double ms = timed([&] { return m.tpGroup()->allReduce(t, ReduceOp::Sum); });
@@ -126,7 +125,6 @@ struct Demo {
     ms = timed([&] { return m.dpGroup()->allGather(out, at::full({1}, rank, f32)); });
     report(fmt::format("dp all_gather over {}", fmt::join(dpRanks, ",")), out,
            std::vector<double>(dpRanks.begin(), dpRanks.end()), ms);
-    if (rank == 0) fmt::print("  rank 0 is (dp {}, pp {}, tp {})\n", c.dp, c.pp, c.tp);
   }
 };
 
