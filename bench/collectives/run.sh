@@ -20,13 +20,13 @@ for i in $(seq 1 "$ROUNDS"); do
   torch_logs+=("$LOGS/bw_torch_$i.log")
   tessera_logs+=("$LOGS/bw_tessera_$i.log")
 done
-# Diagnostic (not in the rows): tessera with blocking NCCL communicators, to show what the
-# non-blocking default costs per op (NCCL launches each op of a non-blocking comm from a thread).
+# Diagnostic (not in the rows): tessera running its ops on non-blocking NCCL communicators, to
+# show what that mode costs per op (NCCL launches each op of a non-blocking comm from a thread).
 diag=()
-if [ "${DIAG_BLOCKING:-1}" = 1 ]; then
-  TESSERA_NCCL_BLOCKING=1 torchrun --nproc_per_node="$NPROC" --no-python "$BUILD/bench/tessera_bench_collectives" 2>&1 |
-    tee "$LOGS/bw_tessera_blocking.log"
-  diag=(--diag-blocking "$LOGS/bw_tessera_blocking.log")
+if [ "${DIAG_NONBLOCKING:-1}" = 1 ]; then
+  TESSERA_NCCL_BLOCKING=0 torchrun --nproc_per_node="$NPROC" --no-python "$BUILD/bench/tessera_bench_collectives" 2>&1 |
+    tee "$LOGS/bw_tessera_nonblocking.log"
+  diag=(--diag-nonblocking "$LOGS/bw_tessera_nonblocking.log")
 fi
 gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sort | uniq -c | sed 's/^ *//;s/,/ driver/' | paste -sd';')
 topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}')

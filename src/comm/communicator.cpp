@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -182,9 +183,8 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, const std:
   auto cpu = all.cpu();
   auto* v = cpu.data_ptr<int64_t>();
   std::string tag = fmt::format("{}/split{}", name_, ++splits_);
-  if (color < 0) return nullptr;
-  std::vector<std::pair<int64_t, int>> order;  // (key, old rank) of my color
-  for (int r = 0; r < size_; ++r) {
+  std::vector<std::pair<int64_t, int>> order;  // (key, old rank) of my color; empty when color < 0
+  for (int r = 0; color >= 0 && r < size_; ++r) {
     if (v[2 * r] == color) order.emplace_back(v[2 * r + 1], r);
   }
   std::sort(order.begin(), order.end());

@@ -72,8 +72,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   virtual WorkPtr doAllToAll(const OpInfo& i, const at::Tensor& out, const at::Tensor& in) = 0;
   virtual WorkPtr doBatchP2P(const OpInfo& i, const std::vector<P2POp>& ops) = 0;
   virtual WorkPtr doBarrier(const OpInfo& i) = 0;
-  // Called after the (color, key) of every rank is known; `members` are this rank's new
-  // group's old ranks in new-rank order. `tag` is unique per split and equal on all ranks.
+  // Called on every rank after the (color, key) of every rank is known; `members` are this
+  // rank's new group's old ranks in new-rank order, empty when color < 0 (return nullptr;
+  // backends whose split is collective over the parent still take part). `tag` is unique
+  // per split and equal on all ranks.
   virtual std::shared_ptr<Communicator> doSplit(int color, const std::vector<int>& members,
                                                 const std::string& name, const std::string& tag) = 0;
   // Device check for this backend (CPU vs CUDA device); throws with a message.

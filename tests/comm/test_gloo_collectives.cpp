@@ -103,3 +103,25 @@ TESSERA_WORKER(gloo_env_timeout) {
   auto ctx = initWorker(w);
   WCHECK(ctx.world->timeout() == std::chrono::milliseconds(2500), "timeout is {} ms", ctx.world->timeout().count());
 }
+
+// split(): a rank with color < 0 takes part in the split but gets no communicator; keys
+// order the new ranks (here reversed).
+TESSERA_WORKER(gloo_split) {
+  auto ctx = initWorker(w);
+  auto sub = ctx.world->split(w.rank == 0 ? -1 : 7, -w.rank, "others");
+  if (w.rank == 0) {
+    WCHECK(sub == nullptr, "rank 0 asked for no group but got '{}'", sub->name());
+  } else {
+    WCHECK(sub && sub->size() == w.world - 1, "group size {}", sub ? sub->size() : -1);
+    WCHECK(sub->rank() == w.world - 1 - w.rank, "world rank {} has rank {} in the reversed group", w.rank,
+           sub->rank());
+    auto t = at::full({5}, static_cast<int64_t>(w.rank), at::kLong);
+    sub->allReduce(t)->synchronize();
+    int64_t want = static_cast<int64_t>(w.world) * (w.world - 1) / 2;
+    WCHECK(t[0].item<int64_t>() == want, "sum over ranks 1.. is {} want {}", t[0].item<int64_t>(), want);
+  }
+  // The parent still works after the split, on every rank.
+  ctx.world->barrier()->synchronize();
+}
+
+TEST(GlooCommunicator, SplitWithNegativeColorAndReversedKeys) { expectAllOk(runWorkers("gloo_split", {.ranks = 3})); }

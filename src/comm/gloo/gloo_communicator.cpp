@@ -304,6 +304,7 @@ WorkPtr GlooCommunicator::doBarrier(const OpInfo& i) {
 
 std::shared_ptr<Communicator> GlooCommunicator::doSplit(int, const std::vector<int>& members, const std::string& name,
                                                         const std::string& tag) {
+  if (members.empty()) return nullptr;
   int newRank = static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
   return std::make_shared<GlooCommunicator>(prefixStore(tag, store_), newRank, static_cast<int>(members.size()), name,
                                             timeout_);

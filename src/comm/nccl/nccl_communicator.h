@@ -10,8 +10,9 @@
 // Tensors stay referenced until the completion event has fired (no record_stream): the
 // watchdog thread (see nccl_state.h) drops them. A timed-out op, an NCCL asynchronous error
 // or abort() aborts the NCCL communicator: unfinished and later ops throw CommError.
-// Init and splits are non-blocking (config.blocking = 0) and bounded by the timeout
-// (TESSERA_NCCL_BLOCKING=1 makes blocking communicators: see commConfig() in the .cpp).
+// Init and splits go through a non-blocking NCCL communicator (config.blocking = 0), polled
+// and bounded by the timeout; ops run on a blocking twin made right after (TESSERA_NCCL_BLOCKING=0
+// runs them on the non-blocking one: see blockingOps() in the .cpp).
 #include <memory>
 
 #include "comm/communicator.h"

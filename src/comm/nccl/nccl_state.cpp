@@ -120,12 +120,12 @@ void NcclState::waitNotInProgress(ncclComm_t c, const std::string& what, std::ch
 void NcclState::abortComm() {
   // Callers hold opMu only briefly; should one be stuck inside NCCL, abort anyway.
   bool locked = opMu.try_lock_for(std::chrono::seconds(2));
-  ncclComm_t c = comm;
+  ncclComm_t c = comm, k = control;
   comm = nullptr;
-  if (c) {
-    DeviceGuard g(device);
-    ncclCommAbort(c);
-  }
+  control = nullptr;
+  DeviceGuard g(device);
+  if (c) ncclCommAbort(c);
+  if (k) ncclCommAbort(k);
   if (locked) opMu.unlock();
   std::deque<std::shared_ptr<NcclWork>> drop;  // NCCL's kernels are gone: release the tensors
   {
@@ -203,8 +203,12 @@ void NcclState::shutdown() {
     cv_.notify_all();
   }
   if (watchdog_.joinable()) watchdog_.join();
-  if (!comm) return;
   DeviceGuard g(device);
+  if (control) {
+    ncclCommAbort(control);  // never ran an op: nothing to flush, abort just frees it
+    control = nullptr;
+  }
+  if (!comm) return;
   try {
     if (TESSERA_NCCL_CHECK(ncclCommFinalize(comm), rank, comm) == ncclInProgress) {
       waitNotInProgress(comm, "ncclCommFinalize", std::chrono::seconds(30));

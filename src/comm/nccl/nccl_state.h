@@ -34,7 +34,8 @@ struct NcclState {
 
   int rank, size, device;
   std::string name;
-  ncclComm_t comm = nullptr;
+  ncclComm_t comm = nullptr;       // every op runs on this one (blocking by default)
+  ncclComm_t control = nullptr;    // non-blocking twin used to bound init/splits (or nullptr)
   cudaStream_t stream = nullptr;  // the communicator's own high-priority stream
   cudaEvent_t ready = nullptr;    // reused: "caller's stream reached this op"
   void* scratch = nullptr;        // 4 bytes of device memory for barrier()
