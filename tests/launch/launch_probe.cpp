@@ -28,7 +28,7 @@ void probe(const tessera::Context& ctx) {
   if (auto bad = tessera::env::getInt("TESSERA_PROBE_FAIL_RANK"); bad && *bad == r)
     throw tessera::Error(fmt::format("rank {}: failing on purpose (TESSERA_PROBE_FAIL_RANK={})", r, *bad));
 
-  auto opts = at::TensorOptions().dtype(at::kLong);
+  auto opts = at::TensorOptions().dtype(at::kLong).device(ctx.device);  // CUDA under NCCL
   auto sum = at::full({3}, r + 1, opts);
   world->allReduce(sum)->wait();
   const long long want = 1LL * n * (n + 1) / 2;
