@@ -79,7 +79,10 @@ SRUN=(srun -N 1 --kill-on-bad-exit=1 --wait=30)
 case $CASE in
   torchrun_agent_store)  # static rendezvous: the agent's store, TORCHELASTIC_USE_AGENT_STORE=True
     need torchrun
-    launch torchrun -r 1 -t 1 --nproc_per_node=2 --no_python "$PROBE"
+    # A free port rather than torchrun's default 29500, which another job may hold.
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])') ||
+      fail "could not pick a free port"
+    launch torchrun -r 1 -t 1 --master_port="$port" --nproc_per_node=2 --no_python "$PROBE"
     expect_ok torchrun 2 "hosts_store=0 prefix=/worker/attempt_0/tessera"
     ;;
   torchrun_standalone)
