@@ -29,21 +29,41 @@ TESSERA_WORKER(nccl_stream_order) {
   void* stream = tessera::cuda::currentStream(ctx.device.index());
   // Rank 0's kernel is much slower, so rank 1's all-reduce also has to wait for rank 0's write.
   const double spinMs = w.rank == 0 ? 1500 : 300;
+  // Warm up the torch kernels timed below: the first launch of a kernel loads its module
+  // (CUDA lazy loading), which waits for running kernels and would be misread as a host sync
+  // (seen on nvidia-h200-x2: add_/mul_ took the spin kernel's full time on first use).
+  t.add_(0);
+  t.mul_(2);
+  launchSpinThenFill(t.data_ptr<float>(), t.numel(), 0.0f, 1, stream);
+  c.barrier()->synchronize();
+  // Control: the kernel launch and a torch op behind it alone must not block the host.
+  auto c0 = Clock::now();
+  launchSpinThenFill(t.data_ptr<float>(), t.numel(), 0.0f, 200, stream);
+  t.add_(0);
+  double controlMs = msSince(c0);
+  c.barrier()->synchronize();  // host-blocks until the control kernel is done on both ranks
   auto t0 = Clock::now();
   launchSpinThenFill(t.data_ptr<float>(), t.numel(), static_cast<float>(w.rank + 1), spinMs, stream);
+  double launchMs = msSince(t0);
   auto work = c.allReduce(t, ReduceOp::Sum);
+  double issueMs = msSince(t0);
   work->wait();
+  double waitMs = msSince(t0);
   t.mul_(2);  // on the caller's stream, after wait(): must see the all-reduce's result
   double hostMs = msSince(t0);
   auto cpu = t.cpu();  // synchronises the caller's stream
   double totalMs = msSince(t0);
-  fmt::print("rank {}: host time to issue + wait(): {:.2f} ms, result read after {:.0f} ms (kernel {:.0f} ms, "
-             "TESSERA_NCCL_BLOCKING={})\n", w.rank, hostMs, totalMs, spinMs,
+  fmt::print("rank {}: host ms (cumulative): spin launch {:.2f}, all_reduce issued {:.2f}, wait() {:.2f}, mul_ "
+             "{:.2f}; result read after {:.0f} ms (kernel {:.0f} ms; control launch+add_ {:.2f} ms; "
+             "TESSERA_NCCL_BLOCKING={})\n", w.rank, launchMs, issueMs, waitMs, hostMs, totalMs, spinMs, controlMs,
              std::getenv("TESSERA_NCCL_BLOCKING") ? std::getenv("TESSERA_NCCL_BLOCKING") : "unset");
+  std::fflush(stdout);
   WCHECK(totalMs >= 1400, "the result was ready after {:.0f} ms, before rank 0's 1500 ms kernel ended", totalMs);
   auto mn = cpu.min().item<double>(), mx = cpu.max().item<double>();
   WCHECK(mn == 6.0 && mx == 6.0, "(1 + 2) * 2 expected everywhere, got min {} max {}: the all-reduce did not wait "
          "for the kernel on the caller's stream, or mul_ did not wait for the all-reduce", mn, mx);
+  WCHECK(controlMs < 100, "control: launching the spin kernel and add_ took {:.0f} ms of host time (no tessera "
+         "call involved): the machine's CUDA launches block, so the check below would mean nothing", controlMs);
   WCHECK(hostMs < spinMs / 2, "issuing the all-reduce and wait() took {:.0f} ms of host time behind a {:.0f} ms "
          "kernel: they must not synchronise the host", hostMs, spinMs);
   WCHECK(work->completed(), "work not completed after its result was read");
