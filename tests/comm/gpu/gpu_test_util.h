@@ -29,17 +29,4 @@ inline RunOptions gpuRun(int seconds, std::map<std::string, std::string> env = {
   return o;
 }
 
-// Expects `fn` to throw tessera::Error whose message contains every one of `parts`.
-template <typename F>
-void expectErrorWith(F&& fn, std::initializer_list<const char*> parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    std::string m = e.what();
-    for (const char* p : parts) WCHECK(m.find(p) != std::string::npos, "message '{}' lacks '{}'", m, p);
-    return;
-  }
-  WCHECK(false, "no error thrown (expected one containing '{}')", *parts.begin());
-}
-
 }  // namespace tessera::testing
