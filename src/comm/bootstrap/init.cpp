@@ -1,20 +1,14 @@
 #include "comm/bootstrap/init.h"
 
-#include <unistd.h>
 
 #include "comm/backends.h"
 #include "common/env.h"
+#include "common/host.h"
 #include "common/error.h"
 #include "common/log.h"
 
 namespace tessera {
 namespace {
-
-std::string hostName() {
-  char buf[256] = {0};
-  gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
 
 LaunchInfo explicitLaunch(const InitOptions& o) {
   LaunchInfo l;

@@ -25,6 +25,7 @@
 #include <tuple>
 
 #include "common/env.h"
+#include "common/host.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -92,12 +93,6 @@ long long getInt(const pmix_proc_t& who, const char* key, int rank, int timeoutS
   PMIX_CHECK(rank, PMIx_Get(&who, key, info.info, info.n, &val.v));
   TESSERA_CHECK(val.v, "tessera PMIx bootstrap: rank {}: PMIx_Get({}) returned no value", rank, key);
   return valueAsInt(val.v, key, rank);
-}
-
-std::string hostName() {
-  char buf[256] = {0};
-  gethostname(buf, sizeof(buf) - 1);
-  return buf;
 }
 
 // "host:port" → (host, port); throws naming the text.

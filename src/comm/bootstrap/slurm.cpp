@@ -10,6 +10,7 @@
 #include "comm/bootstrap/hostlist.h"
 #include "comm/bootstrap/init.h"
 #include "common/env.h"
+#include "common/host.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -80,11 +81,7 @@ std::optional<LaunchInfo> detectSlurm() {
     // host, and every other rank would then wait for a store that never comes.
     if (l.rank == 0) {
       auto me = env::get("SLURMD_NODENAME");
-      if (!me) {
-        char buf[256] = {0};
-        gethostname(buf, sizeof(buf) - 1);
-        me = std::string(buf);
-      }
+      if (!me) me = hostName();
       TESSERA_CHECK(shortName(*me) == shortName(l.storeHost),
                     "tessera SLURM bootstrap: rank 0 runs on '{}' but the store address is the first host '{}' of "
                     "{}='{}'; use a block distribution or set TESSERA_STORE_HOST",

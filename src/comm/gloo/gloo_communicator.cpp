@@ -15,6 +15,7 @@
 #include "comm/backends.h"
 #include "comm/gloo/gloo_ops.h"
 #include "common/env.h"
+#include "common/host.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -64,8 +65,7 @@ std::shared_ptr<gloo::transport::Device> glooDevice() {
       dev = gloo::transport::tcp::CreateDevice(attr);
       return;
     }
-    char name[256] = {0};
-    gethostname(name, sizeof(name) - 1);
+    std::string name = hostName();
     try {
       attr.hostname = name;
       dev = gloo::transport::tcp::CreateDevice(attr);
