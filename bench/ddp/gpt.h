@@ -1,0 +1,80 @@
+#pragma once
+// The GPT-735M of ../shared/anchors/torch_anchor.py in LibTorch C++ (CUDA LibTorch 2.x only):
+// token embedding (no positions, as the anchor), `layers` pre-LayerNorm blocks (qkv Linear,
+// causal at::scaled_dot_product_attention over heads of d/heads, proj; MLP 4*d with GELU),
+// final LayerNorm, untied head without bias. Parameter count and FLOPs as the anchor:
+//   N = L*(12 d^2 + 13 d) + 2 V d + 2 d;  FLOPs/token = 6 N + 12 L d T.
+// Also the pieces of the anchor's training step: bf16 autocast for the forward (fp32
+// parameters) and AdamW through ATen's fused CUDA kernel (at::_fused_adamw_).
+// Everything here is local to one process and one device; not thread-safe.
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace tessera::bench {
+
+struct GptConfig {
+  int64_t d = 2048, layers = 12, heads = 16, vocab = 32000, seqLen = 1024;
+};
+
+int64_t gptParamCount(const GptConfig& c);
+double gptFlopsPerToken(const GptConfig& c);
+
+struct BenchBlockImpl : torch::nn::Module {
+  BenchBlockImpl(int64_t d, int64_t heads);
+  torch::Tensor forward(const torch::Tensor& x);  // [B, T, d] -> [B, T, d]
+
+  int64_t heads;
+  torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
+  torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(BenchBlock);
+
+struct BenchGptImpl : torch::nn::Module {
+  explicit BenchGptImpl(const GptConfig& c = {});
+  // tokens [B, T] int64 -> logits [B, T, vocab] (bf16 under autocast).
+  torch::Tensor forward(const torch::Tensor& tokens);
+
+  GptConfig cfg;
+  torch::nn::Embedding emb{nullptr};
+  torch::nn::ModuleList blocks{nullptr};
+  torch::nn::LayerNorm lnf{nullptr};
+  torch::nn::Linear head{nullptr};
+};
+TORCH_MODULE(BenchGpt);
+
+// Mean cross-entropy over B*T positions, logits cast to fp32 first (as the anchor).
+torch::Tensor gptLoss(const torch::Tensor& logits, const torch::Tensor& targets);
+
+// While alive: CUDA autocast to bf16 on this thread (the forward only: backward runs on the
+// autograd engine's threads, as under torch.autocast). The destructor restores the previous
+// state and clears autocast's cast cache (as leaving torch.autocast does).
+class Bf16Autocast {
+ public:
+  Bf16Autocast();
+  ~Bf16Autocast();
+  Bf16Autocast(const Bf16Autocast&) = delete;
+
+ private:
+  bool prevEnabled_;
+  c10::ScalarType prevDtype_;
+};
+
+// AdamW (decoupled weight decay) as torch.optim.AdamW(fused=True): one at::_fused_adamw_ call
+// over every parameter with a gradient. State (exp_avg, exp_avg_sq, float32 step on the
+// device, incremented before the kernel) is allocated at the first step(), as PyTorch does.
+class FusedAdamW {
+ public:
+  FusedAdamW(std::vector<torch::Tensor> params, double lr = 1e-4, double beta1 = 0.9, double beta2 = 0.999,
+             double eps = 1e-8, double weightDecay = 1e-2);
+  void step();
+  // setToNone: .grad reset (freed); else zeroed in place (keeps DDP bucket views).
+  void zeroGrad(bool setToNone);
+
+ private:
+  std::vector<torch::Tensor> params_, expAvg_, expAvgSq_, steps_;
+  double lr_, beta1_, beta2_, eps_, wd_;
+};
+
+}  // namespace tessera::bench

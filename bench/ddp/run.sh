@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# DDP benchmark on this machine's GPUs: the anchors' GPT-735M trained by PyTorch and by tessera,
+# 1 GPU and 2 GPUs, then bench/results/ddp.{json,md}.
+#   bench/ddp/run.sh BUILD_DIR LOG_DIR
+# Runs, in order (each under `timeout`, a failed run leaves its row out and the rest go on):
+#   pytorch-single (torchrun -n1 torch_ddp.py single), tessera-single (tessera_bench_ddp single),
+#   pytorch-ddp (torchrun -n2 torch_ddp.py ddp), tessera-ddp (torchrun -n2 tessera_bench_ddp
+#   tessera), tessera-ddp-bucketview (the same with --bucket-view); then combine.py.
+# About 20-40 s per run on 2 x H200 (model init on the CPU dominates), ~2-3 min in all.
+# Env: NPROC (2), RUN_TIMEOUT (s per run, 150), B/STEPS/D/L/V/T passed through (smoke tests:
+# e.g. L=2 STEPS=3), RESULTS (dir for ddp.json/md, default bench/results).
+# Exit status: 0 when every run produced its row, 1 otherwise (the results hold what ran).
+set -euo pipefail
+BUILD=${1:?build dir}
+LOGS=${2:?log dir}
+NPROC=${NPROC:-2}
+RUN_TIMEOUT=${RUN_TIMEOUT:-150}
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+RESULTS=${RESULTS:-$ROOT/bench/results}
+BIN="$BUILD/bench/tessera_bench_ddp"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+mkdir -p "$LOGS"
+[ -x "$BIN" ] || { echo "run.sh: $BIN was not built (needs CUDA LibTorch >= 2 and tessera's DDP)" >&2; }
+rc=0
+logs=()
+# run NAME CMD...: runs CMD under a timeout, output to the terminal and LOGS/NAME.log.
+run() {
+  local name=$1; shift
+  echo "=== ddp bench: $name: $*"
+  local t0; t0=$(date +%s)
+  if timeout -k 15 "$RUN_TIMEOUT" "$@" > "$LOGS/$name.log" 2>&1; then
+    grep -E "RESULT|rror" "$LOGS/$name.log" | sed 's/^/  /' || true
+  else
+    local r=$?
+    echo "  $name FAILED (rc=$r$([ $r = 124 ] && echo ", timed out after ${RUN_TIMEOUT}s")); log tail:"
+    tail -25 "$LOGS/$name.log" | sed 's/^/  | /'
+    rc=1
+  fi
+  echo "  ($(( $(date +%s) - t0 )) s)"
+  logs+=("$LOGS/$name.log")
+}
+# Free port per torchrun: a 2.x torchrun's default 29500 may still be held by the previous one.
+port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
+
+run pytorch-single torchrun --nproc_per_node=1 --master_port="$(port)" "$HERE/torch_ddp.py" single
+run tessera-single "$BIN" single
+run pytorch-ddp torchrun --nproc_per_node="$NPROC" --master_port="$(port)" "$HERE/torch_ddp.py" ddp
+run tessera-ddp torchrun --nproc_per_node="$NPROC" --master_port="$(port)" --no-python "$BIN" tessera
+run tessera-ddp-bucketview torchrun --nproc_per_node="$NPROC" --master_port="$(port)" --no-python "$BIN" tessera --bucket-view
+
+gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//;s/,/ driver/' | paste -sd';' || true)
+topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}' || true)
+machine="${gpus:-?} (GPU0-GPU1 link: ${topo:-?}); torch $(python3 -c 'import torch;print(torch.__version__)')"
+python3 "$HERE/combine.py" "${logs[@]}" --machine "$machine" \
+  --command "bench/ddp/run.sh $BUILD $LOGS (from scripts/gpu-check --ddp)" \
+  --json "$RESULTS/ddp.json" --md "$RESULTS/ddp.md" || rc=1
+exit $rc
