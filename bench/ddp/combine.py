@@ -36,6 +36,7 @@ def main():
     ap.add_argument("logs", nargs="+")
     ap.add_argument("--machine", required=True)
     ap.add_argument("--command", required=True)
+    ap.add_argument("--config", default="D=2048 L=12 V=32000 T=1024 B=8 STEPS=10")
     ap.add_argument("--json", required=True)
     ap.add_argument("--md", required=True)
     a = ap.parse_args()
@@ -81,21 +82,22 @@ def main():
         checks["tessera_ddp_bucketview_scaling_ge_0.97"] = bv["scaling"] >= 0.97
     if bv and p:
         checks["tessera_ddp_bucketview_peak_mem_le_pytorch_ddp"] = bv["peak_mem_gib"] <= p["peak_mem_gib"]
-    method = ("GPT-735M of the anchors (D=2048, 12 layers, 16 heads, vocab 32000, T=1024), fp32 params under bf16 "
-              "autocast, fused AdamW lr 1e-4, random tokens, batch 8 per GPU; 3 warm-ups then the median of 10 "
-              "steps, device synchronised around each step; peak memory = max allocated by the caching allocator")
+    method = ("the anchors' GPT (%s; heads of 128; %s M params), fp32 params under bf16 autocast, fused AdamW "
+              "lr 1e-4, random tokens, batch B per GPU; 3 warm-ups then the median of STEPS steps, device "
+              "synchronised around each step; peak memory = max allocated by the caching allocator"
+              % (a.config, next(iter(res.values())).get("params_M")))
     hidden_def = ("hidden_comm_fraction = 1 - (DDP step_ms - same system's 1-GPU step_ms) / allreduce_ms, clamped "
                   "to [0,1]; allreduce_ms = all-reducing every gradient bucket (same sizes, fp32) back to back "
                   "without backward. An estimate: any other DDP overhead counts as exposed communication.")
     doc = {"name": "ddp", "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "machine": a.machine, "command": a.command, "method": method, "hidden_comm_definition": hidden_def,
+           "machine": a.machine, "command": a.command, "config": a.config, "method": method, "hidden_comm_definition": hidden_def,
            "params_M": next(iter(res.values())).get("params_M"), "rows": rows, "checks": checks, "missing": missing}
     os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
     with open(a.json, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
     fmt = lambda v, spec: "—" if v is None else format(v, spec)
-    md = ["# DDP: tessera vs PyTorch on the GPT-735M", "", "- date: %s" % doc["date"], "- machine: %s" % a.machine,
+    md = ["# DDP: tessera vs PyTorch DDP on the anchors' GPT", "", "- date: %s" % doc["date"], "- machine: %s" % a.machine,
           "- command: `%s`" % a.command, "- method: %s" % method, "- hidden communication: %s" % hidden_def, "",
           "| system | GPUs | tokens/s | step ms | scaling | MFU | peak GiB | all-reduce alone ms | hidden comm |",
           "|---|---|---|---|---|---|---|---|---|"]

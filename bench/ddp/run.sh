@@ -53,6 +53,7 @@ gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/n
 topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}' || true)
 machine="${gpus:-?} (GPU0-GPU1 link: ${topo:-?}); torch $(python3 -c 'import torch;print(torch.__version__)')"
 python3 "$HERE/combine.py" "${logs[@]}" --machine "$machine" \
-  --command "bench/ddp/run.sh $BUILD $LOGS (from scripts/gpu-check --ddp)" \
+  --command "bench/ddp/run.sh $BUILD $LOGS" \
+  --config "D=${D:-2048} L=${L:-12} V=${V:-32000} T=${T:-1024} B=${B:-8} STEPS=${STEPS:-10}" \
   --json "$RESULTS/ddp.json" --md "$RESULTS/ddp.md" || rc=1
 exit $rc
