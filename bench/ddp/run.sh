@@ -7,14 +7,14 @@
 #   pytorch-ddp (torchrun -n2 torch_ddp.py ddp), tessera-ddp (torchrun -n2 tessera_bench_ddp
 #   tessera), tessera-ddp-bucketview (the same with --bucket-view); then combine.py.
 # About 20-40 s per run on 2 x H200 (model init on the CPU dominates), ~2-3 min in all.
-# Env: NPROC (2), RUN_TIMEOUT (s per run, 150), B/STEPS/D/L/V/T passed through (smoke tests:
+# Env: NPROC (2), RUN_TIMEOUT (s per run, 90; 5 runs fit in gpu-check's DDP_TIMEOUT 480), B/STEPS/D/L/V/T passed through (smoke tests:
 # e.g. L=2 STEPS=3), RESULTS (dir for ddp.json/md, default bench/results).
 # Exit status: 0 when every run produced its row, 1 otherwise (the results hold what ran).
 set -euo pipefail
 BUILD=${1:?build dir}
 LOGS=${2:?log dir}
 NPROC=${NPROC:-2}
-RUN_TIMEOUT=${RUN_TIMEOUT:-150}
+RUN_TIMEOUT=${RUN_TIMEOUT:-90}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 RESULTS=${RESULTS:-$ROOT/bench/results}
