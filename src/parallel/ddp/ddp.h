@@ -1,0 +1,104 @@
+#pragma once
+// tessera::DistributedDataParallel: data parallelism by bucketed gradient all-reduce,
+// overlapped with backward.
+//
+// Usage (every rank of `comm`, same model, different data):
+//   tessera::DistributedDataParallel ddp(model->named_parameters(), model->named_buffers(), comm);
+//   for (...) {
+//     ddp.syncBuffers();                 // buffers from rank 0 (if broadcastBuffers)
+//     auto loss = lossFn(model->forward(x), y);
+//     loss.backward();                   // gradients are averaged over `comm` when it returns
+//     opt.step(); ddp.zeroGrad();
+//   }
+//   { auto guard = ddp.noSync(); ...backward... }   // accumulate locally, no communication
+//
+// Contract:
+// - Construction is collective over `comm`: every rank must pass parameters with the same
+//   count, names, shapes and dtypes (else tessera::Error naming the first differing parameter
+//   and the ranks); parameters and buffers are then broadcast from rank 0.
+// - Gradients of parameters with requires_grad are bucketed (reverse registration order at
+//   first; after the first synchronised backward, rebuilt in the order gradients became
+//   ready on rank 0, the same layout on every rank). A bucket's all-reduce starts as soon as
+//   its last gradient is ready, on the communicator's stream, while backward continues.
+// - When backward returns (CPU) or on the caller's current stream (CUDA), every parameter's
+//   .grad holds the average over the ranks of their local .grad.
+// - Every synchronised backward must produce a gradient for every parameter with
+//   requires_grad, unless findUnusedParameters: otherwise tessera::Error names the
+//   parameters that got none (on the rank that saw it).
+// - Not thread-safe: one backward at a time per DDP object. The DDP object must outlive
+//   every backward pass over its parameters.
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace tessera {
+
+struct DdpOptions {
+  // Bytes (in the parameters' dtype) per bucket; the first bucket (the last layers, whose
+  // gradients are ready first) is smaller so communication starts early.
+  size_t bucketCapBytes = 25u << 20;
+  size_t firstBucketCapBytes = 1u << 20;
+  // .grad of each parameter becomes a view into its bucket: no second copy of the gradients.
+  // Requires commDtype unset (or equal to the parameters' dtype). Use ddp.zeroGrad() (in
+  // place) rather than setting gradients to None, or the view is lost (it is re-established,
+  // at the cost of a copy, on the next backward).
+  bool gradientAsBucketView = false;
+  // Communicate gradients in this dtype (at::kBFloat16 / at::kHalf) and cast back; the
+  // division by the world size happens before the cast.
+  std::optional<c10::ScalarType> commDtype;
+  // Parameters without a gradient in a synchronised backward contribute their current .grad
+  // (zeros if undefined) instead of raising. Their buckets are reduced at the end of backward.
+  bool findUnusedParameters = false;
+  // syncBuffers() broadcasts buffers from rank 0 (BatchNorm statistics, ...).
+  bool broadcastBuffers = true;
+  // Rebuild buckets in the observed ready order after the first synchronised backward.
+  bool rebuildBuckets = true;
+};
+
+class Reducer;
+
+class DistributedDataParallel {
+ public:
+  using Named = std::vector<std::pair<std::string, at::Tensor>>;
+
+  DistributedDataParallel(Named parameters, Named buffers, CommPtr comm, DdpOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  // Collective when broadcastBuffers (no-op otherwise): buffers from rank 0.
+  void syncBuffers();
+  // Local: zeroes every parameter's .grad in place (keeps bucket views).
+  void zeroGrad();
+
+  // While a NoSync lives, backward passes only accumulate .grad locally.
+  class NoSync {
+   public:
+    explicit NoSync(DistributedDataParallel& d);
+    ~NoSync();
+    NoSync(const NoSync&) = delete;
+
+   private:
+    DistributedDataParallel& d_;
+    bool prev_;
+  };
+  NoSync noSync() { return NoSync(*this); }
+
+  // Introspection (tests, logs): parameter names per bucket, in bucket order.
+  std::vector<std::vector<std::string>> bucketLayout() const;
+  const DdpOptions& options() const;
+  const CommPtr& comm() const;
+
+ private:
+  std::unique_ptr<Reducer> reducer_;
+  Named buffers_;
+};
+
+}  // namespace tessera

@@ -1,0 +1,253 @@
+#include "parallel/ddp/reducer.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "kernels/bucket_copy.h"
+#include "parallel/ddp/buckets.h"
+
+namespace tessera {
+
+namespace {
+bool isFloating(c10::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
+}  // namespace
+
+Reducer::Reducer(DistributedDataParallel::Named named, CommPtr comm, DdpOptions opts)
+    : comm_(std::move(comm)), opts_(opts) {
+  for (auto& [name, t] : named) {
+    if (t.requires_grad()) params_.push_back(Param{name, t});
+  }
+  TESSERA_CHECK(!params_.empty(), "DistributedDataParallel: no parameter requires a gradient (rank {})", comm_->rank());
+  const auto device = params_[0].tensor.device();
+  for (const auto& p : params_) {
+    TESSERA_CHECK(p.tensor.device() == device, "DistributedDataParallel: parameter '{}' is on {}, '{}' on {}",
+                  p.name, p.tensor.device().str(), params_[0].name, device.str());
+    TESSERA_CHECK(p.tensor.is_contiguous(), "DistributedDataParallel: parameter '{}' is not contiguous", p.name);
+    TESSERA_CHECK(isFloating(p.tensor.scalar_type()),
+                  "DistributedDataParallel: parameter '{}' has dtype {}; gradients must be float32, bfloat16 or "
+                  "float16",
+                  p.name, dtypeName(p.tensor.scalar_type()));
+  }
+  if (opts_.commDtype) {
+    TESSERA_CHECK(isFloating(*opts_.commDtype), "DistributedDataParallel: commDtype {} is not a floating dtype",
+                  dtypeName(*opts_.commDtype));
+    for (const auto& p : params_) {
+      TESSERA_CHECK(!viewMode() || p.tensor.scalar_type() == *opts_.commDtype,
+                    "DistributedDataParallel: gradientAsBucketView needs gradients in the communication dtype, but "
+                    "parameter '{}' is {} and commDtype is {}",
+                    p.name, dtypeName(p.tensor.scalar_type()), dtypeName(*opts_.commDtype));
+    }
+  }
+  TESSERA_CHECK(opts_.bucketCapBytes > 0 && opts_.firstBucketCapBytes > 0,
+                "DistributedDataParallel: bucket caps must be positive (bucketCapBytes {}, firstBucketCapBytes {})",
+                opts_.bucketCapBytes, opts_.firstBucketCapBytes);
+
+  std::vector<int> reverse(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) reverse[i] = static_cast<int>(params_.size() - 1 - i);
+  build(reverse);
+
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i].tensor);
+    TESSERA_CHECK(acc, "DistributedDataParallel: parameter '{}' is not a leaf with a gradient accumulator",
+                  params_[i].name);
+    int idx = static_cast<int>(i);
+    auto key = acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, idx](const torch::autograd::variable_list& outputs, const torch::autograd::variable_list&) {
+          onGradReady(idx);
+          return outputs;
+        }));
+    hooks_.emplace_back(std::move(acc), key);  // also keeps the accumulator alive
+  }
+}
+
+Reducer::~Reducer() {
+  for (auto& [acc, key] : hooks_) acc->del_post_hook(key);
+}
+
+void Reducer::build(const std::vector<int>& order) {
+  std::vector<ddp::BucketParam> sizes;
+  for (const auto& p : params_) {
+    sizes.push_back({static_cast<size_t>(p.tensor.numel()) * p.tensor.element_size(),
+                     static_cast<int>(p.tensor.scalar_type())});
+  }
+  auto groups = ddp::assignBuckets(order, sizes, opts_.bucketCapBytes, opts_.firstBucketCapBytes);
+  std::vector<Bucket> buckets(groups.size());
+  for (size_t b = 0; b < groups.size(); ++b) {
+    auto& bk = buckets[b];
+    bk.params = groups[b];
+    int64_t total = 0;
+    for (int i : bk.params) {
+      bk.offsets.push_back(total);
+      params_[i].bucket = static_cast<int>(b);
+      params_[i].offset = total;
+      total += params_[i].tensor.numel();
+    }
+    const auto& first = params_[bk.params[0]].tensor;
+    bk.flat = at::zeros({total}, first.options().dtype(opts_.commDtype.value_or(first.scalar_type())));
+    bk.pending = static_cast<int>(bk.params.size());
+    if (viewMode()) {
+      // Gradients become views of the bucket (keeping what they held so far).
+      for (int i : bk.params) {
+        auto& p = params_[i];
+        auto view = bk.flat.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.sizes());
+        if (p.tensor.grad().defined()) view.copy_(p.tensor.grad());
+        p.tensor.mutable_grad() = view;
+      }
+    }
+  }
+  buckets_ = std::move(buckets);
+}
+
+std::vector<std::vector<std::string>> Reducer::layout() const {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& b : buckets_) {
+    out.emplace_back();
+    for (int i : b.params) out.back().push_back(params_[i].name);
+  }
+  return out;
+}
+
+void Reducer::zeroGrad() {
+  for (auto& p : params_) {
+    if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
+  }
+}
+
+void Reducer::onGradReady(int i) {
+  if (!sync_) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!inBackward_) {
+    inBackward_ = true;
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize(); });
+  }
+  auto& p = params_[i];
+  TESSERA_CHECK(!p.ready,
+                "DistributedDataParallel: parameter '{}' got its gradient twice in one backward on rank {} (reentrant "
+                "backward or a parameter used by two graphs?); use noSync() for all but one",
+                p.name, comm_->rank());
+  p.ready = true;
+  if (!rebuilt_) readyOrder_.push_back(i);
+  if (--buckets_[p.bucket].pending == 0) launchReady();
+}
+
+void Reducer::launchReady() {
+  while (nextLaunch_ < buckets_.size() && buckets_[nextLaunch_].pending == 0) launch(buckets_[nextLaunch_++]);
+}
+
+void Reducer::launch(Bucket& b) {
+  if (viewMode()) {
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      auto& p = params_[b.params[k]];
+      auto view = b.flat.narrow(0, b.offsets[k], p.tensor.numel());
+      const auto& g = p.tensor.grad();
+      if (g.defined() && g.data_ptr() == view.data_ptr()) continue;
+      // The gradient was replaced (e.g. set to None by an optimizer): back into the bucket.
+      if (g.defined()) {
+        view.copy_(g.reshape({-1}));
+      } else {
+        view.zero_();
+      }
+      p.tensor.mutable_grad() = view.view(p.tensor.sizes());
+    }
+    b.work = comm_->allReduce(b.flat, ReduceOp::Avg);
+  } else {
+    std::vector<at::Tensor> srcs;
+    std::vector<int64_t> offs;
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      const auto& g = params_[b.params[k]].tensor.grad();
+      if (g.defined()) {
+        srcs.push_back(g.is_contiguous() ? g : g.contiguous());
+        offs.push_back(b.offsets[k]);
+      } else {  // no gradient on this rank (findUnusedParameters): contributes zeros
+        b.flat.narrow(0, b.offsets[k], params_[b.params[k]].tensor.numel()).zero_();
+      }
+    }
+    kernels::flattenScaleCast(srcs, b.flat, offs, 1.0 / comm_->size());
+    b.work = comm_->allReduce(b.flat, ReduceOp::Sum);
+  }
+  b.launched = true;
+}
+
+std::vector<int> Reducer::agreedReadyOrder() {
+  std::vector<int64_t> order(readyOrder_.begin(), readyOrder_.end());
+  for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i) {
+    if (std::find(readyOrder_.begin(), readyOrder_.end(), i) == readyOrder_.end()) order.push_back(i);
+  }
+  auto t = at::tensor(order, at::kLong).to(params_[0].tensor.device());
+  comm_->broadcast(t, 0)->synchronize();
+  auto cpu = t.cpu();
+  return std::vector<int>(cpu.data_ptr<int64_t>(), cpu.data_ptr<int64_t>() + cpu.numel());
+}
+
+void Reducer::finalize() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> missing;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].ready) missing.push_back(static_cast<int>(i));
+  }
+  if (!missing.empty() && !opts_.findUnusedParameters) {
+    std::vector<std::string> names;
+    for (int i : missing) names.push_back(params_[i].name);
+    resetIteration();
+    throw Error(fmt::format(
+        "DistributedDataParallel: on rank {}, {} parameter(s) got no gradient in this backward: {}. Set "
+        "findUnusedParameters if parts of the model are skipped on purpose, or set requires_grad=false on "
+        "parameters that are never trained",
+        comm_->rank(), names.size(), fmt::join(names, ", ")));
+  }
+  // Parameters without a gradient here contribute what they hold (zeros if nothing).
+  for (int i : missing) {
+    params_[i].ready = true;
+    --buckets_[params_[i].bucket].pending;
+  }
+  launchReady();
+  std::vector<bool> globallyUnused(params_.size(), false);
+  if (opts_.findUnusedParameters) {
+    std::vector<int32_t> used(params_.size(), 1);
+    for (int i : missing) used[i] = 0;
+    auto dev = at::tensor(used, at::kInt).to(params_[0].tensor.device());
+    comm_->allReduce(dev, ReduceOp::Sum)->synchronize();
+    auto cpu = dev.cpu();
+    for (size_t i = 0; i < params_.size(); ++i) globallyUnused[i] = cpu[i].item<int32_t>() == 0;
+  }
+  for (auto& b : buckets_) {
+    b.work->wait();
+    if (viewMode()) continue;
+    std::vector<at::Tensor> dsts;
+    std::vector<int64_t> offs;
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      auto& p = params_[b.params[k]];
+      if (globallyUnused[b.params[k]]) continue;  // nobody had a gradient: leave .grad as it was
+      if (!p.tensor.grad().defined()) p.tensor.mutable_grad() = at::empty_like(p.tensor);
+      dsts.push_back(p.tensor.grad());
+      offs.push_back(b.offsets[k]);
+    }
+    kernels::unflattenCast(b.flat, dsts, offs);
+  }
+  bool rebuild = opts_.rebuildBuckets && !rebuilt_;
+  rebuilt_ = true;
+  resetIteration();
+  if (rebuild) build(agreedReadyOrder());
+  readyOrder_.clear();
+}
+
+void Reducer::resetIteration() {
+  for (auto& p : params_) p.ready = false;
+  for (auto& b : buckets_) {
+    b.pending = static_cast<int>(b.params.size());
+    b.launched = false;
+    b.work.reset();
+  }
+  nextLaunch_ = 0;
+  inBackward_ = false;
+}
+
+}  // namespace tessera

@@ -1,0 +1,82 @@
+#pragma once
+// Reducer: DDP's engine room (internal). Owns the buckets, the autograd hooks on each
+// parameter's gradient accumulator, and the end-of-backward step. See ddp.h for the contract.
+//
+// Flow of one synchronised backward:
+//   hook(i) fires after param i's .grad was accumulated → mark ready; when bucket b has all
+//   its gradients, and every bucket before it has been launched, launch b: copy + scale
+//   (1/world) + cast the gradients into the flat bucket (kernels::flattenScaleCast) and
+//   all-reduce(sum) it — or, with bucket views, all-reduce(avg) the bucket in place.
+//   Buckets launch in index order on every rank, so collectives match across ranks.
+//   The first hook queues finalize() on the autograd engine: it handles parameters that got
+//   no gradient, launches what is left, waits on every bucket (CUDA: stream-ordered), copies
+//   back (kernels::unflattenCast) and, after the first iteration, rebuilds the buckets in
+//   the order rank 0 saw gradients become ready.
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "parallel/ddp/ddp.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace tessera {
+
+class Reducer {
+ public:
+  Reducer(DistributedDataParallel::Named params, CommPtr comm, DdpOptions opts);
+  ~Reducer();
+
+  void setSync(bool on) { sync_ = on; }
+  bool sync() const { return sync_; }
+  void zeroGrad();
+  std::vector<std::vector<std::string>> layout() const;
+  const DdpOptions& options() const { return opts_; }
+  const CommPtr& comm() const { return comm_; }
+
+ private:
+  struct Param {
+    std::string name;
+    at::Tensor tensor;
+    int bucket = -1;
+    int64_t offset = 0;
+    bool ready = false;
+  };
+  struct Bucket {
+    std::vector<int> params;
+    std::vector<int64_t> offsets;
+    at::Tensor flat;
+    int pending = 0;
+    bool launched = false;
+    WorkPtr work;
+  };
+
+  void build(const std::vector<int>& order);
+  void onGradReady(int i);
+  void launchReady();
+  void launch(Bucket& b);
+  void finalize();
+  void resetIteration();
+  std::vector<int> agreedReadyOrder();
+  bool viewMode() const { return opts_.gradientAsBucketView; }
+
+  std::vector<Param> params_;
+  CommPtr comm_;
+  DdpOptions opts_;
+  std::vector<Bucket> buckets_;
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+  std::mutex mu_;
+  bool sync_ = true;
+  bool inBackward_ = false;
+  size_t nextLaunch_ = 0;
+  bool rebuilt_ = false;
+  std::vector<int> readyOrder_;
+};
+
+}  // namespace tessera
