@@ -71,13 +71,14 @@ std::vector<double> timeSteps(int warm, int steps, int dev, const std::function<
 
 int main(int argc, char** argv) try {
   std::string mode = argc > 1 ? argv[1] : "";
-  bool bucketView = false;
+  bool bucketView = false, commBf16 = false;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
-    TESSERA_CHECK(a == "--bucket-view", "ddp_bench: unknown argument {}", a);
-    bucketView = true;
+    TESSERA_CHECK(a == "--bucket-view" || a == "--comm-bf16", "ddp_bench: unknown argument {}", a);
+    (a == "--bucket-view" ? bucketView : commBf16) = true;
   }
-  TESSERA_CHECK(mode == "single" || mode == "tessera", "usage: {} single|tessera [--bucket-view]", argv[0]);
+  TESSERA_CHECK(mode == "single" || mode == "tessera", "usage: {} single|tessera [--bucket-view] [--comm-bf16]",
+                argv[0]);
   GptConfig cfg;
   cfg.d = envInt("D", 2048);
   cfg.layers = envInt("L", 12);
@@ -108,6 +109,7 @@ int main(int argc, char** argv) try {
   if (mode == "tessera") {
     tessera::DdpOptions o;
     o.gradientAsBucketView = bucketView;
+    if (commBf16) o.commDtype = at::kBFloat16;
     tessera::DistributedDataParallel::Named params, buffers;
     for (auto& p : model->named_parameters(true)) params.emplace_back(p.key(), p.value());
     for (auto& b : model->named_buffers(true)) buffers.emplace_back(b.key(), b.value());
@@ -165,6 +167,7 @@ int main(int argc, char** argv) try {
   std::string allMs;
   for (double t : times) allMs += fmt::format("{}{:.2f}", allMs.empty() ? "" : ", ", t * 1e3);
   std::string system = mode == "single" ? "tessera-single" : bucketView ? "tessera-ddp-bucketview" : "tessera-ddp";
+  if (auto name = std::getenv("BENCH_SYSTEM")) system = name;  // variants of one mode (run.sh)
   if (rank == 0) {
     std::cout << fmt::format(
                      "RESULT {{\"system\": \"{}\", \"mode\": \"{}\", \"world\": {}, \"params_M\": {:.1f}, "

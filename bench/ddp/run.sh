@@ -48,6 +48,14 @@ run tessera-single "$BIN" single
 run pytorch-ddp torchrun --nproc_per_node="$NPROC" --master_port="$(port)" "$HERE/torch_ddp.py" ddp
 run tessera-ddp torchrun --nproc_per_node="$NPROC" --master_port="$(port)" --no-python "$BIN" tessera
 run tessera-ddp-bucketview torchrun --nproc_per_node="$NPROC" --master_port="$(port)" --no-python "$BIN" tessera --bucket-view
+# Variants (VARIANTS=0 skips them): NCCL limited to 8 CTAs, so the all-reduce takes fewer SMs
+# from backward's GEMMs (PyTorch too, for a fair row), and bf16 gradient communication.
+if [ "${VARIANTS:-1}" = 1 ]; then
+  BENCH_SYSTEM=pytorch-ddp-ctas8 NCCL_MAX_CTAS=8 run pytorch-ddp-ctas8 torchrun --nproc_per_node="$NPROC" --master_port="$(port)" "$HERE/torch_ddp.py" ddp
+  BENCH_SYSTEM=tessera-ddp-ctas8 NCCL_MAX_CTAS=8 run tessera-ddp-ctas8 torchrun --nproc_per_node="$NPROC" --master_port="$(port)" --no-python "$BIN" tessera
+  BENCH_SYSTEM=tessera-ddp-bf16 run tessera-ddp-bf16 torchrun --nproc_per_node="$NPROC" --master_port="$(port)" --no-python "$BIN" tessera --comm-bf16
+  BENCH_SYSTEM=tessera-ddp-bf16-ctas8 NCCL_MAX_CTAS=8 run tessera-ddp-bf16-ctas8 torchrun --nproc_per_node="$NPROC" --master_port="$(port)" --no-python "$BIN" tessera --comm-bf16
+fi
 
 gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//;s/,/ driver/' | paste -sd';' || true)
 topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}' || true)

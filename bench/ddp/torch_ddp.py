@@ -125,7 +125,7 @@ def main():
         ar_ms = sorted(timed(allreduce, dev, 3, 10))[5] * 1e3
     tps = B * T * world / med
     mfu = tps * flops_per_token() / (world * 989e12)
-    res = dict(system="pytorch-single" if mode == "single" else "pytorch-ddp", mode=mode, world=world,
+    res = dict(system=os.environ.get("BENCH_SYSTEM") or ("pytorch-single" if mode == "single" else "pytorch-ddp"), mode=mode, world=world,
                params_M=round(n_params() / 1e6, 1), step_ms=round(med * 1e3, 2), tokens_per_s=round(tps),
                mfu_vs_989=round(mfu, 3), peak_mem_GiB=round(peak, 2), allreduce_ms=round(ar_ms, 2),
                buckets=nb, bucket_source=src, zero_grad="set_to_none",
