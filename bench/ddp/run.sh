@@ -40,21 +40,19 @@ run() {
   echo "  ($(( $(date +%s) - t0 )) s)"
   logs+=("$LOGS/$name.log")
 }
-# Free port per torchrun: a 2.x torchrun's default 29500 may still be held by the previous one.
-port() { python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
-run pytorch-single torchrun --nproc_per_node=1 --master_port="$(port)" "$HERE/torch_ddp.py" single
+run pytorch-single torchrun --nproc_per_node=1 --standalone "$HERE/torch_ddp.py" single
 run tessera-single "$BIN" single
-run pytorch-ddp torchrun --nproc_per_node="$NPROC" --master_port="$(port)" "$HERE/torch_ddp.py" ddp
-run tessera-ddp torchrun --nproc_per_node="$NPROC" --master_port="$(port)" --no-python "$BIN" tessera
-run tessera-ddp-bucketview torchrun --nproc_per_node="$NPROC" --master_port="$(port)" --no-python "$BIN" tessera --bucket-view
+run pytorch-ddp torchrun --nproc_per_node="$NPROC" --standalone "$HERE/torch_ddp.py" ddp
+run tessera-ddp torchrun --nproc_per_node="$NPROC" --standalone --no-python "$BIN" tessera
+run tessera-ddp-bucketview torchrun --nproc_per_node="$NPROC" --standalone --no-python "$BIN" tessera --bucket-view
 # Variants (VARIANTS=0 skips them): NCCL limited to 8 CTAs, so the all-reduce takes fewer SMs
 # from backward's GEMMs (PyTorch too, for a fair row), and bf16 gradient communication.
 if [ "${VARIANTS:-1}" = 1 ]; then
-  BENCH_SYSTEM=pytorch-ddp-ctas8 NCCL_MAX_CTAS=8 run pytorch-ddp-ctas8 torchrun --nproc_per_node="$NPROC" --master_port="$(port)" "$HERE/torch_ddp.py" ddp
-  BENCH_SYSTEM=tessera-ddp-ctas8 NCCL_MAX_CTAS=8 run tessera-ddp-ctas8 torchrun --nproc_per_node="$NPROC" --master_port="$(port)" --no-python "$BIN" tessera
-  BENCH_SYSTEM=tessera-ddp-bf16 run tessera-ddp-bf16 torchrun --nproc_per_node="$NPROC" --master_port="$(port)" --no-python "$BIN" tessera --comm-bf16
-  BENCH_SYSTEM=tessera-ddp-bf16-ctas8 NCCL_MAX_CTAS=8 run tessera-ddp-bf16-ctas8 torchrun --nproc_per_node="$NPROC" --master_port="$(port)" --no-python "$BIN" tessera --comm-bf16
+  BENCH_SYSTEM=pytorch-ddp-ctas8 NCCL_MAX_CTAS=8 run pytorch-ddp-ctas8 torchrun --nproc_per_node="$NPROC" --standalone "$HERE/torch_ddp.py" ddp
+  BENCH_SYSTEM=tessera-ddp-ctas8 NCCL_MAX_CTAS=8 run tessera-ddp-ctas8 torchrun --nproc_per_node="$NPROC" --standalone --no-python "$BIN" tessera
+  BENCH_SYSTEM=tessera-ddp-bf16 run tessera-ddp-bf16 torchrun --nproc_per_node="$NPROC" --standalone --no-python "$BIN" tessera --comm-bf16
+  BENCH_SYSTEM=tessera-ddp-bf16-ctas8 NCCL_MAX_CTAS=8 run tessera-ddp-bf16-ctas8 torchrun --nproc_per_node="$NPROC" --standalone --no-python "$BIN" tessera --comm-bf16
 fi
 
 gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//;s/,/ driver/' | paste -sd';' || true)
