@@ -19,15 +19,14 @@ std::vector<std::vector<int>> assignBuckets(const std::vector<int>& order, const
     auto [it, inserted] = open.try_emplace(p.group);
     if (inserted) groupOrder.push_back(p.group);
     Open& b = it->second;
-    size_t limit = b.first ? firstCap : cap;
-    if (!b.members.empty() && b.bytes + p.bytes > limit) {
+    b.members.push_back(i);
+    b.bytes += p.bytes;
+    if (b.bytes >= (b.first ? firstCap : cap)) {
       out.push_back(std::move(b.members));
       b.members.clear();
       b.bytes = 0;
       b.first = false;
     }
-    b.members.push_back(i);
-    b.bytes += p.bytes;
   }
   for (int g : groupOrder) {
     if (!open[g].members.empty()) out.push_back(std::move(open[g].members));

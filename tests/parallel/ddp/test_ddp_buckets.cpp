@@ -9,21 +9,23 @@ using V = std::vector<std::vector<int>>;
 
 TEST(DdpBuckets, FirstBucketSmallerThenCap) {
   std::vector<BucketParam> p(6, BucketParam{40, 0});
-  // first cap 50 bytes: one param; then cap 100: two per bucket.
-  EXPECT_EQ(assignBuckets({5, 4, 3, 2, 1, 0}, p, 100, 50), (V{{5}, {4, 3}, {2, 1}, {0}}));
+  // A bucket closes once it holds its cap: first cap 50 bytes → two params (80); cap 100 →
+  // three (120); the rest stays open.
+  EXPECT_EQ(assignBuckets({5, 4, 3, 2, 1, 0}, p, 100, 50), (V{{5, 4}, {3, 2, 1}, {0}}));
 }
 
-TEST(DdpBuckets, OversizedParamGetsItsOwnBucket) {
-  std::vector<BucketParam> p = {{10, 0}, {500, 0}, {10, 0}};
-  EXPECT_EQ(assignBuckets({0, 1, 2}, p, 100, 100), (V{{0}, {1}, {2}}));
+TEST(DdpBuckets, SmallParamsRideWithTheNextLargeOne) {
+  // bias, weight, bias, weight (as a transformer's layers): no bias-only buckets.
+  std::vector<BucketParam> p = {{10, 0}, {500, 0}, {10, 0}, {500, 0}};
+  EXPECT_EQ(assignBuckets({0, 1, 2, 3}, p, 100, 100), (V{{0, 1}, {2, 3}}));
 }
 
 TEST(DdpBuckets, DtypeGroupsNeverShareABucket) {
   std::vector<BucketParam> p = {{10, 0}, {10, 1}, {10, 0}, {10, 1}};
-  EXPECT_EQ(assignBuckets({0, 1, 2, 3}, p, 100, 100), (V{{0, 2}, {1, 3}}));
+  EXPECT_EQ(assignBuckets({0, 1, 2, 3}, p, 20, 20), (V{{0, 2}, {1, 3}}));
 }
 
 TEST(DdpBuckets, OrderIsFollowed) {
   std::vector<BucketParam> p(4, BucketParam{10, 0});
-  EXPECT_EQ(assignBuckets({2, 0, 3, 1}, p, 20, 20), (V{{2, 0}, {3, 1}}));
+  EXPECT_EQ(assignBuckets({2, 0, 3, 1}, p, 20, 20), (V{{2, 0}, {3, 1}}));  // 20 bytes: closes at two
 }
