@@ -1,0 +1,91 @@
+#include "parallel/tensor/linear.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/linear.h>
+
+#include "common/error.h"
+#include "parallel/tensor/mappings.h"
+
+namespace tessera::tp {
+namespace {
+
+void checkSplit(const CommPtr& tp, const std::string& layer, const char* what, int64_t n) {
+  TESSERA_CHECK(tp, "tp layer '{}': no tensor-parallel communicator given", layer);
+  TESSERA_CHECK(n % tp->size() == 0, "tp layer '{}': {} = {} is not divisible by the tensor-parallel size {}", layer,
+                what, n, tp->size());
+}
+
+void checkFull(const std::string& layer, const at::Tensor& w, int64_t out, int64_t in, const at::Tensor& b,
+               bool hasBias) {
+  TESSERA_CHECK(w.dim() == 2 && w.size(0) == out && w.size(1) == in,
+                "tp layer '{}': full weight has shape [{}], expected [{}, {}]", layer, fmt::join(w.sizes(), ", "), out,
+                in);
+  TESSERA_CHECK(!hasBias || (b.defined() && b.dim() == 1 && b.size(0) == out),
+                "tp layer '{}': full bias must have shape [{}]", layer, out);
+}
+
+// The unsharded layer's initial weights, drawn from the current RNG state.
+torch::nn::Linear fullInit(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+
+}  // namespace
+
+ColumnParallelLinearImpl::ColumnParallelLinearImpl(CommPtr t, int64_t i, int64_t o, ParallelLinearOptions opt)
+    : in(i), out(o), opts(std::move(opt)), tp(std::move(t)) {
+  checkSplit(tp, opts.name, "output features", out);
+  weight = register_parameter("weight", at::empty({out / tp->size(), in}));
+  if (opts.bias) bias = register_parameter("bias", at::empty({out / tp->size()}));
+  auto full = fullInit(in, out, opts.bias);
+  loadFull(full->weight, opts.bias ? full->bias : at::Tensor());
+}
+
+void ColumnParallelLinearImpl::loadFull(const at::Tensor& w, const at::Tensor& b) {
+  checkFull(opts.name, w, out, in, b, opts.bias);
+  at::NoGradGuard g;
+  weight.copy_(w.chunk(tp->size(), 0)[tp->rank()]);
+  if (opts.bias) bias.copy_(b.chunk(tp->size(), 0)[tp->rank()]);
+}
+
+at::Tensor ColumnParallelLinearImpl::forward(const at::Tensor& x) {
+  TESSERA_CHECK(x.dim() >= 1 && x.size(-1) == in, "tp layer '{}' (column-parallel): input has {} features, expects {}",
+                opts.name, x.dim() ? x.size(-1) : 0, in);
+  auto input = opts.sequenceParallel ? gatherSeq(x, tp) : copyToRegion(x, tp);
+  auto y = at::linear(input, weight, bias);
+  return opts.gatherOutput ? gatherLastDim(y, tp) : y;
+}
+
+RowParallelLinearImpl::RowParallelLinearImpl(CommPtr t, int64_t i, int64_t o, ParallelLinearOptions opt)
+    : in(i), out(o), opts(std::move(opt)), tp(std::move(t)) {
+  checkSplit(tp, opts.name, "input features", in);
+  weight = register_parameter("weight", at::empty({out, in / tp->size()}));
+  if (opts.bias) bias = register_parameter("bias", at::empty({out}));
+  auto full = fullInit(in, out, opts.bias);
+  loadFull(full->weight, opts.bias ? full->bias : at::Tensor());
+}
+
+void RowParallelLinearImpl::loadFull(const at::Tensor& w, const at::Tensor& b) {
+  checkFull(opts.name, w, out, in, b, opts.bias);
+  at::NoGradGuard g;
+  weight.copy_(w.chunk(tp->size(), 1)[tp->rank()]);
+  if (opts.bias) bias.copy_(b);
+}
+
+at::Tensor RowParallelLinearImpl::forward(const at::Tensor& x) {
+  const int64_t local = in / tp->size();
+  auto input = opts.inputIsParallel ? x : splitLastDim(x, tp);
+  TESSERA_CHECK(input.dim() >= 1 && input.size(-1) == local,
+                "tp layer '{}' (row-parallel): input shard has {} features, expects in/tp = {}/{} = {}", opts.name,
+                input.dim() ? input.size(-1) : 0, in, tp->size(), local);
+  auto partial = at::linear(input, weight);
+  if (!opts.sequenceParallel) {
+    auto y = reduceFromRegion(partial, tp);
+    return opts.bias ? y + bias : y;
+  }
+  // Sequence parallel: each rank adds the (replicated) bias to its own tokens only, so its
+  // gradient must be summed over tp: f's backward (an all-reduce) does exactly that.
+  auto y = reduceScatterSeq(partial, tp);
+  return opts.bias ? y + copyToRegion(bias, tp) : y;
+}
+
+}  // namespace tessera::tp

@@ -1,0 +1,60 @@
+#pragma once
+// Megatron-style tensor-parallel linear layers over a tensor-parallel communicator `tp`.
+// Forward and backward are collective over `tp` (see mappings.h). Weights are initialised
+// exactly as the unsharded torch::nn::Linear(in, out) would be from the same RNG state (the
+// full weight is drawn on every rank and this rank's shard kept): seed every rank alike
+// before construction. loadFull() takes a full unsharded weight/bias and keeps the shard.
+// A size not divisible by tp->size() is a tessera::Error naming the layer and the numbers.
+#include <torch/nn/module.h>
+
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace tessera::tp {
+
+struct ParallelLinearOptions {
+  bool bias = true;
+  // Column: all-gather the output's last dim (else each rank keeps out/tp features).
+  bool gatherOutput = false;
+  // Row: the input already holds this rank's in/tp features (else it is split here).
+  bool inputIsParallel = true;
+  // Sequence parallel: the input (Column) / output (Row) is sharded along dim 0 (tokens);
+  // all-gather / reduce-scatter over dim 0 replace the f / g all-reduces.
+  bool sequenceParallel = false;
+  std::string name = "linear";  // for error messages
+};
+
+// y = x W^T + b with W split by output features: rank r holds rows [r·out/tp, (r+1)·out/tp).
+// x: [..., in] (replicated), or [tokens/tp, ..., in] with sequenceParallel.
+class ColumnParallelLinearImpl : public torch::nn::Module {
+ public:
+  ColumnParallelLinearImpl(CommPtr tp, int64_t in, int64_t out, ParallelLinearOptions o = {});
+  at::Tensor forward(const at::Tensor& x);
+  void loadFull(const at::Tensor& weight, const at::Tensor& bias = {});
+
+  at::Tensor weight, bias;  // [out/tp, in], [out/tp]
+  int64_t in, out;
+  ParallelLinearOptions opts;
+  CommPtr tp;
+};
+TORCH_MODULE(ColumnParallelLinear);
+
+// y = x W^T + b with W split by input features: rank r holds columns [r·in/tp, (r+1)·in/tp).
+// The partial products are summed over tp (or reduce-scattered along dim 0 with
+// sequenceParallel); the bias is added once, after the reduction (with sequenceParallel its
+// gradient is all-reduced over tp, since each rank adds it to its own tokens only).
+class RowParallelLinearImpl : public torch::nn::Module {
+ public:
+  RowParallelLinearImpl(CommPtr tp, int64_t in, int64_t out, ParallelLinearOptions o = {});
+  at::Tensor forward(const at::Tensor& x);
+  void loadFull(const at::Tensor& weight, const at::Tensor& bias = {});
+
+  at::Tensor weight, bias;  // [out, in/tp], [out]
+  int64_t in, out;
+  ParallelLinearOptions opts;
+  CommPtr tp;
+};
+TORCH_MODULE(RowParallelLinear);
+
+}  // namespace tessera::tp

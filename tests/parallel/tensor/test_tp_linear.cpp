@@ -1,0 +1,137 @@
+// Tensor-parallel linear layers against the unsharded torch::nn::Linear (TP = 2 and 4, Gloo):
+// outputs, input gradients and weight/bias gradients (this rank's shard of the full
+// gradient), for column, row, the Megatron MLP pair, and the pair in sequence-parallel mode.
+// Tolerance: fp32; the only difference is the summation order of the row-parallel inner
+// products (tp partial sums), a few ulps on values of order 1: rtol 1e-5, atol 1e-6.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "harness/multiprocess.h"
+#include "parallel/tensor/linear.h"
+#include "parallel/tensor/mappings.h"
+
+using namespace tessera;
+using namespace tessera::testing;
+
+namespace {
+constexpr int64_t IN = 8, H = 16, OUT = 12, S = 8, B = 3;
+
+void expectClose(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  WCHECK(got.sizes() == want.sizes(), "{}: shape [{}] vs [{}]", what, fmt::join(got.sizes(), ","),
+         fmt::join(want.sizes(), ","));
+  double d = (got - want).abs().max().item<double>();
+  WCHECK(at::allclose(got, want, 1e-5, 1e-6), "{}: max |diff| = {}", what, d);
+}
+at::Tensor shard(const at::Tensor& t, int64_t dim, const CommPtr& tp) { return t.chunk(tp->size(), dim)[tp->rank()]; }
+
+// Same input and upstream gradient on every rank.
+at::Tensor seeded(std::vector<int64_t> shape, int seed) {
+  auto g = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn(shape, g);
+}
+}  // namespace
+
+TESSERA_WORKER(tp_linear) {
+  auto ctx = initWorker(w);
+  const auto& tp = ctx.world;
+  const std::string mode = w.arg;
+
+  torch::manual_seed(7);
+  torch::nn::Linear ref1(IN, H), ref2(H, OUT);
+  torch::manual_seed(7);
+  tp::ParallelLinearOptions co, ro;
+  co.name = "fc1";
+  ro.name = "fc2";
+  co.gatherOutput = mode == "column_gather";
+  co.sequenceParallel = ro.sequenceParallel = mode == "mlp_seq";
+  tp::ColumnParallelLinear col(tp, IN, H, co);
+  tp::RowParallelLinear row(tp, H, OUT, ro);
+  // Exactly the unsharded initial weights.
+  WCHECK(col->weight.equal(shard(ref1->weight, 0, tp)) && col->bias.equal(shard(ref1->bias, 0, tp)),
+         "column init is not the shard of the unsharded init");
+  WCHECK(row->weight.equal(shard(ref2->weight, 1, tp)) && row->bias.equal(ref2->bias),
+         "row init is not the shard of the unsharded init");
+
+  auto xFull = seeded({S, B, IN}, 11);
+  auto xRef = xFull.clone().requires_grad_();
+  const bool seq = mode == "mlp_seq";
+  auto x = (seq ? shard(xFull, 0, tp) : xFull).clone().requires_grad_();
+
+  at::Tensor y, yRef;
+  if (mode == "column" || mode == "column_gather") {
+    y = col->forward(x);
+    yRef = ref1->forward(xRef);
+    auto want = mode == "column" ? shard(yRef, -1, tp) : yRef;
+    expectClose(y, want.detach(), mode + " output");
+    auto g = seeded(yRef.sizes().vec(), 12);
+    (y * (mode == "column" ? shard(g, -1, tp) : g)).sum().backward();
+    (yRef * g).sum().backward();
+  } else if (mode == "row") {
+    tp::ParallelLinearOptions o;
+    o.inputIsParallel = false;
+    o.name = "fc2";
+    torch::manual_seed(7);
+    torch::nn::Linear r(H, OUT);
+    torch::manual_seed(7);
+    tp::RowParallelLinear rp(tp, H, OUT, o);
+    auto xh = seeded({S, B, H}, 13);
+    auto a = xh.clone().requires_grad_(), aRef = xh.clone().requires_grad_();
+    auto out = rp->forward(a), outRef = r->forward(aRef);
+    expectClose(out, outRef.detach(), "row output");
+    auto g = seeded(outRef.sizes().vec(), 14);
+    (out * g).sum().backward();
+    (outRef * g).sum().backward();
+    expectClose(a.grad(), aRef.grad(), "row input grad");
+    expectClose(rp->weight.grad(), shard(r->weight.grad(), 1, tp), "row weight grad");
+    expectClose(rp->bias.grad(), r->bias.grad(), "row bias grad");
+    return;
+  } else {  // mlp, mlp_seq: column -> gelu -> row (input is parallel)
+    y = row->forward(at::gelu(col->forward(x)));
+    yRef = ref2->forward(at::gelu(ref1->forward(xRef)));
+    expectClose(y, (seq ? shard(yRef, 0, tp) : yRef).detach(), mode + " output");
+    auto g = seeded(yRef.sizes().vec(), 15);
+    (y * (seq ? shard(g, 0, tp) : g)).sum().backward();
+    (yRef * g).sum().backward();
+    expectClose(row->weight.grad(), shard(ref2->weight.grad(), 1, tp), mode + " fc2 weight grad");
+    expectClose(row->bias.grad(), ref2->bias.grad(), mode + " fc2 bias grad");
+  }
+  expectClose(x.grad(), seq ? shard(xRef.grad(), 0, tp) : xRef.grad(), mode + " input grad");
+  expectClose(col->weight.grad(), shard(ref1->weight.grad(), 0, tp), mode + " fc1 weight grad");
+  expectClose(col->bias.grad(), shard(ref1->bias.grad(), 0, tp), mode + " fc1 bias grad");
+}
+
+struct TpCase {
+  int ranks;
+  const char* mode;
+};
+void PrintTo(const TpCase& c, std::ostream* os) { *os << "tp" << c.ranks << " " << c.mode; }
+
+class TpLinear : public ::testing::TestWithParam<TpCase> {};
+
+TEST_P(TpLinear, MatchesUnshardedLayers) {
+  auto c = GetParam();
+  expectAllOk(runWorkers("tp_linear", {.ranks = c.ranks, .arg = c.mode}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, TpLinear,
+                         ::testing::Values(TpCase{2, "column"}, TpCase{4, "column"}, TpCase{2, "column_gather"},
+                                           TpCase{2, "row"}, TpCase{4, "row"}, TpCase{2, "mlp"}, TpCase{4, "mlp"},
+                                           TpCase{2, "mlp_seq"}, TpCase{4, "mlp_seq"}, TpCase{1, "mlp"}));
+
+TESSERA_WORKER(tp_bad_sizes) {
+  auto ctx = initWorker(w);
+  tp::ParallelLinearOptions o;
+  o.name = "blocks.0.qkv";
+  expectErrorContaining([&] { tp::ColumnParallelLinear c(ctx.world, 8, 6, o); },
+                        {"'blocks.0.qkv'", "output features = 6", "tensor-parallel size 4"});
+  expectErrorContaining([&] { tp::RowParallelLinear r(ctx.world, 10, 8, o); },
+                        {"'blocks.0.qkv'", "input features = 10", "size 4"});
+  expectErrorContaining([&] { tp::splitLastDim(at::ones({3, 5}), ctx.world); },
+                        {"split_last_dim", "size 5", "tensor-parallel size 4"});
+  tp::ColumnParallelLinear c(ctx.world, 8, 8, o);
+  expectErrorContaining([&] { c->forward(at::ones({2, 7})); }, {"'blocks.0.qkv'", "input has 7 features, expects 8"});
+  expectErrorContaining([&] { c->loadFull(at::ones({8, 9}), at::ones({8})); }, {"full weight has shape [8, 9]"});
+}
+
+TEST(TpLinear, SizesNotDivisibleAreClearErrors) { expectAllOk(runWorkers("tp_bad_sizes", {.ranks = 4})); }
