@@ -34,8 +34,9 @@ torch::nn::Linear fullInit(int64_t in, int64_t out, bool bias) {
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(CommPtr t, int64_t i, int64_t o, ParallelLinearOptions opt)
     : in(i), out(o), opts(std::move(opt)), tp(std::move(t)) {
   checkSplit(tp, opts.name, "output features", out);
-  weight = register_parameter("weight", at::empty({out / tp->size(), in}));
-  if (opts.bias) bias = register_parameter("bias", at::empty({out / tp->size()}));
+  weight = register_parameter("weight", at::zeros({out / tp->size(), in}));
+  if (opts.bias) bias = register_parameter("bias", at::zeros({out / tp->size()}));
+  if (!opts.initFromRng) return;
   auto full = fullInit(in, out, opts.bias);
   loadFull(full->weight, opts.bias ? full->bias : at::Tensor());
 }
@@ -58,8 +59,9 @@ at::Tensor ColumnParallelLinearImpl::forward(const at::Tensor& x) {
 RowParallelLinearImpl::RowParallelLinearImpl(CommPtr t, int64_t i, int64_t o, ParallelLinearOptions opt)
     : in(i), out(o), opts(std::move(opt)), tp(std::move(t)) {
   checkSplit(tp, opts.name, "input features", in);
-  weight = register_parameter("weight", at::empty({out, in / tp->size()}));
-  if (opts.bias) bias = register_parameter("bias", at::empty({out}));
+  weight = register_parameter("weight", at::zeros({out, in / tp->size()}));
+  if (opts.bias) bias = register_parameter("bias", at::zeros({out}));
+  if (!opts.initFromRng) return;
   auto full = fullInit(in, out, opts.bias);
   loadFull(full->weight, opts.bias ? full->bias : at::Tensor());
 }

@@ -23,6 +23,8 @@ struct ParallelLinearOptions {
   // all-gather / reduce-scatter over dim 0 replace the f / g all-reduces.
   bool sequenceParallel = false;
   std::string name = "linear";  // for error messages
+  // Draw the unsharded initial weights at construction (false: zeros; call loadFull).
+  bool initFromRng = true;
 };
 
 // y = x W^T + b with W split by output features: rank r holds rows [r·out/tp, (r+1)·out/tp).

@@ -1,0 +1,85 @@
+#include "parallel/tensor/blocks.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/linear.h>
+
+#include <cmath>
+#include <limits>
+
+#include "common/error.h"
+#include "parallel/tensor/mappings.h"
+
+namespace tessera::tp {
+namespace {
+
+ParallelLinearOptions opts(const std::string& name, bool sp, bool initFromRng = true) {
+  ParallelLinearOptions o;
+  o.name = name;
+  o.sequenceParallel = sp;
+  o.initFromRng = initFromRng;
+  return o;
+}
+
+// [q | k | v] rows, head-major → rank-major groups [q_r | k_r | v_r], so that chunking by
+// tp gives each rank the q, k and v rows of its own heads.
+at::Tensor groupByRank(const at::Tensor& full, int64_t tp) {
+  auto shape = full.sizes().vec();
+  shape[0] /= 3 * tp;
+  std::vector<int64_t> split{3, tp};
+  split.insert(split.end(), shape.begin(), shape.end());
+  return full.reshape(split).transpose(0, 1).reshape(full.sizes());
+}
+
+}  // namespace
+
+ParallelMlpImpl::ParallelMlpImpl(CommPtr tp, int64_t d, bool sp, const std::string& name) {
+  fc1 = register_module("fc1", ColumnParallelLinear(tp, d, 4 * d, opts(name + ".fc1", sp)));
+  fc2 = register_module("fc2", RowParallelLinear(tp, 4 * d, d, opts(name + ".fc2", sp)));
+}
+
+at::Tensor ParallelMlpImpl::forward(const at::Tensor& x) { return fc2->forward(at::gelu(fc1->forward(x))); }
+
+ParallelAttentionImpl::ParallelAttentionImpl(CommPtr tp, int64_t d, int64_t heads, bool sp, const std::string& name) {
+  TESSERA_CHECK(tp, "tp block '{}': no tensor-parallel communicator given", name);
+  TESSERA_CHECK(heads > 0 && d % heads == 0, "tp block '{}': d = {} is not divisible by heads = {}", name, d, heads);
+  TESSERA_CHECK(heads % tp->size() == 0, "tp block '{}': heads = {} is not divisible by the tensor-parallel size {}",
+                name, heads, tp->size());
+  localHeads = heads / tp->size();
+  headDim = d / heads;
+  torch::nn::Linear full(d, 3 * d);  // the unsharded qkv's draw
+  qkv = register_module("qkv", ColumnParallelLinear(tp, d, 3 * d, opts(name + ".qkv", sp, false)));
+  qkv->loadFull(groupByRank(full->weight, tp->size()), groupByRank(full->bias, tp->size()));
+  proj = register_module("proj", RowParallelLinear(tp, d, d, opts(name + ".proj", sp)));
+}
+
+at::Tensor ParallelAttentionImpl::forward(const at::Tensor& x) {
+  auto h = qkv->forward(x);  // [S, B, 3·localHeads·hd] (all tokens, also with sequence parallel)
+  const int64_t s = h.size(0), b = h.size(1);
+  auto parts = h.view({s, b, 3, localHeads, headDim}).permute({2, 1, 3, 0, 4}).unbind(0);  // 3 x [B, h, S, hd]
+  auto att = at::matmul(parts[0], parts[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(headDim));
+  auto mask = at::triu(at::ones({s, s}, h.options().dtype(at::kBool)), 1);
+  att = at::softmax(att.masked_fill(mask, -std::numeric_limits<float>::infinity()), -1);
+  auto a = at::matmul(att, parts[2]).permute({2, 0, 1, 3}).reshape({s, b, localHeads * headDim});
+  return proj->forward(a);
+}
+
+ParallelBlockImpl::ParallelBlockImpl(CommPtr t, int64_t d, int64_t heads, bool sp, const std::string& name)
+    : tp(std::move(t)), sequenceParallel(sp) {
+  ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  attn = register_module("attn", ParallelAttention(tp, d, heads, sp, name + ".attn"));
+  ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
+  mlp = register_module("mlp", ParallelMlp(tp, d, sp, name + ".mlp"));
+}
+
+at::Tensor ParallelBlockImpl::forward(const at::Tensor& x) {
+  auto norm = [&](torch::nn::LayerNorm& ln, const at::Tensor& v) {
+    if (!sequenceParallel) return ln->forward(v);
+    // Each rank normalises its own tokens: sum the parameters' gradients over tp.
+    return at::layer_norm(v, ln->options.normalized_shape(), copyToRegion(ln->weight, tp),
+                          copyToRegion(ln->bias, tp), ln->options.eps());
+  };
+  auto y = x + attn->forward(norm(ln1, x));
+  return y + mlp->forward(norm(ln2, y));
+}
+
+}  // namespace tessera::tp
