@@ -2,12 +2,18 @@
 // each against the unsharded reference computed in every worker from the same seeded tensors:
 // outputs, losses, and gradients (this rank's shard of the full gradient). Ids and targets
 // include 0, V-1 and both sides of every shard boundary. Bad sizes give clear errors.
+// Worker arg "cuda": the same checks on NCCL with CUDA tensors (references stay on the CPU);
+// built as test_vocab_gpu (TESSERA_TP_GPU_SUITE, in place of the CPU cases), it runs where 2
+// GPUs are visible and skips visibly elsewhere.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "harness/multiprocess.h"
+#ifdef TESSERA_TP_GPU_SUITE
+#include "comm/gpu/gpu_test_util.h"
+#endif
 #include "parallel/tensor/vocab.h"
 
 using namespace tessera;
@@ -51,15 +57,17 @@ double maxDiff(const at::Tensor& a, const at::Tensor& b) {
 // gradient equals this rank's rows of the full weight's gradient. Both the seeded constructor
 // and loading from a full weight.
 TESSERA_WORKER(vocab_embedding) {
-  auto ctx = initWorker(w);
+  auto ctx = initWorker(w, w.arg == "cuda" ? Backend::Nccl : Backend::Gloo);
   const auto& tp = ctx.world;
+  const at::Device dev = ctx.device;
   const int64_t dim = 5, rows = kVocab / tp->size(), r0 = tp->rank() * rows;
 
   // Seeded constructor: the shard is our rows of the full weight the seed gives.
-  VocabParallelEmbedding emb(kVocab, dim, tp, /*seed=*/1234);
+  VocabParallelEmbedding emb(kVocab, dim, tp, /*seed=*/1234, at::TensorOptions().device(dev));
   at::Tensor full = tp::VocabParallelEmbeddingImpl::fullInitWeight(kVocab, dim, 1234);
-  WCHECK(emb->weight.sizes() == at::IntArrayRef({rows, dim}), "shard shape [{}, {}]", emb->weight.size(0), emb->weight.size(1));
-  WCHECK(emb->weight.detach().equal(full.slice(0, r0, r0 + rows)), "rank {}: seeded shard differs", w.rank);
+  WCHECK(emb->weight.sizes() == at::IntArrayRef({rows, dim}), "shard shape [{}, {}]", emb->weight.size(0),
+         emb->weight.size(1));
+  WCHECK(emb->weight.detach().cpu().equal(full.slice(0, r0, r0 + rows)), "rank {}: seeded shard differs", w.rank);
   WCHECK(emb->range().start == r0 && emb->range().end == r0 + rows, "range [{}, {})", emb->range().start,
          emb->range().end);
 
@@ -67,34 +75,37 @@ TESSERA_WORKER(vocab_embedding) {
   at::Tensor ids = edgeAndRandomIds(24, tp->size(), 99).view({4, 6});
   at::Tensor fullRef = full.clone().requires_grad_(true);
   at::Tensor ref = at::embedding(fullRef, ids);
-  at::Tensor out = emb(ids);
+  at::Tensor out = emb(ids.to(dev)).cpu();
   // Every output row is one rank's row plus exact zeros from the others: bitwise equal.
   WCHECK(out.sizes() == ref.sizes() && out.equal(ref.detach()), "rank {}: embedding output differs by {}", w.rank,
          maxDiff(out.detach(), ref.detach()));
 
   at::Tensor g = seededRandn(ref.sizes(), 7);
   ref.backward(g);
-  out.backward(g);
+  out.backward(g);  // through .cpu() back to the device
   // Sums of the same upstream rows per vocab row; only the order of additions for repeated ids
   // may differ (fp32 round-off ~1e-7 on O(1) values), hence 1e-6.
   at::Tensor want = fullRef.grad().slice(0, r0, r0 + rows);
-  WCHECK(close(emb->weight.grad(), want, 1e-6, 1e-6), "rank {}: weight grad differs by {}", w.rank,
-         maxDiff(emb->weight.grad(), want));
+  at::Tensor got = emb->weight.grad().cpu();
+  WCHECK(close(got, want, 1e-6, 1e-6), "rank {}: weight grad differs by {}", w.rank, maxDiff(got, want));
 
   // From a full weight, and loadFull; int32 ids give the same output.
   at::Tensor other = seededRandn({kVocab, dim}, 5);
-  VocabParallelEmbedding fromFull(other, tp);
-  WCHECK(fromFull->weight.detach().equal(other.slice(0, r0, r0 + rows)), "rank {}: shard of full weight", w.rank);
-  WCHECK(fromFull(ids.to(at::kInt)).equal(at::embedding(other, ids)), "rank {}: int32 ids / fromFull", w.rank);
-  emb->loadFull(other);
-  WCHECK(emb(ids).equal(at::embedding(other, ids)), "rank {}: output after loadFull differs", w.rank);
+  VocabParallelEmbedding fromFull(other.to(dev), tp);
+  WCHECK(fromFull->weight.detach().cpu().equal(other.slice(0, r0, r0 + rows)), "rank {}: shard of full weight",
+         w.rank);
+  WCHECK(fromFull(ids.to(dev, at::kInt)).cpu().equal(at::embedding(other, ids)), "rank {}: int32 ids / fromFull",
+         w.rank);
+  emb->loadFull(other.to(dev));
+  WCHECK(emb(ids.to(dev)).cpu().equal(at::embedding(other, ids)), "rank {}: output after loadFull differs", w.rank);
 }
 
 // Cross-entropy: loss equals torch's cross_entropy on the full logits, the logits shard's
 // gradient equals this rank's columns of the full gradient, for an upstream gradient of 2.5.
 TESSERA_WORKER(vocab_cross_entropy) {
-  auto ctx = initWorker(w);
+  auto ctx = initWorker(w, w.arg == "cuda" ? Backend::Nccl : Backend::Gloo);
   const auto& tp = ctx.world;
+  const at::Device dev = ctx.device;
   const int64_t n = 20, width = kVocab / tp->size(), c0 = tp->rank() * width;
 
   at::Tensor targets = edgeAndRandomIds(n, tp->size(), 3);
@@ -102,8 +113,8 @@ TESSERA_WORKER(vocab_cross_entropy) {
   at::Tensor fullRef = logits.clone().requires_grad_(true);
   at::Tensor refLoss = at::cross_entropy_loss(fullRef, targets);
 
-  at::Tensor shard = logits.slice(1, c0, c0 + width).clone().requires_grad_(true);
-  at::Tensor loss = vocabParallelCrossEntropy(shard, targets, tp, kVocab);
+  at::Tensor shard = logits.slice(1, c0, c0 + width).to(dev).clone().requires_grad_(true);
+  at::Tensor loss = vocabParallelCrossEntropy(shard, targets.to(dev), tp, kVocab).cpu();
   // Tolerance: both sides are fp32 log-sum-exp with the row max subtracted; they differ only in
   // the order of the V = 16 exp additions (per shard, then across ranks) and in log_softmax's
   // formulation, i.e. a few ulps per term: ≲ V·eps ≈ 2e-6 relative on a loss of about 6. A wrong or
@@ -115,17 +126,32 @@ TESSERA_WORKER(vocab_cross_entropy) {
   (loss * 2.5).backward();
   // Gradients are (softmax − one-hot)·2.5/N, O(0.1); same round-off argument: 1e-5 / 1e-6.
   at::Tensor want = fullRef.grad().slice(1, c0, c0 + width);
-  WCHECK(close(shard.grad(), want, 1e-5, 1e-6), "rank {}: logits grad differs by {}", w.rank,
-         maxDiff(shard.grad(), want));
+  at::Tensor got = shard.grad().cpu();
+  WCHECK(close(got, want, 1e-5, 1e-6), "rank {}: logits grad differs by {}", w.rank, maxDiff(got, want));
 
   // Every target owned by another rank (or all by this one) still gives the full loss.
   at::Tensor allLast = at::full({n}, kVocab - 1, at::kLong);
-  at::Tensor l2 = vocabParallelCrossEntropy(shard.detach(), allLast, tp);
+  at::Tensor l2 = vocabParallelCrossEntropy(shard.detach(), allLast.to(dev), tp).cpu();
   at::Tensor r2 = at::cross_entropy_loss(logits, allLast);
   WCHECK(close(l2, r2, 1e-5, 1e-6), "rank {}: all-last-id loss {} vs {}", w.rank, l2.item<double>(),
          r2.item<double>());
 }
 
+#ifdef TESSERA_TP_GPU_SUITE
+TEST(VocabParallelGpu, EmbeddingMatchesUnshardedOnNccl) {
+  TESSERA_REQUIRE_GPUS(2);
+  auto o = gpuRun(180);
+  o.arg = "cuda";
+  expectAllOk(runWorkers("vocab_embedding", o));
+}
+
+TEST(VocabParallelGpu, CrossEntropyMatchesTorchOnNccl) {
+  TESSERA_REQUIRE_GPUS(2);
+  auto o = gpuRun(180);
+  o.arg = "cuda";
+  expectAllOk(runWorkers("vocab_cross_entropy", o));
+}
+#else
 class VocabParallel : public ::testing::TestWithParam<int> {};
 
 TEST_P(VocabParallel, EmbeddingMatchesUnshardedOutputAndWeightGrad) {
@@ -173,3 +199,4 @@ TESSERA_WORKER(vocab_errors) {
 TEST(VocabParallel, IndivisibleVocabAndBadShapesGiveClearErrors) {
   expectAllOk(runWorkers("vocab_errors", {.ranks = 4, .timeout = std::chrono::seconds(120)}));
 }
+#endif  // TESSERA_TP_GPU_SUITE
