@@ -87,7 +87,6 @@ void Reducer::build(const std::vector<int>& order) {
     for (int i : bk.params) {
       bk.offsets.push_back(total);
       params_[i].bucket = static_cast<int>(b);
-      params_[i].offset = total;
       total += params_[i].tensor.numel();
     }
     const auto& first = params_[bk.params[0]].tensor;
@@ -95,9 +94,9 @@ void Reducer::build(const std::vector<int>& order) {
     bk.pending = static_cast<int>(bk.params.size());
     if (viewMode()) {
       // Gradients become views of the bucket (keeping what they held so far).
-      for (int i : bk.params) {
-        auto& p = params_[i];
-        auto view = bk.flat.narrow(0, p.offset, p.tensor.numel()).view(p.tensor.sizes());
+      for (size_t k = 0; k < bk.params.size(); ++k) {
+        auto& p = params_[bk.params[k]];
+        auto view = bk.flat.narrow(0, bk.offsets[k], p.tensor.numel()).view(p.tensor.sizes());
         if (p.tensor.grad().defined()) view.copy_(p.tensor.grad());
         p.tensor.mutable_grad() = view;
       }
@@ -173,7 +172,6 @@ void Reducer::launch(Bucket& b) {
     kernels::flattenScaleCast(srcs, b.flat, offs, 1.0 / comm_->size());
     b.work = comm_->allReduce(b.flat, ReduceOp::Sum);
   }
-  b.launched = true;
 }
 
 std::vector<int> Reducer::agreedReadyOrder() {
@@ -243,7 +241,6 @@ void Reducer::resetIteration() {
   for (auto& p : params_) p.ready = false;
   for (auto& b : buckets_) {
     b.pending = static_cast<int>(b.params.size());
-    b.launched = false;
     b.work.reset();
   }
   nextLaunch_ = 0;

@@ -45,7 +45,6 @@ class Reducer {
     std::string name;
     at::Tensor tensor;
     int bucket = -1;
-    int64_t offset = 0;
     bool ready = false;
   };
   struct Bucket {
@@ -53,7 +52,6 @@ class Reducer {
     std::vector<int64_t> offsets;
     at::Tensor flat;
     int pending = 0;
-    bool launched = false;
     WorkPtr work;
   };
 
