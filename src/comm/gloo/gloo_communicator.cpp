@@ -24,6 +24,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Op tags come from sequence numbers counting up from 0; the construction barrier uses the top one.
+constexpr uint32_t kConnectBarrierTag = 0xFFFFFFFFu;
+
 double secondsSince(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -206,6 +209,10 @@ GlooCommunicator::GlooCommunicator(const StorePtr& store, int rank, int size, co
   try {
     auto dev = glooDevice();
     ctx->connectFullMesh(gs, dev);
+    // A rank's side of the mesh can be complete while a peer is still in its handshake; if this rank then
+    // failed and exited (say, on a bad argument right after set-up) the peer would see "connection closed"
+    // instead of its own clear error. One barrier makes construction return only once every pair is up.
+    gloo_ops::barrier(ctx, timeout, kConnectBarrierTag);
   } catch (const std::exception& e) {
     throw CommError(fmt::format("tessera: gloo communicator '{}' (rank {} of {}) could not connect after {:.1f} s: {}",
                                 name, rank, size, secondsSince(t0), e.what()));
