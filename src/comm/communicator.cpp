@@ -6,6 +6,9 @@
 
 #include <algorithm>
 
+#include "comm/watchdog/fingerprint.h"
+#include "comm/watchdog/flight_recorder.h"
+#include "comm/watchdog/watchdog.h"
 #include "common/env.h"
 #include "common/error.h"
 
@@ -61,6 +64,27 @@ Communicator::Communicator(int rank, int size, std::string name)
                 size);
 }
 
+void Communicator::setSideChannel(StorePtr store, std::string ns) {
+  sideStore_ = std::move(store);
+  sideNs_ = std::move(ns);
+  if (sideStore_ && fingerprint::enabled()) fingerprint::join(sideStore_, sideNs_, rank_);
+}
+
+template <typename F>
+WorkPtr Communicator::run(const OpInfo& i, F&& launch) {
+  if (i.seq > 0 && fingerprint::enabled()) {
+    TESSERA_CHECK(sideStore_, "{}: TESSERA_DEBUG=detail needs the rendezvous store, which this communicator lacks",
+                  i.describe());
+    fingerprint::check(sideStore_, sideNs_, i, timeout_);
+  }
+  WorkPtr w = launch();
+  if (!tracked_.exchange(true)) {
+    if (auto self = weak_from_this().lock()) watchdog::track(self);
+  }
+  FlightRecorder::instance().record(this, i, w);
+  return w;
+}
+
 OpInfo Communicator::nextOp(const char* op, std::string detail) {
   OpInfo i;
   i.op = op;
@@ -95,21 +119,21 @@ static void checkSameDtype(const OpInfo& i, const at::Tensor& out, const at::Ten
 WorkPtr Communicator::allReduce(const at::Tensor& t, ReduceOp op) {
   auto i = nextOp("all_reduce", fmt::format("{}, {}", shapeDetail(t), toString(op)));
   checkTensor(i, "input", t);
-  return doAllReduce(i, t, op);
+  return run(i, [&] { return doAllReduce(i, t, op); });
 }
 
 WorkPtr Communicator::broadcast(const at::Tensor& t, int root) {
   auto i = nextOp("broadcast", fmt::format("{}, root {}", shapeDetail(t), root));
   checkTensor(i, "input", t);
   TESSERA_CHECK(root >= 0 && root < size_, "{}: root {} is not a rank of the group", i.describe(), root);
-  return doBroadcast(i, t, root);
+  return run(i, [&] { return doBroadcast(i, t, root); });
 }
 
 WorkPtr Communicator::reduce(const at::Tensor& t, int root, ReduceOp op) {
   auto i = nextOp("reduce", fmt::format("{}, {}, root {}", shapeDetail(t), toString(op), root));
   checkTensor(i, "input", t);
   TESSERA_CHECK(root >= 0 && root < size_, "{}: root {} is not a rank of the group", i.describe(), root);
-  return doReduce(i, t, root, op);
+  return run(i, [&] { return doReduce(i, t, root, op); });
 }
 
 WorkPtr Communicator::allGather(const at::Tensor& out, const at::Tensor& in) {
@@ -120,7 +144,7 @@ WorkPtr Communicator::allGather(const at::Tensor& out, const at::Tensor& in) {
   TESSERA_CHECK(out.numel() == in.numel() * size_,
                 "{}: output has {} elements, expected group size {} x input's {} = {}", i.describe(), out.numel(),
                 size_, in.numel(), in.numel() * size_);
-  return doAllGather(i, out, in);
+  return run(i, [&] { return doAllGather(i, out, in); });
 }
 
 WorkPtr Communicator::reduceScatter(const at::Tensor& out, const at::Tensor& in, ReduceOp op) {
@@ -132,7 +156,7 @@ WorkPtr Communicator::reduceScatter(const at::Tensor& out, const at::Tensor& in,
                 "{}: input has {} elements, expected group size {} x output's {} = {} (input numel must be divisible "
                 "by the group size)",
                 i.describe(), in.numel(), size_, out.numel(), out.numel() * size_);
-  return doReduceScatter(i, out, in, op);
+  return run(i, [&] { return doReduceScatter(i, out, in, op); });
 }
 
 WorkPtr Communicator::allToAll(const at::Tensor& out, const at::Tensor& in) {
@@ -144,7 +168,7 @@ WorkPtr Communicator::allToAll(const at::Tensor& out, const at::Tensor& in) {
                 out.numel(), in.numel());
   TESSERA_CHECK(in.numel() % size_ == 0, "{}: {} elements are not divisible by the group size {}", i.describe(),
                 in.numel(), size_);
-  return doAllToAll(i, out, in);
+  return run(i, [&] { return doAllToAll(i, out, in); });
 }
 
 WorkPtr Communicator::send(const at::Tensor& t, int peer) { return batchP2P({P2POp{P2POp::Send, t, peer}}); }
@@ -170,10 +194,13 @@ WorkPtr Communicator::batchP2P(const std::vector<P2POp>& ops) {
     checkTensor(i, o.kind == P2POp::Send ? "send" : "recv", o.tensor);
     checkPeer(i, o.peer);
   }
-  return doBatchP2P(i, ops);
+  return run(i, [&] { return doBatchP2P(i, ops); });
 }
 
-WorkPtr Communicator::barrier() { return doBarrier(nextOp("barrier", "")); }
+WorkPtr Communicator::barrier() {
+  auto i = nextOp("barrier", "");
+  return run(i, [&] { return doBarrier(i); });
+}
 
 std::shared_ptr<Communicator> Communicator::split(int color, int key, const std::string& name) {
   auto mine = at::tensor(std::vector<int64_t>{color, key}, at::TensorOptions().dtype(at::kLong))
@@ -190,7 +217,13 @@ std::shared_ptr<Communicator> Communicator::split(int color, int key, const std:
   std::sort(order.begin(), order.end());
   std::vector<int> members;
   for (auto& kv : order) members.push_back(kv.second);
-  return doSplit(color, members, name, fmt::format("{}/c{}", tag, color));
+  auto child = doSplit(color, members, name, fmt::format("{}/c{}", tag, color));
+  if (child) {
+    child->setSideChannel(sideStore_, fmt::format("{}/s{}/c{}", sideNs_, splits_, color));
+    child->tracked_ = true;
+    watchdog::track(child);
+  }
+  return child;
 }
 
 }  // namespace tessera

@@ -10,6 +10,10 @@
 // value. Each op carries a timeout (default 10 min; TESSERA_TIMEOUT_S; setTimeout()): when it
 // expires the op fails on that rank with the op, the group, its sequence number and the
 // elapsed time. After a failure the communicator is broken: later ops throw the first error.
+// Every op is recorded in the process's flight recorder (comm/watchdog/flight_recorder.h); a
+// failure in transit goes to the process watchdog (comm/watchdog/watchdog.h), which aborts
+// the other communicators and ends the process; with TESSERA_DEBUG=detail every collective is
+// first checked against the other ranks' calls (comm/watchdog/fingerprint.h).
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
@@ -17,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/store.h"
 #include "comm/types.h"
 #include "comm/work.h"
 #include "common/error.h"
@@ -83,6 +88,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Options for small scratch tensors this backend can communicate (used by split()).
   virtual at::TensorOptions scratchOptions() const = 0;
 
+  // Backends call this at construction: the rendezvous store and a key namespace unique to
+  // this group and equal on its ranks, used by debug mode (split() derives the children's).
+  void setSideChannel(StorePtr store, std::string ns);
+
   OpInfo nextOp(const char* op, std::string detail);
   void checkTensor(const OpInfo& i, const char* what, const at::Tensor& t) const;
   void checkPeer(const OpInfo& i, int peer) const;
@@ -93,6 +102,15 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   std::chrono::milliseconds timeout_;
   std::atomic<uint64_t> seq_{0};
   uint64_t splits_ = 0;
+
+ private:
+  // Debug check (collectives), then `launch()`, then the flight record and watchdog tracking.
+  template <typename F>
+  WorkPtr run(const OpInfo& i, F&& launch);
+
+  std::atomic<bool> tracked_{false};
+  StorePtr sideStore_;
+  std::string sideNs_;
 };
 
 using CommPtr = std::shared_ptr<Communicator>;

@@ -14,6 +14,7 @@
 
 #include "comm/backends.h"
 #include "comm/gloo/gloo_ops.h"
+#include "comm/watchdog/watchdog.h"
 #include "common/env.h"
 #include "common/host.h"
 #include "common/error.h"
@@ -176,6 +177,7 @@ class GlooWorker {
           err = fmt::format("tessera: {} failed after {:.1f} s: {}", w->info().describe(), secondsSince(w->start()),
                             e.what());
           breakWith(err);
+          watchdog::onCommFailure(err, nullptr);
         }
       }
       w->finish(std::move(err));
@@ -219,6 +221,7 @@ GlooCommunicator::GlooCommunicator(const StorePtr& store, int rank, int size, co
   }
   ctx_ = ctx;
   worker_ = std::make_shared<GlooWorker>();
+  setSideChannel(store, "gloo/" + name);
 }
 
 GlooCommunicator::~GlooCommunicator() { GlooWorker::stop(worker_); }
@@ -321,7 +324,9 @@ bool glooAvailable() { return true; }
 
 CommPtr makeGlooCommunicator(const StorePtr& store, int rank, int size, const std::string& name,
                              std::chrono::milliseconds timeout) {
-  return std::make_shared<GlooCommunicator>(store, rank, size, name, timeout);
+  auto c = std::make_shared<GlooCommunicator>(store, rank, size, name, timeout);
+  watchdog::track(c);
+  return c;
 }
 
 }  // namespace tessera

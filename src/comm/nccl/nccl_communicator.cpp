@@ -55,6 +55,7 @@ NcclCommunicator::NcclCommunicator(const StorePtr& store, int rank, int size, in
                                    std::chrono::milliseconds timeout)
     : Communicator(rank, size, name), device_(device) {
   setTimeout(timeout);
+  setSideChannel(store, "nccl/" + name);
   int devices = cudaDeviceCount();
   TESSERA_CHECK(device >= 0 && device < devices,
                 "tessera: NCCL communicator '{}' (rank {} of {}): device index {} is not one of the {} visible CUDA "

@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include "comm/backends.h"
+#include "comm/watchdog/watchdog.h"
 #include "comm/nccl/nccl_check.h"
 #include "comm/nccl/nccl_communicator.h"
 
@@ -20,7 +21,9 @@ std::string ncclVersion() {
 
 CommPtr makeNcclCommunicator(const StorePtr& store, int rank, int size, int device, const std::string& name,
                              std::chrono::milliseconds timeout) {
-  return std::make_shared<NcclCommunicator>(store, rank, size, device, name, timeout);
+  auto c = std::make_shared<NcclCommunicator>(store, rank, size, device, name, timeout);
+  watchdog::track(c);
+  return c;
 }
 
 int cudaDeviceCount() {

@@ -4,6 +4,7 @@
 
 #include "comm/nccl/cuda_glue.h"
 #include "comm/nccl/nccl_check.h"
+#include "comm/watchdog/watchdog.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -190,7 +191,10 @@ void NcclState::watchdogLoop() {
     if (inflight_.empty()) cv_.notify_all();  // shutdown() waits for this
     l.unlock();
     done.clear();  // may destroy Works, which return their event under mu_
-    if (!failure.empty()) fail(failure);
+    if (!failure.empty()) {
+      fail(failure);
+      watchdog::onCommFailure(failure, nullptr);
+    }
     l.lock();
   }
 }
