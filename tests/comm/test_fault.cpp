@@ -1,5 +1,6 @@
-// Fault test: one rank is SIGKILLed in the middle of an all-reduce; every other rank must
-// exit non-zero with a clear error naming the op within the timeout (never hang).
+// Fault tests: one rank is SIGKILLed in the middle of an all-reduce or an all-gather, or hangs
+// (sleeps) inside a step; every other rank must exit non-zero with a clear error naming the op
+// within the timeout + 10 s (never hang).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -11,37 +12,55 @@
 using namespace tessera;
 using namespace tessera::testing;
 
-TESSERA_WORKER(kill_during_allreduce) {
+// arg: "all_reduce" | "all_gather" (the last rank is killed at step 3) or "hang" (it sleeps
+// 15 s at step 3, past the others' timeout, then goes on and meets the broken group).
+TESSERA_WORKER(fault_in_collective) {
   auto ctx = initWorker(w);
   auto t = at::ones({4 << 20});  // 16 MiB: long enough to be mid-flight when the kill lands
+  auto gathered = at::empty({w.world * t.numel()});
+  const bool victim = w.rank == w.world - 1;
   for (int step = 0; step < 1000; ++step) {
-    auto work = ctx.world->allReduce(t, ReduceOp::Avg);
-    if (w.rank == w.world - 1 && step == 3) {
+    if (victim && step == 3 && w.arg == "hang") std::this_thread::sleep_for(std::chrono::seconds(15));
+    auto work = w.arg == "all_gather" ? ctx.world->allGather(gathered, t) : ctx.world->allReduce(t, ReduceOp::Avg);
+    if (victim && step == 3 && w.arg != "hang") {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
       raise(SIGKILL);
     }
     work->synchronize();  // survivors: throws CommError → worker exits 1 with the message
   }
-  WCHECK(false, "rank {} finished 1000 all-reduces although a peer was killed", w.rank);
+  WCHECK(false, "rank {} finished 1000 ops although a peer was lost", w.rank);
 }
 
-TEST(Fault, KilledRankMidAllReduceEndsEveryOtherRankWithClearError) {
+class Fault : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Fault, EveryOtherRankEndsWithAClearErrorWithinTheTimeout) {
+  const std::string kind = GetParam();
   const double timeoutS = 10;
   RunOptions o;
   o.ranks = 3;
-  o.timeout = std::chrono::seconds(60);
+  o.timeout = std::chrono::seconds(90);
   o.killSiblingsOnFailure = false;
   o.env = {{"TESSERA_TIMEOUT_S", "10"}};
-  auto res = runWorkers("kill_during_allreduce", o);
-  EXPECT_EQ(res[2].signal, SIGKILL) << res[2].output;
+  o.arg = kind;
+  auto res = runWorkers("fault_in_collective", o);
+  if (kind == "hang") {
+    EXPECT_FALSE(res[2].killedByHarness) << res[2].output;
+    EXPECT_NE(res[2].exitCode, 0) << res[2].output;
+  } else {
+    EXPECT_EQ(res[2].signal, SIGKILL) << res[2].output;
+  }
+  const std::string op = kind == "all_gather" ? "all_gather #" : "all_reduce #";
   for (int r = 0; r < 2; ++r) {
-    fmt::print("rank {} ended after {:.2f} s, exit {}, output:\n{}\n", r, res[r].seconds, res[r].exitCode,
+    fmt::print("{}: rank {} ended after {:.2f} s, exit {}, output:\n{}\n", kind, r, res[r].seconds, res[r].exitCode,
                res[r].output);
     EXPECT_FALSE(res[r].killedByHarness) << "rank " << r << " hung; output:\n" << res[r].output;
     EXPECT_EQ(res[r].exitCode, 1) << res[r].output;
     EXPECT_LT(res[r].seconds, timeoutS + 10) << res[r].output;
-    EXPECT_NE(res[r].output.find("all_reduce #"), std::string::npos) << res[r].output;
+    EXPECT_NE(res[r].output.find(op), std::string::npos) << res[r].output;
     EXPECT_NE(res[r].output.find("group 'world'"), std::string::npos) << res[r].output;
     EXPECT_NE(res[r].output.find(fmt::format("rank {} of 3", r)), std::string::npos) << res[r].output;
+    EXPECT_NE(res[r].output.find("flight recorder"), std::string::npos) << res[r].output;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Kinds, Fault, ::testing::Values("all_reduce", "all_gather", "hang"));
