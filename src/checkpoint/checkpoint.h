@@ -1,0 +1,66 @@
+#pragma once
+// Sharded checkpoints: one directory per checkpoint, readable outside tessera.
+//
+// Layout of <dir>:
+//   metadata.pt      torch.load-able dict: {"version", "world", "step", "tensors": {name: {"shape",
+//                    "dtype", "pieces": [{"file", "key", "offset", "sizes"}]}}, "files": {file:
+//                    {"bytes", "fnv1a64"}}, "extra": {str: str}}
+//   rank-<r>.pt      torch.load-able dict {key: tensor} of the pieces rank r wrote.
+// Files are LibTorch's own pickle/zip serialisation (torch::pickle_save; torch.load reads them).
+//
+// A tensor is described by pieces: each rank says which box [offset, offset + sizes) of the
+// whole tensor (`globalShape`) its local tensor holds. Sharded tensors (FSDP shards, TP splits,
+// PP stages) give disjoint boxes; replicated ones (DDP) give the same box on several ranks,
+// and only the lowest such rank writes it.
+//
+// Contract:
+// - save() is collective over `comm`. It writes into "<dir>.tmp", fsyncs every file, then rank 0
+//   writes metadata.pt and renames: an interrupted save (a rank killed, an error) never replaces
+//   the previous good checkpoint at <dir>. The directory must be on a file system every rank
+//   sees (local disk on one node; a shared one across nodes).
+// - load() is collective over `comm` only in that every rank reads; it needs no particular
+//   world size or layout: each requested piece is assembled from whatever saved pieces overlap
+//   it (resharding: other dp/tp/pp degrees, DDP <-> FSDP). A requested box not fully covered by
+//   the saved pieces, a dtype or global-shape mismatch, a missing tensor, a truncated or
+//   corrupted file (size and FNV-1a checksum recorded at save) → tessera::Error naming the
+//   tensor or file.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace tessera::checkpoint {
+
+struct Piece {
+  std::string name;                  // global name, e.g. "blocks.0.mlp.fc1.weight", "optim.exp_avg.<name>"
+  std::vector<int64_t> globalShape;  // the whole tensor's shape
+  std::vector<int64_t> offset;       // where `local` starts in it (all zeros: replicated/whole)
+  at::Tensor local;                  // save: this rank's piece (any device); load: filled in place
+};
+
+// A whole tensor held by this rank (replicated or unsharded).
+Piece whole(const std::string& name, const at::Tensor& t);
+// This rank's chunk `index` of `count` equal chunks of `full` along `dim` (what TP keeps).
+Piece chunkOf(const std::string& name, const at::Tensor& local, const std::vector<int64_t>& globalShape, int64_t dim,
+              int64_t index);
+
+struct Metadata {
+  int64_t step = 0;
+  int world = 0;
+  std::map<std::string, std::string> extra;  // free-form (data position, config, ...)
+  std::map<std::string, std::vector<int64_t>> shapes;
+};
+
+// Collective over `comm`. `extra` is taken from rank 0.
+void save(const std::string& dir, const std::vector<Piece>& pieces, Communicator& comm, int64_t step,
+          const std::map<std::string, std::string>& extra = {});
+// Fills every piece's `local` (shape = the box's sizes) in place from <dir>; returns metadata.
+Metadata load(const std::string& dir, std::vector<Piece>& pieces);
+// Reads and checks <dir>/metadata.pt only.
+Metadata readMetadata(const std::string& dir);
+
+}  // namespace tessera::checkpoint
