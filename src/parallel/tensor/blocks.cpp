@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/nn/modules/linear.h>
 
+#include <fmt/ranges.h>
+
 #include <cmath>
 #include <limits>
 
@@ -52,6 +54,16 @@ ParallelAttentionImpl::ParallelAttentionImpl(CommPtr tp, int64_t d, int64_t head
   proj = register_module("proj", RowParallelLinear(tp, d, d, opts(name + ".proj", sp)));
 }
 
+void ParallelAttentionImpl::loadFull(const at::Tensor& qkvW, const at::Tensor& qkvB, const at::Tensor& projW,
+                                     const at::Tensor& projB) {
+  const int64_t n = qkv->tp->size();
+  TESSERA_CHECK(qkvW.dim() == 2 && qkvW.size(0) == qkv->out && qkvB.dim() == 1 && qkvB.size(0) == qkv->out,
+                "tp layer '{}': full qkv weight/bias have shapes [{}] / [{}], expected [{}, {}] / [{}]", qkv->opts.name,
+                fmt::join(qkvW.sizes(), ", "), fmt::join(qkvB.sizes(), ", "), qkv->out, qkv->in, qkv->out);
+  qkv->loadFull(groupByRank(qkvW, n), groupByRank(qkvB, n));
+  proj->loadFull(projW, projB);
+}
+
 at::Tensor ParallelAttentionImpl::forward(const at::Tensor& x) {
   auto h = qkv->forward(x);  // [S, B, 3·localHeads·hd] (all tokens, also with sequence parallel)
   const int64_t s = h.size(0), b = h.size(1);
@@ -64,7 +76,7 @@ at::Tensor ParallelAttentionImpl::forward(const at::Tensor& x) {
 }
 
 ParallelBlockImpl::ParallelBlockImpl(CommPtr t, int64_t d, int64_t heads, bool sp, const std::string& name)
-    : tp(std::move(t)), sequenceParallel(sp) {
+    : tp(std::move(t)), sequenceParallel(sp), name(name) {
   ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   attn = register_module("attn", ParallelAttention(tp, d, heads, sp, name + ".attn"));
   ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
@@ -80,6 +92,24 @@ at::Tensor ParallelBlockImpl::forward(const at::Tensor& x) {
   };
   auto y = x + attn->forward(norm(ln1, x));
   return y + mlp->forward(norm(ln2, y));
+}
+
+void ParallelBlockImpl::loadFull(const torch::OrderedDict<std::string, at::Tensor>& full, const std::string& prefix) {
+  auto get = [&](const char* n) {
+    const auto* t = full.find(prefix + n);
+    TESSERA_CHECK(t, "tp block '{}': loadFull: no parameter '{}{}' in the unsharded parameters", name, prefix, n);
+    return *t;
+  };
+  {
+    at::NoGradGuard g;
+    ln1->weight.copy_(get("ln1.weight"));
+    ln1->bias.copy_(get("ln1.bias"));
+    ln2->weight.copy_(get("ln2.weight"));
+    ln2->bias.copy_(get("ln2.bias"));
+  }
+  attn->loadFull(get("qkv.weight"), get("qkv.bias"), get("proj.weight"), get("proj.bias"));
+  mlp->fc1->loadFull(get("fc1.weight"), get("fc1.bias"));
+  mlp->fc2->loadFull(get("fc2.weight"), get("fc2.bias"));
 }
 
 }  // namespace tessera::tp

@@ -29,6 +29,9 @@ class ParallelAttentionImpl : public torch::nn::Module {
  public:
   ParallelAttentionImpl(CommPtr tp, int64_t d, int64_t heads, bool sequenceParallel, const std::string& name);
   at::Tensor forward(const at::Tensor& x);  // [S or S/tp, B, d] → same
+  // Local: the unsharded qkv ([q | k | v], head-major) and proj weights/biases; keeps this
+  // rank's heads.
+  void loadFull(const at::Tensor& qkvW, const at::Tensor& qkvB, const at::Tensor& projW, const at::Tensor& projB);
   ColumnParallelLinear qkv{nullptr};
   RowParallelLinear proj{nullptr};
   int64_t localHeads, headDim;
@@ -41,11 +44,16 @@ class ParallelBlockImpl : public torch::nn::Module {
  public:
   ParallelBlockImpl(CommPtr tp, int64_t d, int64_t heads, bool sequenceParallel, const std::string& name);
   at::Tensor forward(const at::Tensor& x);
+  // Local: load the unsharded block's parameters from `full`, named as the unsharded block
+  // names them (ln1.weight, ln1.bias, qkv.*, proj.*, ln2.*, fc1.*, fc2.*) after `prefix`
+  // (e.g. "blocks.0."); keeps this rank's shards. A missing name is an error naming it.
+  void loadFull(const torch::OrderedDict<std::string, at::Tensor>& full, const std::string& prefix = "");
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   ParallelAttention attn{nullptr};
   ParallelMlp mlp{nullptr};
   CommPtr tp;
   bool sequenceParallel;
+  std::string name;
 };
 TORCH_MODULE(ParallelBlock);
 

@@ -51,8 +51,12 @@ void ColumnParallelLinearImpl::loadFull(const at::Tensor& w, const at::Tensor& b
 at::Tensor ColumnParallelLinearImpl::forward(const at::Tensor& x) {
   TESSERA_CHECK(x.dim() >= 1 && x.size(-1) == in, "tp layer '{}' (column-parallel): input has {} features, expects {}",
                 opts.name, x.dim() ? x.size(-1) : 0, in);
-  auto input = opts.sequenceParallel ? gatherSeq(x, tp) : copyToRegion(x, tp);
-  auto y = at::linear(input, weight, bias);
+  at::Tensor y;
+  if (opts.overlapGradReduce) {
+    y = columnLinearAsyncGrad(x, weight, bias, tp, opts.sequenceParallel, opts.backwardTrace);
+  } else {
+    y = at::linear(opts.sequenceParallel ? gatherSeq(x, tp) : copyToRegion(x, tp), weight, bias);
+  }
   return opts.gatherOutput ? gatherLastDim(y, tp) : y;
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "parallel/tensor/linear_overlap.h"
 
 namespace tessera::tp {
 
@@ -25,6 +26,13 @@ struct ParallelLinearOptions {
   std::string name = "linear";  // for error messages
   // Draw the unsharded initial weights at construction (false: zeros; call loadFull).
   bool initFromRng = true;
+  // Column: in backward, launch the input-gradient all-reduce (reduce-scatter with
+  // sequenceParallel) asynchronously and compute the weight/bias gradients while it runs
+  // (linear_overlap.h). false: the plain f / all-gather mapping + at::linear (the collective
+  // runs after the weight gradient, in the mapping's backward), for comparison.
+  bool overlapGradReduce = true;
+  // Column with overlapGradReduce: called at each step of the overlapped backward (tests).
+  LinearBackwardTrace backwardTrace;
 };
 
 // y = x W^T + b with W split by output features: rank r holds rows [r·out/tp, (r+1)·out/tp).

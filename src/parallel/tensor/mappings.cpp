@@ -99,6 +99,12 @@ struct GatherLast {
 struct SplitLast {
   static at::Tensor run(const at::Tensor& x, const CommPtr& c) { return splitLast(x, c, "split_last_dim"); }
 };
+struct SplitFirst {
+  static at::Tensor run(const at::Tensor& x, const CommPtr& c) {
+    checkDivisible(x, 0, c, "scatter_seq");
+    return x.chunk(c->size(), 0)[c->rank()].contiguous();
+  }
+};
 struct GatherFirst {
   static at::Tensor run(const at::Tensor& x, const CommPtr& c) { return gatherFirst(x, c); }
 };
@@ -134,6 +140,11 @@ at::Tensor gatherSeq(const at::Tensor& x, const CommPtr& tp) {
 at::Tensor reduceScatterSeq(const at::Tensor& x, const CommPtr& tp) {
   if (tp) checkDivisible(x, 0, tp, "reduce_scatter_seq");
   return apply<Mapping<ReduceScatterFirst, GatherFirst>>(x, tp, "reduce_scatter_seq");
+}
+
+at::Tensor scatterSeq(const at::Tensor& x, const CommPtr& tp) {
+  if (tp) checkDivisible(x, 0, tp, "scatter_seq");
+  return apply<Mapping<SplitFirst, GatherFirst>>(x, tp, "scatter_seq");
 }
 
 }  // namespace tessera::tp

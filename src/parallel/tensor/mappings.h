@@ -23,5 +23,8 @@ at::Tensor splitLastDim(const at::Tensor& x, const CommPtr& tp);
 at::Tensor gatherSeq(const at::Tensor& x, const CommPtr& tp);
 //      fwd: reduce-scatter dim 0 / bwd: all-gather dim 0
 at::Tensor reduceScatterSeq(const at::Tensor& x, const CommPtr& tp);
+//      fwd: keep own split of dim 0 / bwd: all-gather dim 0  (a replicated activation, e.g.
+//      the embedding's output, enters the sequence-parallel region)
+at::Tensor scatterSeq(const at::Tensor& x, const CommPtr& tp);
 
 }  // namespace tessera::tp

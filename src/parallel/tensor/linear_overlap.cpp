@@ -1,0 +1,114 @@
+// The column-parallel linear with an overlapped backward (contract in linear_overlap.h).
+#include "parallel/tensor/linear_overlap.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "common/error.h"
+
+namespace tessera::tp {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// What backward needs besides the saved tensors; rides in the autograd context.
+struct OverlapState : torch::CustomClassHolder {
+  OverlapState(CommPtr c, bool s, LinearBackwardTrace t) : comm(std::move(c)), sp(s), trace(std::move(t)) {}
+  CommPtr comm;
+  bool sp;
+  LinearBackwardTrace trace;
+  void note(const char* e) const {
+    if (trace) trace(e);
+  }
+};
+
+// x [n, ...] on every rank → [size·n, ...], rank r's block at rows [r·n, (r+1)·n). Async.
+std::pair<at::Tensor, WorkPtr> launchGatherSeq(const at::Tensor& x, const CommPtr& c) {
+  auto in = x.contiguous();
+  auto sizes = in.sizes().vec();
+  sizes[0] *= c->size();
+  auto out = at::empty(sizes, in.options());
+  auto work = c->allGather(out, in);
+  return {out, work};
+}
+
+struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> {
+  // bias is optional: an undefined tensor may not be an input of a custom Function in 1.13.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const c10::optional<at::Tensor>& bias, c10::intrusive_ptr<OverlapState> st) {
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    ctx->saved_data["bias"] = bias.has_value();
+    at::Tensor total = x;
+    if (st->sp) {
+      auto [gathered, work] = launchGatherSeq(x, st->comm);
+      work->wait();
+      total = gathered;
+    }
+    return at::linear(total, weight, bias);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor x = saved[0], w = saved[1];
+    auto st = c10::static_intrusive_pointer_cast<OverlapState>(ctx->saved_data["state"].toCapsule());
+    const bool hasBias = ctx->saved_data["bias"].toBool();
+    const bool needX = ctx->needs_input_grad(0), needW = ctx->needs_input_grad(1);
+    const bool needB = hasBias && ctx->needs_input_grad(2);  // no edge 2 without a bias
+    const auto& comm = st->comm;
+    const at::Tensor gy = grads[0];
+    const auto dt = gy.scalar_type();
+    const int64_t outLocal = w.size(0), in = w.size(1);
+    auto gy2 = gy.reshape({-1, outLocal});
+
+    // Sequence parallel: re-gather the input for gW; it runs during the gx GEMM.
+    at::Tensor total = x;
+    WorkPtr gather;
+    if (st->sp && (needW || needB)) std::tie(total, gather) = launchGatherSeq(x, comm);
+
+    at::Tensor gx;
+    WorkPtr reduce;
+    if (needX) {
+      auto shape = gy.sizes().vec();
+      shape.back() = in;
+      auto full = gy2.mm(w.to(dt)).view(shape);  // fresh and contiguous: communicated in place
+      st->note("grad_input");
+      if (!st->sp) {
+        gx = full;
+        reduce = comm->allReduce(gx);
+      } else {
+        // The reduce-scatter queues behind the gather on the communicator; the gather's
+        // result is needed for gW below anyway.
+        auto sizes = full.sizes().vec();
+        sizes[0] /= comm->size();
+        gx = at::empty(sizes, full.options());
+        reduce = comm->reduceScatter(gx, full);
+      }
+    }
+    if (gather) gather->wait();
+
+    at::Tensor gw, gb;
+    if (needW) gw = gy2.t().mm(total.reshape({-1, in}).to(dt)).to(w.scalar_type());
+    if (needB) gb = gy2.sum(0);
+    if (needW || needB) st->note("grad_weight");
+
+    if (reduce) reduce->wait();
+    if (gx.defined()) gx = gx.to(x.scalar_type());
+    if (gb.defined()) gb = gb.to(w.scalar_type());
+    return {gx, gw, gb, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor columnLinearAsyncGrad(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                 const CommPtr& tp, bool sequenceParallel, LinearBackwardTrace trace) {
+  TESSERA_CHECK(tp, "tp::column_linear_async_grad: no tensor-parallel communicator given");
+  TESSERA_CHECK(x.dim() >= 1, "tp::column_linear_async_grad: input must have at least one dimension");
+  if (tp->size() == 1) return at::linear(x, weight, bias);  // a group of one: no communication
+  return ColumnLinearAsyncGrad::apply(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt,
+                                      c10::make_intrusive<OverlapState>(tp, sequenceParallel, std::move(trace)));
+}
+
+}  // namespace tessera::tp

@@ -1,0 +1,41 @@
+#pragma once
+// The column-parallel linear as one autograd op whose backward overlaps the input-gradient
+// collective with the weight-gradient GEMM (Megatron-LM's
+// LinearWithGradAccumulationAndAsyncCommunication):
+//
+//   fwd: (sequenceParallel: all-gather dim 0 of x)  then  y = x Wᵀ + b
+//   bwd: gx = gy W;  launch all-reduce(gx) over tp  (sequenceParallel: reduce-scatter dim 0);
+//        gW = gyᵀ x, gb = Σ gy  while it runs;  wait;  return gx (or this rank's token shard).
+//
+// With sequenceParallel only this rank's token shard of x is saved; backward re-gathers it
+// (launched before the grad-input GEMM, awaited before the weight GEMM), so the gathered
+// input is not kept between forward and backward.
+//
+// Collective over tp in forward (sequenceParallel only) and in backward: every rank of the
+// group runs the same forward and the same backward. A group of one is a plain at::linear.
+// Streams: every op is issued through the Communicator, so on CUDA (NCCL) the collective runs
+// on the communicator's stream after the work already queued on the caller's current stream,
+// the GEMMs queue on the current stream meanwhile, and Work::wait() makes the current stream
+// wait (no host synchronisation). On CPU (Gloo) the op runs on the communicator's thread while
+// this thread computes the GEMM. x, W, b: any dtypes at::linear takes; the gradients are
+// returned in each input's dtype.
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+
+#include "comm/communicator.h"
+
+namespace tessera::tp {
+
+// Called (on the thread running backward) after each step of the overlapped backward, with
+// "grad_input" (the gx GEMM was issued) and "grad_weight" (the gW/gb GEMMs were issued).
+// For tests and profiling; may be empty.
+using LinearBackwardTrace = std::function<void(const char* event)>;
+
+// x: [..., in] replicated over tp, or [tokens/tp, ..., in] with sequenceParallel;
+// weight: [outLocal, in]; bias: [outLocal] or undefined. Returns [..., outLocal]
+// ([tokens, ..., outLocal] with sequenceParallel).
+at::Tensor columnLinearAsyncGrad(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                 const CommPtr& tp, bool sequenceParallel, LinearBackwardTrace trace = {});
+
+}  // namespace tessera::tp
