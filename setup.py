@@ -9,11 +9,14 @@ No network is needed when the build tools are already installed (they are, via s
 (--no-build-isolation: use the installed setuptools instead of fetching one; Debian marks its
 system Python externally managed, hence --break-system-packages or a venv made with
 --system-site-packages so that torch is visible.) CMake options: TESSERA_CMAKE_ARGS, e.g.
-"-DTESSERA_WITH_CUDA=OFF"; build directory: TESSERA_PIP_BUILD_DIR (default build/pip).
+"-DTESSERA_WITH_CUDA=OFF"; build directory: TESSERA_PIP_BUILD_DIR (default build/pip; an
+existing, configured build directory such as build/ is reused with its options, which saves a
+full rebuild).
 """
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -32,15 +35,16 @@ class CMakeBuild(build_ext):
     def build_extension(self, ext):
         build = os.environ.get("TESSERA_PIP_BUILD_DIR", os.path.join(ROOT, "build", "pip"))
         prefix = os.path.abspath(self.build_lib)
-        args = ["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
-                "-DTESSERA_BUILD_TESTS=OFF", "-DTESSERA_BUILD_EXAMPLES=OFF",
-                f"-DTESSERA_PYTHON={sys.executable}"]
+        args = ["cmake", "-S", ROOT, "-B", build, f"-DTESSERA_PYTHON={sys.executable}"]
+        fresh = not os.path.exists(os.path.join(build, "CMakeCache.txt"))
+        if fresh:  # an existing build dir (e.g. TESSERA_PIP_BUILD_DIR=build) keeps its options
+            args += ["-DTESSERA_BUILD_TESTS=OFF", "-DTESSERA_BUILD_EXAMPLES=OFF"]
         try:
             import torch.utils
             args.append(f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}")
         except ImportError:
             sys.exit("tessera: torch must be importable by this interpreter (the module is built against it)")
-        if subprocess.call(["ninja", "--version"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) == 0:
+        if fresh and shutil.which("ninja"):
             args += ["-G", "Ninja"]
         args += shlex.split(os.environ.get("TESSERA_CMAKE_ARGS", ""))
         subprocess.check_call(args)
