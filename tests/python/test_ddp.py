@@ -6,6 +6,7 @@ ranks' slice gradients. Tolerance: float32, rtol 1e-4 / atol 1e-5 after 5 SGD st
 sums run in another order; a missing or wrong average is off by ~1e-1).
 """
 import copy
+import re
 
 import pytest
 import torch
@@ -109,10 +110,13 @@ def test_unused_parameter_is_named(world):
     model = make_model(world, with_unused=True)
     ddp = tessera.DistributedDataParallel(model, world)
     x, y = data(0)
-    with pytest.raises(RuntimeError, match=rf"on rank {world.rank}, 2 parameter\(s\) got no gradient in this "
-                                           r"backward: extra\.(weight|bias), extra\.(weight|bias)\. Set "
-                                           r"findUnusedParameters"):
+    with pytest.raises(RuntimeError) as e:
         torch.nn.functional.mse_loss(ddp(my_slice(x, world)), my_slice(y, world)).backward()
+    # Raised in C++ at the end of backward; autograd's engine passes the message on unchanged.
+    assert re.fullmatch(rf"DistributedDataParallel: on rank {world.rank}, 2 parameter\(s\) got no gradient in "
+                        r"this backward: extra\.weight, extra\.bias\. Set findUnusedParameters if parts of the "
+                        r"model are skipped on purpose, or set requires_grad=false on parameters that are never "
+                        r"trained", str(e.value)), str(e.value)
     world.barrier()
 
 
@@ -157,3 +161,14 @@ def test_no_sync_accumulates_locally(world):
         torch.nn.functional.mse_loss(ref(x), y).backward()
     for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
         torch.testing.assert_close(p.grad, q.grad, **TOL, msg=n)
+
+
+def test_mismatched_models_are_a_tessera_error(world):
+    # Construction is collective: every rank raises, naming the parameter and what each rank has.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4 + world.rank), torch.nn.Linear(4 + world.rank, 2))
+    with pytest.raises(tessera.Error) as e:
+        tessera.DistributedDataParallel(model, world)
+    msg = str(e.value)
+    assert msg.startswith("DistributedDataParallel: the ranks' parameters differ"), msg
+    assert "rank 0 has '0.weight' [4, 4] float32; rank 1 has '0.weight' [5, 4] float32" in msg, msg

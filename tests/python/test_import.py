@@ -116,3 +116,32 @@ def test_mesh(ctx, world):
     m.dp.all_reduce(t)
     assert t.item() == sum(m.group_ranks("dp"))
     assert "tp" in repr(m)
+
+
+def test_gil_released_while_waiting(world):
+    # Rank 0 blocks in all_reduce until the last rank joins 0.5 s later; a Python thread must
+    # keep running meanwhile (it could not if the binding held the GIL while waiting).
+    import threading
+    import time
+    ticks, stop = [0], threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.001)
+
+    th = threading.Thread(target=spin)
+    th.start()
+    try:
+        if world.rank == world.size - 1:
+            time.sleep(0.5)
+        before = ticks[0]
+        t = torch.ones(1)
+        world.all_reduce(t)
+        during = ticks[0] - before
+    finally:
+        stop.set()
+        th.join()
+    assert t.item() == world.size
+    if world.rank == 0:
+        assert during >= 50, f"the Python thread ran only {during} times during a 0.5 s wait"
