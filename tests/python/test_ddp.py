@@ -172,3 +172,20 @@ def test_mismatched_models_are_a_tessera_error(world):
     msg = str(e.value)
     assert msg.startswith("DistributedDataParallel: the ranks' parameters differ"), msg
     assert "rank 0 has '0.weight' [4, 4] float32; rank 1 has '0.weight' [5, 4] float32" in msg, msg
+
+
+def test_bf16_communication(world):
+    # comm_dtype=torch.bfloat16: gradients are averaged in bf16 and cast back to float32, so
+    # they match the float32 average to bf16's precision (rtol 1e-2) but not exactly.
+    model = make_model(world)
+    ddp = tessera.DistributedDataParallel(model, world, comm_dtype=torch.bfloat16)
+    ref = reference()
+    x, y = data(0)
+    torch.nn.functional.mse_loss(ddp(my_slice(x, world)), my_slice(y, world)).backward()
+    torch.nn.functional.mse_loss(ref(x), y).backward()
+    exact = True
+    for (n, p), (_, q) in zip(model.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-2, atol=1e-3, msg=n)
+        exact = exact and torch.equal(p.grad, q.grad)
+        assert torch.equal(p.grad, p.grad.bfloat16().float()), f"{n}: gradient is not bf16-rounded"
+    assert not exact
