@@ -52,9 +52,14 @@ def init(*, backend=None, timeout=None, rank=None, world_size=None, local_rank=N
 
     Returns a :class:`tessera.Context` (``world`` communicator, ``rank``, ``world_size``,
     ``local_rank``, ``device``, ``launcher``). It also becomes the default that
-    :func:`tessera.mesh` uses when no ``world`` is given.
+    :func:`tessera.mesh` uses when no ``world`` is given. Call it once per process (a second
+    call raises :class:`tessera.Error`); more groups come from ``world.split`` or a mesh.
     """
     global _default_context
+    if _default_context is not None:
+        # A second world over the same store keys would meet the first one's stale entries.
+        raise Error(f"tessera.init: already initialized in this process (rank {_default_context.rank} of "
+                    f"{_default_context.world_size}); use the context it returned, or split its world")
     ctx = _C.init(rank=rank, world_size=world_size, local_rank=local_rank,
                   local_world_size=local_world_size, store_host=store_host, store_port=store_port,
                   rank0_hosts_store=rank0_hosts_store, backend=backend, timeout=timeout)

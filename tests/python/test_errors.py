@@ -41,7 +41,10 @@ def test_python_side_errors_are_tessera_errors(world):
     with pytest.raises(tessera.Error, match="reduce op 'prod' is not one of sum, avg, max, min"):
         world.all_reduce(torch.ones(1), op="prod")
     with pytest.raises(tessera.Error, match="backend 'mpi' is not one of gloo, nccl"):
-        tessera.init(backend="mpi", rank=0, world_size=1, store_port=1)
+        tessera._C.init(backend="mpi", rank=0, world_size=1, store_port=1)
+    with pytest.raises(tessera.Error, match=rf"tessera.init: already initialized in this process \(rank "
+                                            rf"{world.rank} of {world.size}\)"):
+        tessera.init()
 
 
 def test_timeout_is_a_comm_error(world):
