@@ -49,15 +49,7 @@ void ColumnParallelLinearImpl::loadFull(const at::Tensor& w, const at::Tensor& b
 }
 
 at::Tensor ColumnParallelLinearImpl::forward(const at::Tensor& x) {
-  TESSERA_CHECK(x.dim() >= 1 && x.size(-1) == in, "tp layer '{}' (column-parallel): input has {} features, expects {}",
-                opts.name, x.dim() ? x.size(-1) : 0, in);
-  at::Tensor y;
-  if (opts.overlapGradReduce) {
-    y = columnLinearAsyncGrad(x, weight, bias, tp, opts.sequenceParallel, opts.backwardTrace);
-  } else {
-    y = at::linear(opts.sequenceParallel ? gatherSeq(x, tp) : copyToRegion(x, tp), weight, bias);
-  }
-  return opts.gatherOutput ? gatherLastDim(y, tp) : y;
+  return columnParallelLinear(x, weight, bias, tp, opts);
 }
 
 RowParallelLinearImpl::RowParallelLinearImpl(CommPtr t, int64_t i, int64_t o, ParallelLinearOptions opt)
@@ -78,20 +70,46 @@ void RowParallelLinearImpl::loadFull(const at::Tensor& w, const at::Tensor& b) {
 }
 
 at::Tensor RowParallelLinearImpl::forward(const at::Tensor& x) {
-  const int64_t local = in / tp->size();
+  return rowParallelLinear(x, weight, bias, tp, opts);
+}
+
+at::Tensor columnParallelLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                const CommPtr& tp, const ParallelLinearOptions& opts) {
+  TESSERA_CHECK(tp, "tp layer '{}': no tensor-parallel communicator given", opts.name);
+  TESSERA_CHECK(weight.defined() && weight.dim() == 2, "tp layer '{}' (column-parallel): weight must be 2-D [out/tp, in]",
+                opts.name);
+  const int64_t in = weight.size(1);
+  TESSERA_CHECK(x.dim() >= 1 && x.size(-1) == in, "tp layer '{}' (column-parallel): input has {} features, expects {}",
+                opts.name, x.dim() ? x.size(-1) : 0, in);
+  at::Tensor y;
+  if (opts.overlapGradReduce) {
+    y = columnLinearAsyncGrad(x, weight, bias, tp, opts.sequenceParallel, opts.backwardTrace);
+  } else {
+    y = at::linear(opts.sequenceParallel ? gatherSeq(x, tp) : copyToRegion(x, tp), weight, bias);
+  }
+  return opts.gatherOutput ? gatherLastDim(y, tp) : y;
+}
+
+at::Tensor rowParallelLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                             const CommPtr& tp, const ParallelLinearOptions& opts) {
+  TESSERA_CHECK(tp, "tp layer '{}': no tensor-parallel communicator given", opts.name);
+  TESSERA_CHECK(weight.defined() && weight.dim() == 2, "tp layer '{}' (row-parallel): weight must be 2-D [out, in/tp]",
+                opts.name);
+  const int64_t local = weight.size(1), in = local * tp->size();
   auto input = opts.inputIsParallel ? x : splitLastDim(x, tp);
   TESSERA_CHECK(input.dim() >= 1 && input.size(-1) == local,
                 "tp layer '{}' (row-parallel): input shard has {} features, expects in/tp = {}/{} = {}", opts.name,
                 input.dim() ? input.size(-1) : 0, in, tp->size(), local);
   auto partial = at::linear(input, weight);
+  const bool hasBias = bias.defined();
   if (!opts.sequenceParallel) {
     auto y = reduceFromRegion(partial, tp);
-    return opts.bias ? y + bias : y;
+    return hasBias ? y + bias : y;
   }
   // Sequence parallel: each rank adds the (replicated) bias to its own tokens only, so its
   // gradient must be summed over tp: f's backward (an all-reduce) does exactly that.
   auto y = reduceScatterSeq(partial, tp);
-  return opts.bias ? y + copyToRegion(bias, tp) : y;
+  return hasBias ? y + copyToRegion(bias, tp) : y;
 }
 
 }  // namespace tessera::tp

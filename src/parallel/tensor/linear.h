@@ -67,4 +67,13 @@ class RowParallelLinearImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RowParallelLinear);
 
+// Functional forms of the two layers' forward (what the modules above and the Python
+// extension's torch.nn.Modules call): the caller owns the weight shards. `weight` is
+// [out/tp, in] (column) or [out, in/tp] (row); `bias` may be undefined (opts.bias is ignored:
+// the bias is used when defined). Same collectives, autograd and errors as forward().
+at::Tensor columnParallelLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                const CommPtr& tp, const ParallelLinearOptions& opts);
+at::Tensor rowParallelLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                             const CommPtr& tp, const ParallelLinearOptions& opts);
+
 }  // namespace tessera::tp

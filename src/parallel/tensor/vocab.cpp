@@ -133,17 +133,27 @@ void VocabParallelEmbeddingImpl::loadFull(const at::Tensor& fullWeight) {
 }
 
 at::Tensor VocabParallelEmbeddingImpl::forward(const at::Tensor& ids) {
+  return vocabParallelEmbedding(ids, weight, tp_, vocab_);
+}
+
+at::Tensor vocabParallelEmbedding(const at::Tensor& ids, const at::Tensor& weight, const CommPtr& tp,
+                                  int64_t vocab) {
+  TESSERA_CHECK(tp != nullptr, "VocabParallelEmbedding: no tensor-parallel group given");
+  const VocabRange range = vocabRange(vocab, tp->rank(), tp->size(), "VocabParallelEmbedding");
+  TESSERA_CHECK(weight.defined() && weight.dim() == 2 && weight.size(0) == range.size(),
+                "VocabParallelEmbedding: the weight shard must be [vocab/tp = {}, dim], got {}", range.size(),
+                weight.defined() ? shapeStr(weight) : "an undefined tensor");
   TESSERA_CHECK(ids.defined() && (ids.scalar_type() == at::kLong || ids.scalar_type() == at::kInt),
                 "VocabParallelEmbedding: ids must be int64 or int32, got {}",
                 ids.defined() ? dtypeStr(ids) : "an undefined tensor");
   TESSERA_CHECK(ids.device() == weight.device(), "VocabParallelEmbedding: ids are on {} but the weight is on {}",
                 ids.device().str(), weight.device().str());
-  checkIdRange("VocabParallelEmbedding", ids, vocab_);
-  if (tp_->size() == 1) return at::embedding(weight, ids);
-  at::Tensor outside = (ids < range_.start).logical_or(ids >= range_.end);
-  at::Tensor local = (ids - range_.start).masked_fill(outside, 0);
+  checkIdRange("VocabParallelEmbedding", ids, vocab);
+  if (tp->size() == 1) return at::embedding(weight, ids);
+  at::Tensor outside = (ids < range.start).logical_or(ids >= range.end);
+  at::Tensor local = (ids - range.start).masked_fill(outside, 0);
   at::Tensor partial = at::embedding(weight, local).masked_fill(outside.unsqueeze(-1), 0.0);
-  return reduceFromRegion(partial, tp_);
+  return reduceFromRegion(partial, tp);
 }
 
 // ---------------------------------------------------------------- cross-entropy

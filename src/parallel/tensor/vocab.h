@@ -72,6 +72,12 @@ class VocabParallelEmbeddingImpl : public torch::nn::Module {
 };
 TORCH_MODULE(VocabParallelEmbedding);
 
+// Functional form of VocabParallelEmbedding's forward (what the Python extension's module
+// calls): `weightShard` [vocab/tp, dim] holds rows vocabRange(vocab, tp rank, tp size). Same
+// collectives, autograd and errors as forward(). Collective over tp.
+at::Tensor vocabParallelEmbedding(const at::Tensor& ids, const at::Tensor& weightShard, const CommPtr& tp,
+                                  int64_t vocab);
+
 // Mean cross-entropy over N rows whose logits are split over `tp` by the vocab dimension:
 // `logitsShard` [N, V/tp] (float32/bf16/fp16; computed in float32) holds this rank's columns
 // [r*V/tp, (r+1)*V/tp); `targets` [N] int64, global ids in [0, V). Returns a float32 scalar equal

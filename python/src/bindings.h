@@ -1,0 +1,23 @@
+#pragma once
+// tessera._C: shared pieces of the binding files (one per C++ area).
+// Every binding that may wait on communication releases the GIL (py::gil_scoped_release),
+// so other Python threads (and autograd's Python hooks in other threads) keep running.
+#include <pybind11/pybind11.h>
+#include <torch/csrc/utils/pybind.h>  // at::Tensor <-> torch.Tensor casters (same TensorImpl)
+
+#include <string>
+
+#include "comm/communicator.h"
+
+namespace tessera::py {
+
+namespace pb = pybind11;
+
+// "sum" | "avg" | "max" | "min" (any case), or a tessera.ReduceOp value.
+ReduceOp toReduceOp(const pb::handle& op);
+
+void bindComm(pb::module_& m);
+void bindDdp(pb::module_& m);
+void bindTp(pb::module_& m);
+
+}  // namespace tessera::py

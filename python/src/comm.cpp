@@ -1,0 +1,239 @@
+// tessera._C: Communicator, Work, init()/Context and ProcessMesh.
+#include <pybind11/chrono.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <cctype>
+#include <memory>
+#include <optional>
+
+#include "bindings.h"
+#include "comm/bootstrap/init.h"
+#include "parallel/process_mesh.h"
+
+namespace tessera::py {
+
+ReduceOp toReduceOp(const pb::handle& op) {
+  if (pb::isinstance<ReduceOp>(op)) return op.cast<ReduceOp>();
+  if (pb::isinstance<pb::str>(op)) {
+    auto s = op.cast<std::string>();
+    std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (s == "sum") return ReduceOp::Sum;
+    if (s == "avg" || s == "mean") return ReduceOp::Avg;
+    if (s == "max") return ReduceOp::Max;
+    if (s == "min") return ReduceOp::Min;
+    throw Error("tessera: reduce op '" + op.cast<std::string>() + "' is not one of sum, avg, max, min");
+  }
+  throw Error("tessera: reduce op must be a string (sum, avg, max, min) or a tessera.ReduceOp, got " +
+              pb::str(pb::type::handle_of(op)).cast<std::string>());
+}
+
+namespace {
+
+// async_op=False: wait (GIL released) and return None, as torch.distributed does; else the Work.
+pb::object finish(WorkPtr w, bool async) {
+  if (async) return pb::cast(std::move(w));
+  {
+    pb::gil_scoped_release nogil;
+    w->wait();
+  }
+  return pb::none();
+}
+
+// Issues `op` with the GIL released (a backend may block while enqueueing).
+template <class F>
+pb::object issue(bool async, F&& op) {
+  WorkPtr w;
+  {
+    pb::gil_scoped_release nogil;
+    w = op();
+  }
+  return finish(std::move(w), async);
+}
+
+std::optional<Backend> toBackend(const std::optional<std::string>& b) {
+  if (!b) return std::nullopt;
+  if (*b == "gloo") return Backend::Gloo;
+  if (*b == "nccl") return Backend::Nccl;
+  throw Error("tessera.init: backend '" + *b + "' is not one of gloo, nccl");
+}
+
+}  // namespace
+
+void bindComm(pb::module_& m) {
+  pb::enum_<ReduceOp>(m, "ReduceOp")
+      .value("SUM", ReduceOp::Sum)
+      .value("AVG", ReduceOp::Avg)
+      .value("MAX", ReduceOp::Max)
+      .value("MIN", ReduceOp::Min);
+
+  pb::class_<Work, WorkPtr>(m, "Work", "Handle of one asynchronous op (see src/comm/work.h)")
+      .def("wait", &Work::wait, pb::call_guard<pb::gil_scoped_release>(),
+           "CPU: block until done (raises tessera.CommError on failure/timeout). CUDA: the current "
+           "stream waits on the op; returns at once.")
+      .def("synchronize", &Work::synchronize, pb::call_guard<pb::gil_scoped_release>(),
+           "Block the host until the op has finished (both backends).")
+      .def("is_completed", &Work::completed, "Non-blocking poll.")
+      .def_property_readonly("op", [](const Work& w) { return w.info().op; })
+      .def("__repr__", [](const Work& w) { return "<tessera.Work " + w.info().describe() + ">"; });
+
+  const char* asyncDoc = "async_op=False waits and returns None; True returns a Work.";
+  pb::class_<Communicator, CommPtr>(m, "Communicator",
+                                    "A group of ranks; every op is collective over it except send/recv "
+                                    "(see src/comm/communicator.h)")
+      .def_property_readonly("rank", &Communicator::rank)
+      .def_property_readonly("size", &Communicator::size)
+      .def_property_readonly("name", &Communicator::name)
+      .def_property_readonly("backend", [](const Communicator& c) { return std::string(toString(c.backend())); })
+      .def_property(
+          "timeout", [](const Communicator& c) { return c.timeout().count() / 1000.0; },
+          [](Communicator& c, double s) { c.setTimeout(std::chrono::milliseconds(static_cast<int64_t>(s * 1000))); },
+          "Per-op timeout in seconds.")
+      .def(
+          "all_reduce",
+          [](Communicator& c, const at::Tensor& t, const pb::object& op, bool async) {
+            ReduceOp r = toReduceOp(op);
+            return issue(async, [&] { return c.allReduce(t, r); });
+          },
+          pb::arg("tensor"), pb::arg("op") = "sum", pb::arg("async_op") = false, asyncDoc)
+      .def(
+          "broadcast",
+          [](Communicator& c, const at::Tensor& t, int root, bool async) {
+            return issue(async, [&] { return c.broadcast(t, root); });
+          },
+          pb::arg("tensor"), pb::arg("root") = 0, pb::arg("async_op") = false)
+      .def(
+          "reduce",
+          [](Communicator& c, const at::Tensor& t, int root, const pb::object& op, bool async) {
+            ReduceOp r = toReduceOp(op);
+            return issue(async, [&] { return c.reduce(t, root, r); });
+          },
+          pb::arg("tensor"), pb::arg("root") = 0, pb::arg("op") = "sum", pb::arg("async_op") = false)
+      .def(
+          "all_gather",
+          [](Communicator& c, const at::Tensor& out, const at::Tensor& in, bool async) {
+            return issue(async, [&] { return c.allGather(out, in); });
+          },
+          pb::arg("output"), pb::arg("input"), pb::arg("async_op") = false,
+          "output.numel() == size * input.numel(): rank 0's input, then rank 1's, ...")
+      .def(
+          "reduce_scatter",
+          [](Communicator& c, const at::Tensor& out, const at::Tensor& in, const pb::object& op, bool async) {
+            ReduceOp r = toReduceOp(op);
+            return issue(async, [&] { return c.reduceScatter(out, in, r); });
+          },
+          pb::arg("output"), pb::arg("input"), pb::arg("op") = "sum", pb::arg("async_op") = false,
+          "input.numel() == size * output.numel(): rank r gets the reduction of chunk r")
+      .def(
+          "all_to_all",
+          [](Communicator& c, const at::Tensor& out, const at::Tensor& in, bool async) {
+            return issue(async, [&] { return c.allToAll(out, in); });
+          },
+          pb::arg("output"), pb::arg("input"), pb::arg("async_op") = false)
+      .def(
+          "send",
+          [](Communicator& c, const at::Tensor& t, int peer, bool async) {
+            return issue(async, [&] { return c.send(t, peer); });
+          },
+          pb::arg("tensor"), pb::arg("peer"), pb::arg("async_op") = false)
+      .def(
+          "recv",
+          [](Communicator& c, const at::Tensor& t, int peer, bool async) {
+            return issue(async, [&] { return c.recv(t, peer); });
+          },
+          pb::arg("tensor"), pb::arg("peer"), pb::arg("async_op") = false)
+      .def(
+          "barrier", [](Communicator& c, bool async) { return issue(async, [&] { return c.barrier(); }); },
+          pb::arg("async_op") = false)
+      .def("split", &Communicator::split, pb::arg("color"), pb::arg("key"), pb::arg("name"),
+           pb::call_guard<pb::gil_scoped_release>(),
+           "Collective: ranks with the same color >= 0 form a new communicator ordered by (key, rank); "
+           "color < 0 gives None.")
+      .def("abort", &Communicator::abort, pb::arg("reason"), "Local: fail all pending and future ops.")
+      .def("__repr__", [](const Communicator& c) {
+        return "<tessera.Communicator '" + c.name() + "' rank " + std::to_string(c.rank()) + " of " +
+               std::to_string(c.size()) + " (" + toString(c.backend()) + ")>";
+      });
+
+  pb::class_<Context, std::shared_ptr<Context>>(m, "Context", "What tessera.init() found (see init.h)")
+      .def_readonly("world", &Context::world)
+      .def_property_readonly("rank", [](const Context& c) { return c.launch.rank; })
+      .def_property_readonly("world_size", [](const Context& c) { return c.launch.worldSize; })
+      .def_property_readonly("local_rank", [](const Context& c) { return c.launch.localRank; })
+      .def_property_readonly("local_world_size", [](const Context& c) { return c.launch.localWorldSize; })
+      .def_property_readonly("launcher", [](const Context& c) { return c.launch.launcher; })
+      .def_property_readonly("store_prefix", [](const Context& c) { return c.launch.storePrefix; })
+      .def_readonly("hostname", &Context::hostname)
+      .def_readonly("device", &Context::device)
+      .def_readonly("device_description", &Context::deviceDescription)
+      .def("__repr__", [](const Context& c) {
+        return "<tessera.Context launcher=" + c.launch.launcher + " rank " + std::to_string(c.launch.rank) + " of " +
+               std::to_string(c.launch.worldSize) + " on " + c.deviceDescription + ">";
+      });
+
+  m.def(
+      "init",
+      [](std::optional<int> rank, std::optional<int> worldSize, std::optional<int> localRank,
+         std::optional<int> localWorldSize, const std::string& storeHost, std::optional<int> storePort,
+         bool rank0HostsStore, std::optional<std::string> backend, std::optional<double> timeoutS) {
+        InitOptions o;
+        o.rank = rank;
+        o.worldSize = worldSize;
+        o.localRank = localRank;
+        o.localWorldSize = localWorldSize;
+        o.storeHost = storeHost;
+        if (storePort) o.storePort = static_cast<uint16_t>(*storePort);
+        o.rank0HostsStore = rank0HostsStore;
+        o.backend = toBackend(backend);
+        if (timeoutS) o.timeout = std::chrono::milliseconds(static_cast<int64_t>(*timeoutS * 1000));
+        pb::gil_scoped_release nogil;
+        return std::make_shared<Context>(init(o));
+      },
+      pb::arg("rank") = pb::none(), pb::arg("world_size") = pb::none(), pb::arg("local_rank") = pb::none(),
+      pb::arg("local_world_size") = pb::none(), pb::arg("store_host") = "127.0.0.1",
+      pb::arg("store_port") = pb::none(), pb::arg("rank0_hosts_store") = true, pb::arg("backend") = pb::none(),
+      pb::arg("timeout") = pb::none());
+
+  pb::class_<ProcessMesh, std::shared_ptr<ProcessMesh>>(m, "ProcessMesh",
+                                                        "dp x pp x tp, tp fastest-varying (see process_mesh.h)")
+      .def(pb::init([](CommPtr world, int dp, int pp, int tp) {
+             pb::gil_scoped_release nogil;
+             return std::make_shared<ProcessMesh>(std::move(world), dp, pp, tp);
+           }),
+           pb::arg("world"), pb::arg("dp"), pb::arg("pp"), pb::arg("tp"))
+      .def_property_readonly("dp_size", &ProcessMesh::dpSize)
+      .def_property_readonly("pp_size", &ProcessMesh::ppSize)
+      .def_property_readonly("tp_size", &ProcessMesh::tpSize)
+      .def_property_readonly("rank", &ProcessMesh::rank)
+      .def_property_readonly("coord",
+                             [](const ProcessMesh& m) {
+                               auto c = m.coord();
+                               return pb::make_tuple(c.dp, c.pp, c.tp);
+                             })
+      .def(
+          "coord_of",
+          [](const ProcessMesh& m, int r) {
+            auto c = m.coordOf(r);
+            return pb::make_tuple(c.dp, c.pp, c.tp);
+          },
+          pb::arg("rank"))
+      .def(
+          "rank_of", [](const ProcessMesh& m, int dp, int pp, int tp) { return m.rankOf(MeshCoord{dp, pp, tp}); },
+          pb::arg("dp"), pb::arg("pp"), pb::arg("tp"))
+      .def(
+          "group_ranks",
+          [](const ProcessMesh& m, const std::string& axis) {
+            if (axis == "dp") return m.groupRanks(MeshAxis::Data);
+            if (axis == "pp") return m.groupRanks(MeshAxis::Pipeline);
+            if (axis == "tp") return m.groupRanks(MeshAxis::Tensor);
+            throw Error("ProcessMesh.group_ranks: axis '" + axis + "' is not one of dp, pp, tp");
+          },
+          pb::arg("axis"))
+      .def_property_readonly("world", &ProcessMesh::world)
+      .def_property_readonly("dp", &ProcessMesh::dpGroup)
+      .def_property_readonly("pp", &ProcessMesh::ppGroup)
+      .def_property_readonly("tp", &ProcessMesh::tpGroup)
+      .def("__repr__", [](const ProcessMesh& m) { return "<tessera.ProcessMesh " + m.describe() + ">"; });
+}
+
+}  // namespace tessera::py
