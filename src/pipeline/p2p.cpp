@@ -1,6 +1,7 @@
 #include "pipeline/p2p.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/error.h"
 

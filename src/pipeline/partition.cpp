@@ -1,6 +1,7 @@
 #include "pipeline/partition.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <limits>

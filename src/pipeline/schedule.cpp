@@ -1,6 +1,7 @@
 #include "pipeline/schedule.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
