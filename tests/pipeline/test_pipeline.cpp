@@ -12,6 +12,10 @@
 // accumulated in autograd, and each micro-batch loss is scaled by 1/M before backward, so
 // only the summation order and the place of one scaling differ (a few ulps on gradients of
 // order 1e-2..1).
+// The same for tests/models' TinyGpt (8 pre-LN blocks, d 16, tokens [8, 8] → logits, mean
+// cross-entropy): int64 tokens into stage 0, [mb, 8, 16] activations between stages, for
+// GPipe, 1F1B and interleaved 1F1B at pp 2 and 4; same tolerance (LayerNorm and softmax are
+// per sample, so again only the batch reductions of the weight gradients are reordered).
 // Also: peak in-flight micro-batches ≤ pp − rank for 1F1B (and equal to the table's
 // peak for every schedule), outputs freed after their send; and errors (indivisible batch,
 // too few micro-batches, mismatched shapes between stages, input/target disagreement)
@@ -23,6 +27,7 @@
 #include <map>
 
 #include "harness/multiprocess.h"
+#include "models/tiny_models.h"
 #include "pipeline/executor.h"
 #include "pipeline/partition.h"
 
@@ -146,6 +151,86 @@ TESSERA_WORKER(pp_matches_unsplit) {
 
 TEST(Pipeline, MatchesUnsplitModelPp2) { expectAllOk(runWorkers("pp_matches_unsplit", {.ranks = 2})); }
 TEST(Pipeline, MatchesUnsplitModelPp4) { expectAllOk(runWorkers("pp_matches_unsplit", {.ranks = 4})); }
+
+namespace {
+// TinyGpt as embedding → blocks → head, sharing its parameters.
+struct GptEmbedImpl : torch::nn::Module {
+  GptEmbedImpl(torch::nn::Embedding t, torch::Tensor p) : tok(register_module("tok", t)) { pos = register_parameter("pos", p); }
+  torch::Tensor forward(const torch::Tensor& tokens) { return tok->forward(tokens) + pos.slice(0, 0, tokens.size(1)); }
+  torch::nn::Embedding tok;
+  torch::Tensor pos;
+};
+TORCH_MODULE(GptEmbed);
+struct GptHeadImpl : torch::nn::Module {
+  GptHeadImpl(torch::nn::LayerNorm l, torch::nn::Linear h) : lnf(register_module("lnf", l)), head(register_module("head", h)) {}
+  torch::Tensor forward(const torch::Tensor& x) { return head->forward(lnf->forward(x)); }
+  torch::nn::LayerNorm lnf;
+  torch::nn::Linear head;
+};
+TORCH_MODULE(GptHead);
+}  // namespace
+
+TESSERA_WORKER(pp_gpt) {
+  auto ctx = initWorker(w);
+  const auto& g = ctx.world;
+  const int P = g->size(), r = g->rank();
+  TinyGptOptions o{.vocab = 32, .d = 16, .layers = 8, .heads = 2, .seqLen = 8};
+  for (Case c : {Case{ScheduleKind::GPipe, 2, 1}, Case{ScheduleKind::OneFOneB, 4, 1},
+                 Case{ScheduleKind::Interleaved1F1B, 4, 2}}) {
+    auto gpt = makeTinyGpt(11, o);
+    SequentialModel m;
+    m.embedding = torch::nn::AnyModule(GptEmbed(gpt->tok, gpt->pos));
+    for (size_t i = 0; i < gpt->blocks->size(); ++i) m.blocks.emplace_back(gpt->blocks->ptr<GptBlockImpl>(i));
+    m.head = torch::nn::AnyModule(GptHead(gpt->lnf, gpt->head));
+    auto part = partitionModel(m, {.pp = P, .chunks = c.chunks});
+    std::vector<PipelineExecutor::ChunkFn> fns;
+    std::vector<at::Tensor> mine;
+    for (int k = 0; k < c.chunks; ++k) {
+      auto st = buildStage(m, part, part.stageOf(r, k));
+      fns.push_back(st.forward);
+      mine.insert(mine.end(), st.parameters.begin(), st.parameters.end());
+    }
+    PipelineExecutor exec(g, makeSchedule(c.kind, P, c.micro, c.chunks), fns, gptLoss);
+    auto batch = gptBatch(21, 0, 8, o);
+    auto refLoss = gptLoss(gpt->forward(batch.tokens), batch.targets);
+    refLoss.backward();
+    std::map<const void*, at::Tensor> ref;
+    for (auto& p : gpt->parameters()) ref[p.unsafeGetTensorImpl()] = p.grad().clone(), p.mutable_grad() = at::Tensor();
+    auto loss = exec.step(r == 0 ? batch.tokens : at::Tensor(), r == P - 1 ? batch.targets : at::Tensor());
+    const std::string where = fmt::format("gpt {} M={} rank {}", toString(c.kind), c.micro, r);
+    expectClose(loss, refLoss.detach(), where + " loss");
+    for (size_t i = 0; i < mine.size(); ++i)
+      expectClose(mine[i].grad(), ref.at(mine[i].unsafeGetTensorImpl()), fmt::format("{} param {} grad", where, i));
+    if (c.kind == ScheduleKind::OneFOneB) WCHECK(exec.peakInFlight() <= P - r, "{}: {} in flight", where, exec.peakInFlight());
+  }
+}
+
+TEST(Pipeline, TinyGptMatchesUnsplitPp2) { expectAllOk(runWorkers("pp_gpt", {.ranks = 2})); }
+TEST(Pipeline, TinyGptMatchesUnsplitPp4) { expectAllOk(runWorkers("pp_gpt", {.ranks = 4})); }
+
+// The typed P2P calls between two ranks: headers, single and fused transfers, and a tensor
+// that does not match the announced shape (refused before anything is sent).
+TESSERA_WORKER(pp_p2p_typed) {
+  auto ctx = initWorker(w);
+  StageP2P p2p(ctx.world, at::kCPU);
+  const int r = p2p.rank();
+  TensorMeta act{{3, 5}, at::kFloat}, grad{{3, 5}, at::kFloat};
+  auto a = randnSeeded({3, 5}, 1), g = randnSeeded({3, 5}, 2), a2 = randnSeeded({3, 5}, 3);
+  if (r == 0) {
+    p2p.sendHeader({0, TensorMeta{{2, 7, 4}, at::kBFloat16}}, p2p.next());
+    p2p.sendForward(a, act);
+    WCHECK(p2p.sendForwardRecvBackward(a2, act, grad).equal(g), "fused recv-backward got the wrong gradient");
+    expectErrorContaining([&] { p2p.sendForward(at::ones({3, 6}), act); },
+                          {"send-fwd", "as [3, 6] float32", "announced to rank 1 is [3, 5] float32"});
+  } else {
+    auto h = p2p.recvHeader(p2p.prev());
+    WCHECK(h.status == 0 && h.meta == (TensorMeta{{2, 7, 4}, at::kBFloat16}), "header {}", h.meta.str());
+    WCHECK(p2p.recvForward(act).equal(a), "recv-forward got the wrong activation");
+    WCHECK(p2p.sendBackwardRecvForward(g, grad, act).equal(a2), "fused recv-forward got the wrong activation");
+  }
+}
+
+TEST(Pipeline, TypedP2P) { expectAllOk(runWorkers("pp_p2p_typed", {.ranks = 2})); }
 
 TESSERA_WORKER(pp_errors) {
   auto ctx = initWorker(w);
