@@ -24,6 +24,10 @@
 // the shape, again with the communicator usable. Stages must be deterministic in shape:
 // an output whose shape or dtype differs from the probed one later is an error on the
 // rank that produced it (its peers then end with the communicator's error or timeout).
+// Likewise any other failure inside the schedule (a stage throwing on micro-batch 3, out of
+// memory): the failing rank throws "pipeline executor: forward of micro-batch 3 on stage 1
+// (pp rank 1, chunk 0) failed: ..."; its peers end with a communication error when its
+// process exits, at the latest after the communicator's timeout (test_pipeline checks it).
 // The probe runs each stage's forward once more: a stage drawing random numbers (dropout)
 // draws extra ones on the steps that probe.
 //

@@ -38,11 +38,14 @@ void PipelineExecutor::run(const std::vector<at::Tensor>& inputs, const std::vec
       TESSERA_CHECK(x.defined(), "pipeline executor: {} has no input", where("forward", m, c));
       if (!first) x.requires_grad_(true);
       in[c][m] = x;
-      at::Tensor y = chunks_[c](x);
-      if (last) {
-        y = loss_(y, targets.at(m)) / static_cast<double>(M);
-        lossSum.add_(y.detach().to(at::kFloat).reshape({1}));
+      at::Tensor y;
+      try {
+        y = chunks_[c](x);
+        if (last) y = loss_(y, targets.at(m)) / static_cast<double>(M);
+      } catch (const std::exception& e) {
+        throw Error(fmt::format("pipeline executor: {} failed: {}", where("forward", m, c), e.what()));
       }
+      if (last) lossSum.add_(y.detach().to(at::kFloat).reshape({1}));
       out[c][m] = y;
       held += bytesOf(y);
       stats_.peakOutputBytes = std::max(stats_.peakOutputBytes, held);
@@ -51,13 +54,14 @@ void PipelineExecutor::run(const std::vector<at::Tensor>& inputs, const std::vec
       const bool first = sched_.isFirstStage(r, c), last = sched_.isLastStage(r, c);
       auto& y = out[c][m];
       TESSERA_CHECK(y.defined(), "pipeline executor: {} before its forward", where("backward", m, c));
+      TESSERA_CHECK(last || outGrad[c][m].defined(), "pipeline executor: {} has no output gradient",
+                    where("backward", m, c));
       if (y.requires_grad()) {
-        if (last) {
-          torch::autograd::backward({y});
-        } else {
-          TESSERA_CHECK(outGrad[c][m].defined(), "pipeline executor: {} has no output gradient", where("backward", m, c));
+        try {
           // `y` may hold no data any more (freed after its send): its graph is what counts.
-          torch::autograd::backward({y}, {outGrad[c][m]});
+          torch::autograd::backward({y}, last ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{outGrad[c][m]});
+        } catch (const std::exception& e) {
+          throw Error(fmt::format("pipeline executor: {} failed: {}", where("backward", m, c), e.what()));
         }
       }
       if (!first) {

@@ -145,6 +145,11 @@ TESSERA_WORKER(pp_matches_unsplit) {
       int sends = 0;
       for (int k = 0; k < c.chunks; ++k) sends += exec->schedule().isLastStage(r, k) ? 0 : c.micro;
       WCHECK(st.freedOutputs == sends, "{}: freed {} outputs, sent {}", where, st.freedOutputs, sends);
+      // So the executor holds at most one micro-batch's output (between its forward and its
+      // send) plus the last stage's scalar losses, not one per micro-batch in flight.
+      const int64_t oneOutput = B / c.micro * D * 4, losses = c.micro * 4;
+      WCHECK(st.peakOutputBytes <= oneOutput + losses, "{}: held {} bytes of outputs (one is {})", where,
+             st.peakOutputBytes, oneOutput);
     }
   }
 }
@@ -231,6 +236,43 @@ TESSERA_WORKER(pp_p2p_typed) {
 }
 
 TEST(Pipeline, TypedP2P) { expectAllOk(runWorkers("pp_p2p_typed", {.ranks = 2})); }
+
+// A stage that throws in the middle of a step (micro-batch 2's forward, after the probe):
+// the failing rank names the stage and micro-batch; every other rank ends too (its pending
+// transfer fails when the peer's process exits, at the latest at the communicator's timeout).
+TESSERA_WORKER(pp_fail_mid_step) {
+  auto ctx = initWorker(w);
+  const auto& g = ctx.world;
+  const int P = g->size(), r = g->rank();
+  auto m = makeModel(5);
+  auto part = partitionModel(m, {.pp = P});
+  auto st = buildStage(m, part, r);
+  int calls = 0;
+  PipelineExecutor::ChunkFn fn = [&](const at::Tensor& x) {
+    if (r == 1 && at::GradMode::is_enabled() && calls++ == 2) throw std::runtime_error("injected failure");
+    return st.forward(x);
+  };
+  PipelineExecutor exec(g, makeSchedule(ScheduleKind::OneFOneB, P, 4), {fn}, mse);
+  exec.step(r == 0 ? randnSeeded({8, IN}, 1) : at::Tensor(), r == P - 1 ? randnSeeded({8, OUT}, 2) : at::Tensor());
+  WCHECK(false, "rank {} finished the step although stage 1 failed", r);
+}
+
+TEST(Pipeline, FailureMidStepEndsEveryRank) {
+  RunOptions o;
+  o.ranks = 4;
+  o.killSiblingsOnFailure = false;
+  o.env = {{"TESSERA_TIMEOUT_S", "10"}};
+  auto res = runWorkers("pp_fail_mid_step", o);
+  EXPECT_NE(res[1].output.find("forward of micro-batch 2 on stage 1 (pp rank 1, chunk 0) failed: injected failure"),
+            std::string::npos)
+      << res[1].output;
+  for (const auto& rr : res) {
+    EXPECT_FALSE(rr.killedByHarness) << "rank " << rr.rank << " hung:\n" << rr.output;
+    EXPECT_EQ(rr.exitCode, 1) << "rank " << rr.rank << ":\n" << rr.output;
+    EXPECT_EQ(rr.output.find("finished the step"), std::string::npos) << rr.output;
+    EXPECT_LT(rr.seconds, 25) << rr.output;
+  }
+}
 
 TESSERA_WORKER(pp_errors) {
   auto ctx = initWorker(w);

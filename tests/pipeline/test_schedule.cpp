@@ -174,6 +174,24 @@ TEST(Schedule, OneFOneBWarmUpIsPpMinusRankMinusOne) {
   }
 }
 
+TEST(Schedule, InterleavedWarmUpIsMegatrons) {
+  for (int pp = 2; pp <= 4; ++pp)
+    for (int M : {pp, 2 * pp}) {
+      const int V = 2, total = M * V;
+      auto s = makeSchedule(ScheduleKind::Interleaved1F1B, pp, M, V);
+      for (int r = 0; r < pp; ++r) {
+        int want = M == pp ? total : std::min((pp - r - 1) * 2 + (V - 1) * pp, total);
+        int fwdBeforeFirstB = 0;
+        for (const auto& a : s.ranks[r]) {
+          if (a.kind == Action::Backward) break;
+          if (a.kind == Action::Forward) ++fwdBeforeFirstB;
+        }
+        EXPECT_EQ(fwdBeforeFirstB, want + (want < total ? 1 : 0)) << "pp " << pp << " M " << M << " rank " << r;
+        EXPECT_EQ(s.peakInFlight(r), want + (want < total ? 1 : 0)) << "pp " << pp << " M " << M << " rank " << r;
+      }
+    }
+}
+
 TEST(Schedule, InterleavedTablesAreValidAndDeadlockFree) {
   for (int pp = 2; pp <= 4; ++pp)
     for (int V = 2; V <= 3; ++V)
