@@ -29,12 +29,16 @@
 // (pp rank 1, chunk 0) failed: ..."; its peers end with a communication error when its
 // process exits, at the latest after the communicator's timeout (test_pipeline checks it).
 // The probe runs each stage's forward once more: a stage drawing random numbers (dropout)
-// draws extra ones on the steps that probe.
+// draws extra ones, and one with running statistics (batch norm) updates them, on the steps
+// that probe. On GPUs the preamble (and a probe) read a few integers back to the host.
 //
 // Memory (Megatron's discipline): a stage output, once sent, keeps only its autograd graph;
 // its data is replaced by an empty tensor (the receiver has its own copy; backward runs
-// from the saved output with the received gradient). peakInFlight() counts the (micro,
-// chunk) pairs between forward and backward: for 1F1B at most pp − rank.
+// from the saved output with the received gradient). This frees memory when the stage's
+// last op does not save its own result for backward (true of a residual add or a Linear; a
+// final tanh's backward keeps the result alive, whatever the executor drops).
+// peakInFlight() counts the (micro, chunk) pairs between forward and backward: for 1F1B
+// at most pp − rank; lastStats() also has the bytes of outputs the executor holds.
 #include <ATen/ATen.h>
 
 #include <functional>
