@@ -1,0 +1,104 @@
+#pragma once
+// PipelineExecutor: runs one schedule table (schedule.h) over this rank's stage chunks.
+//
+// step(input, target) is collective over the pp group: every pp rank calls it once per
+// training step, in the same order. The batch is split along dim 0 into numMicro equal
+// micro-batches; `input` is needed on the rank owning stage 0 (pp rank 0), `target` on the
+// rank owning the last stage (pp rank pp − 1); other ranks may pass undefined tensors.
+// Each micro-batch's loss is loss(output, target) / numMicro, so the gradients accumulated
+// into the stages' parameters (never zeroed here) are those of the mean loss over the batch
+// when `loss` is a mean over the micro-batch. Returns the mean loss (a float32 scalar on
+// the executor's device) on every pp rank.
+//
+// Each step begins with one small all-reduce over the pp group (the preamble): the ranks'
+// schedules, the input's shape and batch size, the target's batch size. Every rank then
+// runs the same checks and, on a bad step, throws the same tessera::Error before any
+// activation moves (batch not divisible into micro-batches, input/target sizes disagree,
+// input or target or loss missing, ranks disagree on the schedule). The communicator is
+// left usable.
+// When the input's shape or dtype differs from the previous step's (or on the first step),
+// the stages' activation shapes are re-learnt by a probe: micro-batch 0 runs forward under
+// no_grad through the stages in order (stage s > 0 on zeros of the announced shape), each
+// stage sending the next a shape header. A stage that fails on what it receives (e.g. a
+// shape mismatch between stages) makes every rank throw an error naming that stage and
+// the shape, again with the communicator usable. Stages must be deterministic in shape:
+// an output whose shape or dtype differs from the probed one later is an error on the
+// rank that produced it (its peers then end with the communicator's error or timeout).
+// Likewise any other failure inside the schedule (a stage throwing on micro-batch 3, out of
+// memory): the failing rank throws "pipeline executor: forward of micro-batch 3 on stage 1
+// (pp rank 1, chunk 0) failed: ..."; its peers end with a communication error when its
+// process exits, at the latest after the communicator's timeout (test_pipeline checks it).
+// The probe runs each stage's forward once more: a stage drawing random numbers (dropout)
+// draws extra ones, and one with running statistics (batch norm) updates them, on the steps
+// that probe. On GPUs the preamble (and a probe) read a few integers back to the host.
+//
+// Memory (Megatron's discipline): a stage output, once sent, keeps only its autograd graph;
+// its data is replaced by an empty tensor (the receiver has its own copy; backward runs
+// from the saved output with the received gradient). This frees memory when the stage's
+// last op does not save its own result for backward (true of a residual add or a Linear; a
+// final tanh's backward keeps the result alive, whatever the executor drops).
+// peakInFlight() counts the (micro, chunk) pairs between forward and backward: for 1F1B
+// at most pp − rank; lastStats() also has the bytes of outputs the executor holds.
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "pipeline/p2p.h"
+#include "pipeline/schedule.h"
+
+namespace tessera::pipeline {
+
+struct ExecutorOptions {
+  at::Device device = at::kCPU;  // where activations, gradients, headers and the loss live
+  bool freeSentOutputs = true;    // Megatron's deallocate_output_tensor
+};
+
+struct StepStats {
+  int peakInFlight = 0;          // (micro, chunk) pairs between forward and backward
+  int64_t peakOutputBytes = 0;   // bytes of stage outputs held by the executor
+  int freedOutputs = 0;          // outputs whose data was freed after their send
+  bool probed = false;           // this step re-learnt the activation shapes
+};
+
+class PipelineExecutor {
+ public:
+  using ChunkFn = std::function<at::Tensor(const at::Tensor&)>;
+  using LossFn = std::function<at::Tensor(const at::Tensor& output, const at::Tensor& target)>;
+
+  // `chunks[c]`: this rank's chunk c (stage schedule.stageOf(rank, c)); `loss`: needed on
+  // the rank owning the last stage. Local (no communication); throws when the schedule's pp
+  // differs from the group's size or the number of chunks disagrees.
+  PipelineExecutor(CommPtr ppGroup, Schedule schedule, std::vector<ChunkFn> chunks, LossFn loss,
+                   ExecutorOptions opts = {});
+  ~PipelineExecutor();
+
+  at::Tensor step(const at::Tensor& input, const at::Tensor& target);
+
+  const Schedule& schedule() const { return sched_; }
+  const StepStats& lastStats() const { return stats_; }
+  int peakInFlight() const { return stats_.peakInFlight; }
+  int probes() const { return probes_; }
+
+ private:
+  // Returns the input's signature (dtype, ndim, dims).
+  std::vector<int64_t> preamble(const at::Tensor& input, const at::Tensor& target);
+  void probe(const at::Tensor& input0, const at::Tensor& target0);
+  void run(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& targets, at::Tensor& lossSum);
+  int rank() const;
+
+  CommPtr group_;
+  Schedule sched_;
+  std::vector<ChunkFn> chunks_;
+  LossFn loss_;
+  ExecutorOptions opts_;
+  std::unique_ptr<StageP2P> p2p_;
+  std::vector<TensorMeta> inMeta_, outMeta_;  // per chunk, from the last probe
+  std::vector<int64_t> signature_;            // input shape + dtype of the last probe
+  StepStats stats_;
+  int probes_ = 0;
+};
+
+}  // namespace tessera::pipeline

@@ -1,0 +1,110 @@
+// PipelineExecutor::run: walks this rank's schedule table (see executor.h for the contract).
+#include <torch/csrc/autograd/autograd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "pipeline/executor.h"
+
+namespace tessera::pipeline {
+
+namespace {
+int64_t bytesOf(const at::Tensor& t) {
+  return t.defined() ? static_cast<int64_t>(t.numel()) * static_cast<int64_t>(t.element_size()) : 0;
+}
+}  // namespace
+
+void PipelineExecutor::run(const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& targets,
+                           at::Tensor& lossSum) {
+  const int r = rank(), M = sched_.numMicro, V = sched_.chunks;
+  auto grid = [&] { return std::vector<std::vector<at::Tensor>>(V, std::vector<at::Tensor>(M)); };
+  // Per (chunk, micro): the stage input (a received leaf, or the micro-batch), the output kept
+  // for backward (the scaled loss on the last stage), the received output gradient, the input
+  // gradient to send.
+  auto in = grid(), out = grid(), outGrad = grid(), inGrad = grid();
+  int inFlight = 0;
+  int64_t held = 0;
+  auto where = [&](const char* what, int m, int c) {
+    return fmt::format("{} of micro-batch {} on stage {} (pp rank {}, chunk {})", what, m, sched_.stageOf(r, c), r, c);
+  };
+
+  for (const auto& a : sched_.ranks.at(r)) {
+    const int m = a.micro, c = a.chunk;
+    if (a.kind == Action::Forward) {
+      const bool first = sched_.isFirstStage(r, c), last = sched_.isLastStage(r, c);
+      at::Tensor x = first ? inputs.at(m) : in[c][m];
+      TESSERA_CHECK(x.defined(), "pipeline executor: {} has no input", where("forward", m, c));
+      if (!first) x.requires_grad_(true);
+      in[c][m] = x;
+      at::Tensor y;
+      try {
+        y = chunks_[c](x);
+        if (last) y = loss_(y, targets.at(m)) / static_cast<double>(M);
+      } catch (const std::exception& e) {
+        throw Error(fmt::format("pipeline executor: {} failed: {}", where("forward", m, c), e.what()));
+      }
+      if (last) lossSum.add_(y.detach().to(at::kFloat).reshape({1}));
+      out[c][m] = y;
+      held += bytesOf(y);
+      stats_.peakOutputBytes = std::max(stats_.peakOutputBytes, held);
+      stats_.peakInFlight = std::max(stats_.peakInFlight, ++inFlight);
+    } else if (a.kind == Action::Backward) {
+      const bool first = sched_.isFirstStage(r, c), last = sched_.isLastStage(r, c);
+      auto& y = out[c][m];
+      TESSERA_CHECK(y.defined(), "pipeline executor: {} before its forward", where("backward", m, c));
+      TESSERA_CHECK(last || outGrad[c][m].defined(), "pipeline executor: {} has no output gradient",
+                    where("backward", m, c));
+      if (y.requires_grad()) {
+        try {
+          // `y` may hold no data any more (freed after its send): its graph is what counts.
+          torch::autograd::backward({y}, last ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{outGrad[c][m]});
+        } catch (const std::exception& e) {
+          throw Error(fmt::format("pipeline executor: {} failed: {}", where("backward", m, c), e.what()));
+        }
+      }
+      if (!first) {
+        auto g = in[c][m].grad();
+        inGrad[c][m] = g.defined() ? g : at::zeros_like(in[c][m]);
+      }
+      held -= bytesOf(y);
+      y = at::Tensor();
+      in[c][m] = outGrad[c][m] = at::Tensor();
+      --inFlight;
+    } else {
+      std::vector<Transfer> ops;
+      for (const auto& t : a.comm) {
+        const int tm = t.micro, tc = t.chunk;
+        switch (t.kind) {
+          case CommKind::SendForward: ops.push_back({t.kind, outMeta_[tc], out[tc][tm], where("activation", tm, tc)}); break;
+          case CommKind::RecvForward: ops.push_back({t.kind, inMeta_[tc], {}, where("activation", tm, tc)}); break;
+          case CommKind::SendBackward: ops.push_back({t.kind, inMeta_[tc], inGrad[tc][tm], where("input gradient", tm, tc)}); break;
+          case CommKind::RecvBackward: ops.push_back({t.kind, outMeta_[tc], {}, where("output gradient", tm, tc)}); break;
+        }
+      }
+      auto got = p2p_->exchange(ops);
+      for (size_t i = 0; i < a.comm.size(); ++i) {
+        const auto& t = a.comm[i];
+        const int tm = t.micro, tc = t.chunk;
+        if (t.kind == CommKind::RecvForward) in[tc][tm] = got[i];
+        if (t.kind == CommKind::RecvBackward) outGrad[tc][tm] = got[i];
+        if (t.kind == CommKind::SendBackward) inGrad[tc][tm] = at::Tensor();
+        if (t.kind == CommKind::SendForward && opts_.freeSentOutputs) {
+          auto& y = out[tc][tm];
+          // Megatron's deallocate_output_tensor: keep the tensor (and its grad_fn), drop its
+          // data. Not when the output is the stage's input itself (an identity stage).
+          if (y.defined() && !y.is_same(in[tc][tm]) && y.grad_fn()) {
+            held -= bytesOf(y);
+            y.set_data(at::empty({0}, at::TensorOptions().dtype(y.scalar_type()).device(y.device())));
+            ++stats_.freedOutputs;
+          }
+        }
+      }
+    }
+  }
+  TESSERA_CHECK(inFlight == 0, "pipeline executor: {} (micro, chunk) pairs left without backward on pp rank {}",
+                inFlight, r);
+}
+
+}  // namespace tessera::pipeline

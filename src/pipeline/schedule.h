@@ -1,0 +1,79 @@
+#pragma once
+// Pipeline schedules as data: for every pp rank, the ordered list of actions it performs in
+// one training step — Forward/Backward of (micro-batch, chunk) and Comm batches (sends and
+// receives issued together as one batchP2P, completing together). Pure functions: no device,
+// no communication; the executor (executor.h) walks a table, tests simulate all ranks' tables.
+//
+// Stages: with `chunks` virtual stages per rank (interleaved), rank r's chunk c is virtual
+// stage c·pp + r (Megatron's assignment); stage 0 takes the micro-batch input, stage
+// pp·chunks − 1 computes the loss. Activations flow r → (r+1) % pp, gradients back.
+//
+// Schedules (M micro-batches, P = pp):
+// - GPipe: all M forwards, then all M backwards (in micro-batch order). Any M >= 1.
+// - 1F1B: warm-up of min(P − r − 1, M) forwards, then one-forward-one-backward, then the
+//   remaining backwards. Needs M >= P (fewer is an error: the pipeline would never fill).
+//   At most P − r micro-batches are in flight on rank r.
+// - Interleaved 1F1B (Megatron's ordering): chunks >= 2, pp >= 2, M % pp == 0; warm-up of
+//   (P − r − 1)·2 + (chunks − 1)·P forwards (all of them when M == P).
+// Communication placement: the compute orders above are played in lock-step ticks (each
+// rank runs its next computation once its input or output gradient has arrived in an
+// earlier tick); after each tick a rank issues one batch with the sends of what it just
+// computed and the receives of what its neighbours just computed. A batch thus pairs only
+// with its neighbours' batches of the same tick, so the tables cannot deadlock, and 1F1B's
+// fused send-forward-recv-backward / send-backward-recv-forward pairs fall out of it.
+// (Placing each receive just before the computation that needs it deadlocks interleaved
+// 1F1B as soon as M > pp; test_schedule's simulation showed it.)
+// Between two ranks, the k-th send a→b is matched with the k-th receive b←a.
+#include <string>
+#include <vector>
+
+namespace tessera::pipeline {
+
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B };
+const char* toString(ScheduleKind k);
+
+// `chunk` is always this rank's local chunk: SendForward: the chunk whose output is sent;
+// RecvForward: the chunk that takes it as input; RecvBackward: the chunk whose output's
+// gradient arrives; SendBackward: the chunk whose input gradient is sent.
+enum class CommKind { SendForward, RecvForward, SendBackward, RecvBackward };
+const char* toString(CommKind k);
+bool isSend(CommKind k);
+
+struct CommAction {
+  CommKind kind;
+  int micro = 0;
+  int chunk = 0;
+  int peer = 0;  // rank in the pp group
+};
+
+struct Action {
+  enum Kind { Forward, Backward, Comm } kind = Forward;
+  int micro = -1;                // Forward / Backward
+  int chunk = 0;                 // Forward / Backward
+  std::vector<CommAction> comm;  // Comm: one batch
+};
+
+struct Schedule {
+  ScheduleKind kind = ScheduleKind::OneFOneB;
+  int pp = 1, numMicro = 1, chunks = 1;
+  std::vector<std::vector<Action>> ranks;  // ranks[r][tick]
+
+  int numStages() const { return pp * chunks; }
+  int stageOf(int rank, int chunk) const { return chunk * pp + rank; }
+  bool isFirstStage(int rank, int chunk) const { return stageOf(rank, chunk) == 0; }
+  bool isLastStage(int rank, int chunk) const { return stageOf(rank, chunk) == numStages() - 1; }
+  // Max over the table of (forwards done − backwards done) on `rank`, in (micro, chunk) units.
+  int peakInFlight(int rank) const;
+  // One line per action, e.g. "F m0 c0", "comm [send-fwd m0 c0 -> 1, recv-bwd m0 c0 <- 1]".
+  std::string describe(int rank) const;
+};
+
+// Throws tessera::Error naming the numbers when the combination is invalid (pp < 1, M < 1,
+// 1F1B with M < pp, interleaved with M % pp != 0, chunks < 2 or pp < 2, chunks != 1 for
+// GPipe/1F1B).
+Schedule makeSchedule(ScheduleKind kind, int pp, int numMicro, int chunks = 1);
+
+// The 1F1B bound of in-flight micro-batches on `rank`: pp − rank (M when M is smaller).
+int oneFOneBBound(int pp, int rank, int numMicro);
+
+}  // namespace tessera::pipeline

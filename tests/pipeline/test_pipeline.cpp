@@ -1,0 +1,314 @@
+// Pipeline execution on Gloo (pp = 2 and 4 processes) against the unsplit model.
+//
+// Model: Linear(4→8) embedding, 8 blocks of tanh(Linear(8→8)), Linear(8→2) head, mean
+// squared error; every rank builds the whole model from the same seed, computes the
+// reference (whole batch, one backward) and then runs its own stages through the pipeline.
+// For GPipe, 1F1B and interleaved 1F1B (2 chunks) and 1, 2, 3, 4, 8 micro-batches (where
+// the schedule allows), three steps each (batch 24: probes the shapes; batch 24 again:
+// cached shapes; batch 48: shapes change, probes again): the loss on every rank and every
+// parameter gradient of this rank's stages equal the reference's.
+// Tolerance: fp32, rtol 1e-5, atol 1e-7. The pipeline computes the same products on
+// micro-batches: the GEMMs' reduction over the batch is split into per-micro-batch sums
+// accumulated in autograd, and each micro-batch loss is scaled by 1/M before backward, so
+// only the summation order and the place of one scaling differ (a few ulps on gradients of
+// order 1e-2..1).
+// The same for tests/models' TinyGpt (8 pre-LN blocks, d 16, tokens [8, 8] → logits, mean
+// cross-entropy): int64 tokens into stage 0, [mb, 8, 16] activations between stages, for
+// GPipe, 1F1B and interleaved 1F1B at pp 2 and 4; same tolerance (LayerNorm and softmax are
+// per sample, so again only the batch reductions of the weight gradients are reordered).
+// Also: peak in-flight micro-batches ≤ pp − rank for 1F1B (and equal to the table's
+// peak for every schedule), outputs freed after their send; and errors (indivisible batch,
+// too few micro-batches, mismatched shapes between stages, input/target disagreement)
+// thrown on every rank, the communicator still usable afterwards.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <map>
+
+#include "harness/multiprocess.h"
+#include "models/tiny_models.h"
+#include "pipeline/executor.h"
+#include "pipeline/partition.h"
+
+using namespace tessera;
+using namespace tessera::pipeline;
+using namespace tessera::testing;
+
+namespace {
+constexpr int64_t IN = 4, D = 8, OUT = 2, BLOCKS = 8;
+
+struct TanhBlockImpl : torch::nn::Module {
+  explicit TanhBlockImpl(int64_t d) : fc(register_module("fc", torch::nn::Linear(d, d))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return torch::tanh(fc->forward(x)); }
+  torch::nn::Linear fc;
+};
+TORCH_MODULE(TanhBlock);
+
+SequentialModel makeModel(uint64_t seed) {
+  torch::manual_seed(seed);
+  SequentialModel m;
+  m.embedding = torch::nn::AnyModule(torch::nn::Linear(IN, D));
+  for (int i = 0; i < BLOCKS; ++i) m.blocks.emplace_back(TanhBlock(D));
+  m.head = torch::nn::AnyModule(torch::nn::Linear(D, OUT));
+  return m;
+}
+
+std::vector<at::Tensor> allParams(const SequentialModel& m) {
+  std::vector<at::Tensor> out;
+  for (auto& p : m.embedding.ptr()->parameters()) out.push_back(p);
+  for (auto& b : m.blocks) for (auto& p : b.ptr()->parameters()) out.push_back(p);
+  for (auto& p : m.head.ptr()->parameters()) out.push_back(p);
+  return out;
+}
+
+at::Tensor mse(const at::Tensor& out, const at::Tensor& y) { return (out - y).pow(2).mean(); }
+
+at::Tensor randnSeeded(std::vector<int64_t> shape, uint64_t seed) {
+  auto g = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn(shape, g);
+}
+
+void expectClose(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  WCHECK(got.defined() && got.sizes() == want.sizes(), "{}: missing or wrong shape", what);
+  WCHECK(at::allclose(got, want, 1e-5, 1e-7), "{}: max |diff| = {}", what, (got - want).abs().max().item<double>());
+}
+
+struct Case {
+  ScheduleKind kind;
+  int micro, chunks;
+};
+
+std::vector<Case> casesFor(int P) {
+  std::vector<Case> out;
+  for (int M : {1, 2, 3, 4, 8}) {
+    out.push_back({ScheduleKind::GPipe, M, 1});
+    if (M >= P) out.push_back({ScheduleKind::OneFOneB, M, 1});
+    if (P >= 2 && M % P == 0) out.push_back({ScheduleKind::Interleaved1F1B, M, 2});
+  }
+  return out;
+}
+
+std::unique_ptr<PipelineExecutor> makeExecutor(const CommPtr& g, const SequentialModel& m, const Case& c,
+                                               std::vector<at::Tensor>* params = nullptr) {
+  const int P = g->size(), r = g->rank();
+  auto part = partitionModel(m, {.pp = P, .chunks = c.chunks});
+  std::vector<PipelineExecutor::ChunkFn> fns;
+  for (int k = 0; k < c.chunks; ++k) {
+    auto st = buildStage(m, part, part.stageOf(r, k));
+    fns.push_back(st.forward);
+    if (params) params->insert(params->end(), st.parameters.begin(), st.parameters.end());
+  }
+  return std::make_unique<PipelineExecutor>(g, makeSchedule(c.kind, P, c.micro, c.chunks), fns, mse);
+}
+}  // namespace
+
+TESSERA_WORKER(pp_matches_unsplit) {
+  auto ctx = initWorker(w);
+  const auto& g = ctx.world;
+  const int P = g->size(), r = g->rank();
+  for (const auto& c : casesFor(P)) {
+    const std::string name = fmt::format("{} M={} chunks={}", toString(c.kind), c.micro, c.chunks);
+    auto m = makeModel(5);
+    std::vector<at::Tensor> mine;
+    auto exec = makeExecutor(g, m, c, &mine);
+    for (int step = 0; step < 3; ++step) {
+      const int64_t B = step < 2 ? 24 : 48;
+      auto x = randnSeeded({B, IN}, 100 + step), y = randnSeeded({B, OUT}, 200 + step);
+      // Reference: the unsplit model on the whole batch.
+      auto params = allParams(m);
+      for (auto& p : params) p.mutable_grad() = at::Tensor();
+      auto h = m.embedding.forward(x);
+      for (auto& b : m.blocks) h = b.forward(h);
+      auto refLoss = mse(m.head.forward(h), y);
+      refLoss.backward();
+      std::map<const void*, at::Tensor> ref;
+      for (auto& p : params) ref[p.unsafeGetTensorImpl()] = p.grad().clone();
+      for (auto& p : params) p.mutable_grad() = at::Tensor();
+
+      auto loss = exec->step(r == 0 ? x : at::Tensor(), r == P - 1 ? y : at::Tensor());
+      const std::string where = fmt::format("{} step {} rank {}", name, step, r);
+      WCHECK(loss.dim() == 0 && loss.scalar_type() == at::kFloat, "{}: loss is not a float scalar", where);
+      expectClose(loss, refLoss.detach(), where + " loss");
+      WCHECK(!mine.empty(), "{}: no parameters", where);
+      for (size_t i = 0; i < mine.size(); ++i)
+        expectClose(mine[i].grad(), ref.at(mine[i].unsafeGetTensorImpl()), fmt::format("{} param {} grad", where, i));
+
+      const auto& st = exec->lastStats();
+      WCHECK(st.peakInFlight == exec->schedule().peakInFlight(r), "{}: peak in flight {} vs table {}", where,
+             st.peakInFlight, exec->schedule().peakInFlight(r));
+      if (c.kind == ScheduleKind::OneFOneB)
+        WCHECK(st.peakInFlight <= oneFOneBBound(P, r, c.micro), "{}: {} in flight > 1F1B bound {}", where, st.peakInFlight,
+               oneFOneBBound(P, r, c.micro));
+      WCHECK(st.probed == (step != 1), "{}: probed = {}", where, st.probed);
+      // Every output this rank sends (all but the last stage's) is freed once sent.
+      int sends = 0;
+      for (int k = 0; k < c.chunks; ++k) sends += exec->schedule().isLastStage(r, k) ? 0 : c.micro;
+      WCHECK(st.freedOutputs == sends, "{}: freed {} outputs, sent {}", where, st.freedOutputs, sends);
+      // So the executor holds at most one micro-batch's output (between its forward and its
+      // send) plus the last stage's scalar losses, not one per micro-batch in flight.
+      const int64_t oneOutput = B / c.micro * D * 4, losses = c.micro * 4;
+      WCHECK(st.peakOutputBytes <= oneOutput + losses, "{}: held {} bytes of outputs (one is {})", where,
+             st.peakOutputBytes, oneOutput);
+    }
+  }
+}
+
+TEST(Pipeline, MatchesUnsplitModelPp2) { expectAllOk(runWorkers("pp_matches_unsplit", {.ranks = 2})); }
+TEST(Pipeline, MatchesUnsplitModelPp4) { expectAllOk(runWorkers("pp_matches_unsplit", {.ranks = 4})); }
+
+namespace {
+// TinyGpt as embedding → blocks → head, sharing its parameters.
+struct GptEmbedImpl : torch::nn::Module {
+  GptEmbedImpl(torch::nn::Embedding t, torch::Tensor p) : tok(register_module("tok", t)) { pos = register_parameter("pos", p); }
+  torch::Tensor forward(const torch::Tensor& tokens) { return tok->forward(tokens) + pos.slice(0, 0, tokens.size(1)); }
+  torch::nn::Embedding tok;
+  torch::Tensor pos;
+};
+TORCH_MODULE(GptEmbed);
+struct GptHeadImpl : torch::nn::Module {
+  GptHeadImpl(torch::nn::LayerNorm l, torch::nn::Linear h) : lnf(register_module("lnf", l)), head(register_module("head", h)) {}
+  torch::Tensor forward(const torch::Tensor& x) { return head->forward(lnf->forward(x)); }
+  torch::nn::LayerNorm lnf;
+  torch::nn::Linear head;
+};
+TORCH_MODULE(GptHead);
+}  // namespace
+
+TESSERA_WORKER(pp_gpt) {
+  auto ctx = initWorker(w);
+  const auto& g = ctx.world;
+  const int P = g->size(), r = g->rank();
+  TinyGptOptions o{.vocab = 32, .d = 16, .layers = 8, .heads = 2, .seqLen = 8};
+  for (Case c : {Case{ScheduleKind::GPipe, 2, 1}, Case{ScheduleKind::OneFOneB, 4, 1},
+                 Case{ScheduleKind::Interleaved1F1B, 4, 2}}) {
+    auto gpt = makeTinyGpt(11, o);
+    SequentialModel m;
+    m.embedding = torch::nn::AnyModule(GptEmbed(gpt->tok, gpt->pos));
+    for (size_t i = 0; i < gpt->blocks->size(); ++i) m.blocks.emplace_back(gpt->blocks->ptr<GptBlockImpl>(i));
+    m.head = torch::nn::AnyModule(GptHead(gpt->lnf, gpt->head));
+    auto part = partitionModel(m, {.pp = P, .chunks = c.chunks});
+    std::vector<PipelineExecutor::ChunkFn> fns;
+    std::vector<at::Tensor> mine;
+    for (int k = 0; k < c.chunks; ++k) {
+      auto st = buildStage(m, part, part.stageOf(r, k));
+      fns.push_back(st.forward);
+      mine.insert(mine.end(), st.parameters.begin(), st.parameters.end());
+    }
+    PipelineExecutor exec(g, makeSchedule(c.kind, P, c.micro, c.chunks), fns, gptLoss);
+    auto batch = gptBatch(21, 0, 8, o);
+    auto refLoss = gptLoss(gpt->forward(batch.tokens), batch.targets);
+    refLoss.backward();
+    std::map<const void*, at::Tensor> ref;
+    for (auto& p : gpt->parameters()) ref[p.unsafeGetTensorImpl()] = p.grad().clone(), p.mutable_grad() = at::Tensor();
+    auto loss = exec.step(r == 0 ? batch.tokens : at::Tensor(), r == P - 1 ? batch.targets : at::Tensor());
+    const std::string where = fmt::format("gpt {} M={} rank {}", toString(c.kind), c.micro, r);
+    expectClose(loss, refLoss.detach(), where + " loss");
+    for (size_t i = 0; i < mine.size(); ++i)
+      expectClose(mine[i].grad(), ref.at(mine[i].unsafeGetTensorImpl()), fmt::format("{} param {} grad", where, i));
+    if (c.kind == ScheduleKind::OneFOneB) WCHECK(exec.peakInFlight() <= P - r, "{}: {} in flight", where, exec.peakInFlight());
+  }
+}
+
+TEST(Pipeline, TinyGptMatchesUnsplitPp2) { expectAllOk(runWorkers("pp_gpt", {.ranks = 2})); }
+TEST(Pipeline, TinyGptMatchesUnsplitPp4) { expectAllOk(runWorkers("pp_gpt", {.ranks = 4})); }
+
+// The typed P2P calls between two ranks: headers, single and fused transfers, and a tensor
+// that does not match the announced shape (refused before anything is sent).
+TESSERA_WORKER(pp_p2p_typed) {
+  auto ctx = initWorker(w);
+  StageP2P p2p(ctx.world, at::kCPU);
+  const int r = p2p.rank();
+  TensorMeta act{{3, 5}, at::kFloat}, grad{{3, 5}, at::kFloat};
+  auto a = randnSeeded({3, 5}, 1), g = randnSeeded({3, 5}, 2), a2 = randnSeeded({3, 5}, 3);
+  if (r == 0) {
+    p2p.sendHeader({0, TensorMeta{{2, 7, 4}, at::kBFloat16}}, p2p.next());
+    p2p.sendForward(a, act);
+    WCHECK(p2p.sendForwardRecvBackward(a2, act, grad).equal(g), "fused recv-backward got the wrong gradient");
+    expectErrorContaining([&] { p2p.sendForward(at::ones({3, 6}), act); },
+                          {"send-fwd", "as [3, 6] float32", "announced to rank 1 is [3, 5] float32"});
+  } else {
+    auto h = p2p.recvHeader(p2p.prev());
+    WCHECK(h.status == 0 && h.meta == (TensorMeta{{2, 7, 4}, at::kBFloat16}), "header {}", h.meta.str());
+    WCHECK(p2p.recvForward(act).equal(a), "recv-forward got the wrong activation");
+    WCHECK(p2p.sendBackwardRecvForward(g, grad, act).equal(a2), "fused recv-forward got the wrong activation");
+  }
+}
+
+TEST(Pipeline, TypedP2P) { expectAllOk(runWorkers("pp_p2p_typed", {.ranks = 2})); }
+
+// A stage that throws in the middle of a step (micro-batch 2's forward, after the probe):
+// the failing rank names the stage and micro-batch; every other rank ends too (its pending
+// transfer fails when the peer's process exits, at the latest at the communicator's timeout).
+TESSERA_WORKER(pp_fail_mid_step) {
+  auto ctx = initWorker(w);
+  const auto& g = ctx.world;
+  const int P = g->size(), r = g->rank();
+  auto m = makeModel(5);
+  auto part = partitionModel(m, {.pp = P});
+  auto st = buildStage(m, part, r);
+  int calls = 0;
+  PipelineExecutor::ChunkFn fn = [&](const at::Tensor& x) {
+    if (r == 1 && at::GradMode::is_enabled() && calls++ == 2) throw std::runtime_error("injected failure");
+    return st.forward(x);
+  };
+  PipelineExecutor exec(g, makeSchedule(ScheduleKind::OneFOneB, P, 4), {fn}, mse);
+  exec.step(r == 0 ? randnSeeded({8, IN}, 1) : at::Tensor(), r == P - 1 ? randnSeeded({8, OUT}, 2) : at::Tensor());
+  WCHECK(false, "rank {} finished the step although stage 1 failed", r);
+}
+
+TEST(Pipeline, FailureMidStepEndsEveryRank) {
+  RunOptions o;
+  o.ranks = 4;
+  o.killSiblingsOnFailure = false;
+  o.env = {{"TESSERA_TIMEOUT_S", "10"}};
+  auto res = runWorkers("pp_fail_mid_step", o);
+  EXPECT_NE(res[1].output.find("forward of micro-batch 2 on stage 1 (pp rank 1, chunk 0) failed: injected failure"),
+            std::string::npos)
+      << res[1].output;
+  for (const auto& rr : res) {
+    EXPECT_FALSE(rr.killedByHarness) << "rank " << rr.rank << " hung:\n" << rr.output;
+    EXPECT_EQ(rr.exitCode, 1) << "rank " << rr.rank << ":\n" << rr.output;
+    EXPECT_EQ(rr.output.find("finished the step"), std::string::npos) << rr.output;
+    EXPECT_LT(rr.seconds, 25) << rr.output;
+  }
+}
+
+TESSERA_WORKER(pp_errors) {
+  auto ctx = initWorker(w);
+  const auto& g = ctx.world;
+  const int P = g->size(), r = g->rank();
+  auto m = makeModel(5);
+  auto x = randnSeeded({24, IN}, 1), y = randnSeeded({24, OUT}, 2);
+  auto in = [&](const at::Tensor& t) { return r == 0 ? t : at::Tensor(); };
+  auto tgt = [&](const at::Tensor& t) { return r == P - 1 ? t : at::Tensor(); };
+
+  // Schedules: pure, so every rank throws the same.
+  expectErrorContaining([&] { makeSchedule(ScheduleKind::OneFOneB, P, P - 1); },
+                        {"1F1B needs at least as many micro-batches as pipeline stages", "pp = "});
+  expectErrorContaining([&] { makeSchedule(ScheduleKind::Interleaved1F1B, P, P + 1, 2); }, {"multiple of pp"});
+
+  auto exec = makeExecutor(g, m, {ScheduleKind::OneFOneB, 4, 1});
+  expectErrorContaining([&] { exec->step(in(x.narrow(0, 0, 10)), tgt(y.narrow(0, 0, 10))); },
+                        {"a batch of 10 samples is not divisible into 4 micro-batches"});
+  expectErrorContaining([&] { exec->step(in(x), tgt(y.narrow(0, 0, 12))); },
+                        {"the input batch has 24 samples but the target batch 12"});
+
+  // Stage 0 emits 9 features where stage 1 takes 8: every rank names stage 1 and the shape.
+  torch::manual_seed(9);
+  torch::nn::Linear bad(IN, D + 1), mid(D, D), head(D, OUT);
+  std::vector<PipelineExecutor::ChunkFn> fns{[&](const at::Tensor& t) {
+    if (r == 0) return bad->forward(t);
+    auto h = mid->forward(t);
+    return r == P - 1 ? head->forward(h) : h;
+  }};
+  PipelineExecutor broken(g, makeSchedule(ScheduleKind::OneFOneB, P, 4), fns, mse);
+  expectErrorContaining([&] { broken.step(in(x), tgt(y)); }, {"stage 1 (pp rank 1, chunk 0)", "[6, 9] float32"});
+
+  // The communicator is still usable: a correct step goes through.
+  auto loss = exec->step(in(x), tgt(y));
+  WCHECK(std::isfinite(loss.item<double>()), "loss after the errors is {}", loss.item<double>());
+}
+
+TEST(Pipeline, ErrorsEndEveryRankPp2) { expectAllOk(runWorkers("pp_errors", {.ranks = 2})); }
+TEST(Pipeline, ErrorsEndEveryRankPp4) { expectAllOk(runWorkers("pp_errors", {.ranks = 4})); }
