@@ -67,7 +67,8 @@ TEST(Fsdp, PrefetchDepthFollowsTheMemoryBudget) {
 }
 
 // Sharded (parameters + optimizer) and full state dicts: save after 2 steps, load into FSDP
-// objects built from other initial values, continue: bitwise the same as never stopping.
+// objects built from other initial values, continue: bitwise the same as never stopping
+// (the uninterrupted run also does an evaluation forward without backward in between).
 TESSERA_WORKER(fsdp_state_dict) {
   auto ctx = initWorker(w);
   Setup s;
@@ -79,6 +80,13 @@ TESSERA_WORKER(fsdp_state_dict) {
   auto sharded = fa.shardedStateDict();
   auto optState = oa.stateDict();
   auto full = fa.fullStateDict();
+  {  // an evaluation forward in between (no backward) changes nothing once resharded
+    torch::NoGradGuard ng;
+    auto evalLoss = fsdpLoss(fa, a, 99, 0, w.rank);
+    WCHECK(std::isfinite(evalLoss.item<double>()), "eval loss {}", evalLoss.item<double>());
+    fa.reshardAll();
+    WCHECK(fa.stats().unshardedUnits == 0, "{} units unsharded after reshardAll", fa.stats().unshardedUnits);
+  }
   for (int step = 2; step < 5; ++step) fsdpStep(fa, oa, a, step, 1, w.rank, 0);
   auto finalA = fa.fullStateDict();
 
@@ -115,7 +123,8 @@ TEST(Fsdp, StateDictRoundTrips) {
   expectAllOk(runWorkers("fsdp_state_dict", {.ranks = 2, .timeout = std::chrono::seconds(120)}));
 }
 
-// Bad input: each error names what is wrong (all checks here are local, so 1 rank).
+// Bad input: each error names what is wrong (all checks here are local, so 1 rank); a tensor
+// listed twice in one unit is accepted once.
 TESSERA_WORKER(fsdp_errors) {
   auto ctx = initWorker(w);
   auto m = makeTinyMlp(1);
@@ -141,6 +150,12 @@ TESSERA_WORKER(fsdp_errors) {
   expectErrorContaining([&] { FullyShardedDataParallel f({{"a", {P("fc1.weight")}}}, ctx.world, o); },
                         {"shardGroupSize 3 does not divide the world size 1"});
 
+  {  // the same tensor twice in one unit (tied weights inside a unit) is kept once
+    auto m3 = makeTinyMlp(3);
+    FullyShardedDataParallel f({{"a", {{"w", m3->fc1->weight}, {"b", m3->fc1->bias}, {"tied", m3->fc1->weight}}}},
+                               ctx.world);
+    WCHECK(f.layout(0).entries.size() == 2 && f.layout(0).numel == 32 * 8 + 32, "tied weight counted twice");
+  }
   auto m2 = makeTinyMlp(2);
   FullyShardedDataParallel f({{"fc1", {{"fc1.weight", m2->fc1->weight}, {"fc1.bias", m2->fc1->bias}}},
                               {"fc2", {{"fc2.weight", m2->fc2->weight}, {"fc2.bias", m2->fc2->bias}}}},

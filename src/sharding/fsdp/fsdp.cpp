@@ -210,6 +210,7 @@ void FullyShardedDataParallel::reshard(int u) {
 
 void FullyShardedDataParallel::reshardAll() {
   for (size_t u = 0; u < units_.size(); ++u) reshard(static_cast<int>(u));
+  if (!inBackward_) passOpen_ = false;  // e.g. after an eval forward: the next run starts a pass
 }
 
 void FullyShardedDataParallel::prefetchAfter(const std::vector<int>& order, int u) {

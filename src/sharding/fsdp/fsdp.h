@@ -96,7 +96,9 @@ class FullyShardedDataParallel {
   // Collective over the shard group (all-gathers) as described above.
   at::Tensor runUnit(size_t unit, const at::Tensor& input, const Fn& fn);
   std::vector<at::Tensor> runUnit(size_t unit, const std::vector<at::Tensor>& inputs, const MultiFn& fn);
-  // Local: reshards every unit (e.g. after a forward without backward).
+  // Local: reshards every unit and ends the current pass (call it after a forward without
+  // backward, e.g. evaluation under torch::NoGradGuard, which leaves non-resharding units
+  // such as the root gathered).
   void reshardAll();
 
   class NoSync {
