@@ -132,7 +132,7 @@ inline at::Tensor refLoss(Task& t, int step, int accum, int world) {
 }
 
 // One training step of FSDP (accum micro-batches, noSync on all but the last).
-inline void fsdpStep(FullyShardedDataParallel& f, ShardedAdamW& opt, Task& t, int step, int accum, int rank, double clip) {
+inline double fsdpStep(FullyShardedDataParallel& f, ShardedAdamW& opt, Task& t, int step, int accum, int rank, double clip) {
   opt.zeroGrad();
   for (int k = 0; k < accum; ++k) {
     auto loss = fsdpLoss(f, t, step, k, rank) / accum;
@@ -143,8 +143,9 @@ inline void fsdpStep(FullyShardedDataParallel& f, ShardedAdamW& opt, Task& t, in
       loss.backward();
     }
   }
-  if (clip > 0) f.clipGradNorm(clip);
+  const double norm = clip > 0 ? f.clipGradNorm(clip) : 0;
   opt.step();
+  return norm;  // the gradient norm before clipping (0 when not clipping)
 }
 
 inline Setup setupFrom(std::map<std::string, std::string>& a) {

@@ -56,7 +56,10 @@ TESSERA_WORKER(fsdp_train) {
   auto task = makeTask(s, 100 + w.rank);
   FullyShardedDataParallel fsdp(task.units, ctx.world, o);
   ShardedAdamW opt(fsdp, {.lr = kLr});
-  for (int step = 0; step < kSteps; ++step) fsdpStep(fsdp, opt, task, step, accum, w.rank, clip);
+  for (int step = 0; step < kSteps; ++step) {
+    const double norm = fsdpStep(fsdp, opt, task, step, accum, w.rank, clip);
+    WCHECK(clip == 0 || norm > clip, "step {}: gradient norm {} <= {}: clipping would not be tested", step, norm, clip);
+  }
   auto got = fsdp.fullStateDict();
 
   if (fsdp.replicaGroup()) {  // hybrid: replicas hold bitwise identical shards
