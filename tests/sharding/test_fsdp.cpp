@@ -36,7 +36,7 @@ using namespace tessera;
 using namespace tessera::testing;
 
 // arg: model=mlp|gpt; layers=n; dtype=fp32|bf16; reduce=fp32|bf16; accum=k; hybrid=s; frozen=0|1;
-// auto=<bytes>; budget=<bytes>; clip=<max norm>
+// auto=<bytes>; budget=<bytes>; clip=<max norm>; raf=0|1 (reshardAfterForward of the block units)
 TESSERA_WORKER(fsdp_train) {
   auto a = parseArgs(w.arg);
   auto get = [&](const char* k, const char* d) { return a.count(k) ? a[k] : std::string(d); };
@@ -51,6 +51,7 @@ TESSERA_WORKER(fsdp_train) {
   if (get("reduce", "fp32") == "bf16") o.reduceDtype = at::kBFloat16;
   o.shardGroupSize = std::stoi(get("hybrid", "0"));
   o.prefetchBudgetBytes = std::stoul(get("budget", "0"));
+  o.reshardAfterForward = get("raf", "1") == "1";
 
   // Every rank starts from a different init: FSDP must broadcast rank 0's (seed 100).
   auto task = makeTask(s, 100 + w.rank);
@@ -143,4 +144,5 @@ INSTANTIATE_TEST_SUITE_P(
                       FsdpCase{4, "model=gpt;hybrid=2"},              // 2 x 2 hybrid sharding
                       FsdpCase{2, "model=gpt;frozen=1"}, FsdpCase{2, "model=mlp;frozen=1"},
                       FsdpCase{2, "model=gpt;clip=0.05"},
+                      FsdpCase{2, "model=gpt;raf=0"},                 // gathered from forward to backward
                       FsdpCase{2, "model=gpt;layers=4;auto=20000;budget=60000"}));
