@@ -1,5 +1,6 @@
 // FullyShardedDataParallel behaviour on Gloo: prefetch depth under a memory budget
-// (instrumented peak of unsharded units), state-dict round trips, and the clear errors.
+// (instrumented peak of unsharded units), state-dict round trips, the clear errors, and a
+// unit whose forward leaves some of its parameters unused.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -178,3 +179,43 @@ TESSERA_WORKER(fsdp_errors) {
 }
 
 TEST(Fsdp, BadInputIsAClearError) { expectAllOk(runWorkers("fsdp_errors", {.ranks = 1})); }
+
+// A unit whose forward skips some of its parameters (fc2 inside unit "fc1+fc2"): that unit's
+// gradients are incomplete until the end of backward, where they are reduce-scattered with
+// zeros for fc2; the gradient shards, gathered, equal the single-process gradient.
+TESSERA_WORKER(fsdp_unused) {
+  auto ctx = initWorker(w);
+  auto m = makeTinyMlp(5);
+  m->skipFc2 = true;
+  std::vector<FsdpUnitSpec> units = {
+      {"fc1+fc2", {{"fc1.weight", m->fc1->weight}, {"fc1.bias", m->fc1->bias}, {"fc2.weight", m->fc2->weight},
+                   {"fc2.bias", m->fc2->bias}}},
+      {"fc3", {{"fc3.weight", m->fc3->weight}, {"fc3.bias", m->fc3->bias}}}};
+  FullyShardedDataParallel f(units, ctx.world);
+  auto b = mlpBatch(7, w.rank, 4);
+  auto h = f.runUnit(0, b.x, [&](const at::Tensor& x) { return torch::relu(m->fc1->forward(x)); });
+  mlpLoss(f.runUnit(1, h, [&](const at::Tensor& x) { return m->fc3->forward(x); }), b.y).backward();
+
+  auto ref = makeTinyMlp(5);
+  ref->skipFc2 = true;
+  auto rb = concatMlpBatches(7, w.world, 4);
+  mlpLoss(ref->forward(rb.x), rb.y).backward();
+  auto refParams = ref->named_parameters();
+  for (size_t u = 0; u < f.numUnits(); ++u) {
+    const auto& l = f.layout(u);
+    auto full = at::empty({l.paddedNumel}, at::kFloat);
+    ctx.world->allGather(full, f.gradShard(u))->synchronize();
+    for (const auto& e : l.entries) {
+      auto g = full.narrow(0, e.offset, e.numel).view(e.shape);
+      auto want = refParams[e.name].grad();
+      if (!want.defined()) want = at::zeros_like(g);
+      const double d = (g - want).abs().max().item<double>();
+      WCHECK(d < 1e-6, "gradient of '{}' differs by {}", e.name, d);
+    }
+  }
+  WCHECK(f.stats().unshardedUnits == 0, "{} units left unsharded", f.stats().unshardedUnits);
+}
+
+TEST(Fsdp, UnitWithUnusedParametersReducesAtTheEndOfBackward) {
+  expectAllOk(runWorkers("fsdp_unused", {.ranks = 2, .timeout = std::chrono::seconds(60)}));
+}
