@@ -44,6 +44,7 @@ struct Task {
   std::vector<FsdpUnitSpec> units;
   std::vector<std::vector<size_t>> blocksOf;  // gpt: unit -> block indices (unit 0 is the root)
   TinyGptOptions gopts;
+  torch::Device dev = torch::kCPU;
 };
 
 inline void freeze(torch::nn::Module& m) {
@@ -52,12 +53,14 @@ inline void freeze(torch::nn::Module& m) {
   }
 }
 
-inline Task makeTask(const Setup& s, uint64_t seed) {
+inline Task makeTask(const Setup& s, uint64_t seed, const torch::Device& dev = torch::kCPU) {
   Task t;
+  t.dev = dev;
   if (s.model == "gpt") {
     t.gopts.layers = s.layers;
     t.gpt = makeTinyGpt(seed, t.gopts);
     t.module = t.gpt.ptr();
+    t.gpt->to(dev);
     if (s.frozen) freeze(*t.module);
     FsdpUnitSpec root{"root", {}, false, {}};
     for (auto& p : t.gpt->named_parameters(true)) {
@@ -74,6 +77,7 @@ inline Task makeTask(const Setup& s, uint64_t seed) {
   } else {
     t.mlp = makeTinyMlp(seed);
     t.module = t.mlp.ptr();
+    t.mlp->to(dev);
     if (s.frozen) freeze(*t.module);
     for (const char* n : {"fc1", "fc2", "fc3"}) {
       FsdpUnitSpec u{n, {}, std::nullopt, {}};
@@ -89,7 +93,7 @@ inline Task makeTask(const Setup& s, uint64_t seed) {
 
 inline at::Tensor fsdpLoss(FullyShardedDataParallel& f, Task& t, int step, int micro, int rank) {
   if (!t.gpt.is_empty()) {
-    auto b = gptBatch(1000 * step + micro, rank, kBatch, t.gopts);
+    auto b = gptBatch(1000 * step + micro, rank, kBatch, t.gopts, t.dev);
     auto m = t.gpt;
     auto x = f.runUnit(0, b.tokens, [&](const at::Tensor& tok) {
       return m->tok->forward(tok) + m->pos.slice(0, 0, tok.size(1));
@@ -104,7 +108,7 @@ inline at::Tensor fsdpLoss(FullyShardedDataParallel& f, Task& t, int step, int m
     auto logits = f.runUnit(0, x, [&](const at::Tensor& h) { return m->head->forward(m->lnf->forward(h)); });
     return gptLoss(logits, b.targets);
   }
-  auto b = mlpBatch(1000 * step + micro, rank, kBatch);
+  auto b = mlpBatch(1000 * step + micro, rank, kBatch, {}, t.dev);
   auto m = t.mlp;
   auto h = f.runUnit(0, b.x, [&](const at::Tensor& x) { return torch::relu(m->fc1->forward(x)); });
   h = f.runUnit(1, h, [&](const at::Tensor& x) { return torch::relu(m->fc2->forward(x)); });
@@ -116,7 +120,7 @@ inline at::Tensor refLoss(Task& t, int step, int accum, int world) {
   if (!t.gpt.is_empty()) {
     std::vector<at::Tensor> tok, tgt;
     for (int k = 0; k < accum; ++k) {
-      auto b = concatGptBatches(1000 * step + k, world, kBatch, t.gopts);
+      auto b = concatGptBatches(1000 * step + k, world, kBatch, t.gopts, t.dev);
       tok.push_back(b.tokens);
       tgt.push_back(b.targets);
     }
@@ -124,7 +128,7 @@ inline at::Tensor refLoss(Task& t, int step, int accum, int world) {
   }
   std::vector<at::Tensor> x, y;
   for (int k = 0; k < accum; ++k) {
-    auto b = concatMlpBatches(1000 * step + k, world, kBatch);
+    auto b = concatMlpBatches(1000 * step + k, world, kBatch, {}, t.dev);
     x.push_back(b.x);
     y.push_back(b.y);
   }
