@@ -1,0 +1,183 @@
+#pragma once
+// tessera::FullyShardedDataParallel: parameters sharded over the ranks unit by unit, gathered
+// just in time (with memory-budgeted prefetch), gradients reduce-scattered as soon as a
+// unit's backward has produced them.
+//
+// Usage (every rank of `comm`, same model and units, different data):
+//   std::vector<FsdpUnitSpec> units = {{"root", rootParams, /*reshardAfterForward=*/false}, ...};
+//   FullyShardedDataParallel fsdp(units, comm, {.paramDtype = at::kBFloat16});
+//   ShardedAdamW opt(fsdp, {.lr = 1e-3});
+//   for (...) {
+//     auto h = fsdp.runUnit(0, tokens, [&](const at::Tensor& t) { return embed(t); });
+//     for (i...) h = fsdp.runUnit(1 + i, h, [&](const at::Tensor& x) { return blocks[i](x); });
+//     auto logits = fsdp.runUnit(0, h, [&](const at::Tensor& x) { return head(x); });
+//     lossFn(logits, y).backward();   // grad shards hold the average over ranks on return
+//     fsdp.clipGradNorm(1.0);          // optional, collective
+//     opt.step(); opt.zeroGrad();
+//   }
+//   { auto guard = fsdp.noSync(); ...forward/backward... }   // accumulate, no communication
+//
+// Contract:
+// - Construction is collective over `comm`: every rank passes the same units (names, shapes,
+//   dtypes; else tessera::Error naming the first difference); rank 0's values are broadcast
+//   (syncModuleStates). Each unit's parameters are flattened (trainable, frozen, padding; see
+//   flat_param.h) and split evenly over the shard group; the rank keeps its fp32 master shard
+//   and an fp32 gradient shard. Every parameter tensor then becomes (set_data) a view of the
+//   unit's unsharded buffer in paramDtype, whose storage is released while the unit is
+//   sharded: do not touch a unit's parameters outside runUnit (they have no memory).
+// - runUnit(u, x, fn) gathers unit u (waiting for its all-gather, issuing prefetches), runs
+//   fn, and reshards u afterwards unless the unit's reshardAfterForward is false. Outputs that
+//   require grad pass through an identity autograd node whose backward re-gathers u (and
+//   prefetches) before u's backward runs. When every trainable parameter of u has its
+//   gradient, the gradients are flattened (cast to reduceDtype, divided by the world size),
+//   reduce-scattered, and u is resharded (units holding frozen parameters stay unsharded until
+//   the end of backward, since ops on frozen parameters may still need them). At the end of
+//   backward every reduce-scatter is waited for and added (fp32) into the grad shards, and
+//   every unit is resharded. Parameters of a unit that got no gradient contribute zeros.
+// - Every rank must run the same units in the same order (all-gathers and reduce-scatters are
+//   issued in that order); a unit may run several times per iteration (e.g. the root).
+//   runUnit does not nest. Not thread-safe; the FSDP object must outlive every backward over
+//   its units. One backward per forward (no retain_graph re-runs).
+// - Hybrid sharding (shardGroupSize s < world): shard within groups of s consecutive ranks,
+//   replicate across the world/s groups (gradient shards all-reduced across replicas).
+// - Devices: CPU (Gloo) and CUDA (NCCL) through Communicator only. On CUDA, all-gathers and
+//   reduce-scatters run on the communicator's stream; Work::wait() orders the caller's
+//   current stream after them (no host sync); the communicator keeps the tensors alive.
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "sharding/fsdp/flat_param.h"
+#include "sharding/fsdp/unit.h"
+
+namespace tessera {
+
+struct FsdpOptions {
+  c10::ScalarType paramDtype = at::kFloat;   // gathered (compute) dtype: fp32, bf16, fp16
+  c10::ScalarType reduceDtype = at::kFloat;  // gradients are reduce-scattered in this dtype
+  bool reshardAfterForward = true;           // default for units that do not say
+  // Bytes (paramDtype, padded) of unsharded parameters allowed alive at once counting
+  // prefetches: prefetch goes as deep as this allows (see prefetch.h). 0: no prefetch.
+  size_t prefetchBudgetBytes = 0;
+  int shardGroupSize = 0;  // 0 or world size: plain FSDP; else hybrid (divides the world size)
+  bool syncModuleStates = true;
+};
+
+// Instrumentation (local counters, reset by resetStats()).
+struct FsdpStats {
+  int unshardedUnits = 0;          // now: units gathered or being gathered
+  int peakUnshardedUnits = 0;
+  size_t unshardedBytes = 0;
+  size_t peakUnshardedBytes = 0;
+  int64_t allGathers = 0, prefetches = 0, reduceScatters = 0;
+};
+
+namespace fsdp {
+struct Unit;
+}
+
+class FullyShardedDataParallel {
+ public:
+  using Named = std::vector<std::pair<std::string, at::Tensor>>;
+  using Fn = std::function<at::Tensor(const at::Tensor&)>;
+  using MultiFn = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+
+  FullyShardedDataParallel(std::vector<FsdpUnitSpec> units, CommPtr comm, FsdpOptions options = {});
+  ~FullyShardedDataParallel();
+  FullyShardedDataParallel(const FullyShardedDataParallel&) = delete;
+  FullyShardedDataParallel& operator=(const FullyShardedDataParallel&) = delete;
+
+  // Collective over the shard group (all-gathers) as described above.
+  at::Tensor runUnit(size_t unit, const at::Tensor& input, const Fn& fn);
+  std::vector<at::Tensor> runUnit(size_t unit, const std::vector<at::Tensor>& inputs, const MultiFn& fn);
+  // Local: reshards every unit and ends the current pass (call it after a forward without
+  // backward, e.g. evaluation under torch::NoGradGuard, which leaves non-resharding units
+  // such as the root gathered).
+  void reshardAll();
+
+  class NoSync {
+   public:
+    explicit NoSync(FullyShardedDataParallel& f);
+    ~NoSync();
+    NoSync(const NoSync&) = delete;
+
+   private:
+    FullyShardedDataParallel& f_;
+    bool prev_;
+  };
+  // While a NoSync lives, backward accumulates unsharded fp32 gradients locally (memory:
+  // one full fp32 copy per unit); the next synchronised backward adds them in.
+  NoSync noSync() { return NoSync(*this); }
+
+  // Local: zeroes the gradient shards and drops accumulated noSync gradients.
+  void zeroGrad();
+  // Collective over the world: total L2 norm of the model's gradient (all shards); scales the
+  // shards by maxNorm / (norm + 1e-6) when that is < 1 (as torch::nn::utils::clip_grad_norm_).
+  // Returns the norm before clipping.
+  double clipGradNorm(double maxNorm);
+
+  // Sharded state, for the optimizer and checkpoints.
+  size_t numUnits() const;
+  const std::string& unitName(size_t u) const;
+  const fsdp::FlatLayout& layout(size_t u) const;
+  at::Tensor masterShard(size_t u) const;  // fp32 [shardNumel], this rank's shard
+  at::Tensor gradShard(size_t u) const;    // fp32 [shardNumel]
+  int shardRank() const;
+  const CommPtr& shardGroup() const { return shardComm_; }
+  const CommPtr& replicaGroup() const { return replicaComm_; }  // null unless hybrid
+  const CommPtr& world() const { return world_; }
+
+  // Full state dict: collective over the world; on world rank 0 every parameter by name
+  // (fp32, full shape, fresh tensors on the parameters' device), empty on other ranks.
+  std::map<std::string, at::Tensor> fullStateDict();
+  // Collective over the world: rank 0's `sd` (must hold every parameter with its shape) is
+  // broadcast and each rank keeps its shard; other ranks' `sd` is ignored.
+  void loadFullStateDict(const std::map<std::string, at::Tensor>& sd);
+  // Local: "<unit>.flat_shard" -> clone of this rank's master shard, and "<unit>.layout" ->
+  // int64 [numel, paddedNumel, shards, rank] to check on load.
+  std::map<std::string, at::Tensor> shardedStateDict() const;
+  // Local: loads what shardedStateDict saved on the same shard rank and layout (tessera::Error
+  // naming the key otherwise).
+  void loadShardedStateDict(const std::map<std::string, at::Tensor>& sd);
+
+  const FsdpStats& stats() const { return stats_; }
+  void resetStats();
+  const FsdpOptions& options() const { return opts_; }
+
+  // Called by autograd hooks (internal).
+  void onPreBackward(int u);
+  void onGradReady(int u, int param);
+
+ private:
+  void gather(int u, bool prefetch);
+  void waitGathered(int u);
+  void reshard(int u);
+  void prefetchAfter(const std::vector<int>& order, int u);
+  void beginBackward();
+  void processGrads(int u);
+  void launchReady();
+  void finalizeBackward();
+  void resetPass();
+  bool reshardsAfterForward(int u) const;
+
+  CommPtr world_, shardComm_, replicaComm_;
+  FsdpOptions opts_;
+  std::vector<std::unique_ptr<fsdp::Unit>> units_;
+  std::vector<size_t> unitBytes_;
+  std::vector<bool> alive_;
+  FsdpStats stats_;
+  bool sync_ = true;
+  int running_ = -1;
+  // Iteration bookkeeping: first-run order of this pass, the last finished pass's order.
+  std::vector<int> passOrder_, plannedOrder_, backwardOrder_;
+  bool passOpen_ = false, inBackward_ = false;
+  size_t nextLaunch_ = 0;
+};
+
+}  // namespace tessera

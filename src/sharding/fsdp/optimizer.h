@@ -1,0 +1,47 @@
+#pragma once
+// ShardedAdamW: AdamW over FSDP's flat fp32 master shards. Each rank keeps the optimizer
+// state (exp_avg, exp_avg_sq) only for the trainable elements of its shards (frozen
+// parameters and padding are never stepped), so with the same gradients the result equals
+// torch::optim::AdamW on the unsharded parameters element for element.
+//
+// Contract: step() and zeroGrad() are local; call step() after backward (and after
+// fsdp.clipGradNorm if clipping) on every rank. Parameters whose gradient was zero are still
+// stepped (momentum and weight decay apply), unlike torch's AdamW, which skips parameters with
+// no gradient at all. The FSDP object must outlive the optimizer.
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/adamw.h"
+#include "sharding/fsdp/fsdp.h"
+
+namespace tessera {
+
+struct AdamWOptions {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 1e-2;
+};
+
+class ShardedAdamW {
+ public:
+  ShardedAdamW(FullyShardedDataParallel& fsdp, AdamWOptions options = {});
+
+  void step();
+  void zeroGrad() { fsdp_.zeroGrad(); }
+  int64_t steps() const { return step_; }
+  AdamWOptions& options() { return opts_; }
+
+  // Local: "<unit>.exp_avg", "<unit>.exp_avg_sq" (this rank's shard state) and "step".
+  std::map<std::string, at::Tensor> stateDict() const;
+  // Local: what stateDict saved on the same shard rank (tessera::Error naming the key otherwise).
+  void loadStateDict(const std::map<std::string, at::Tensor>& sd);
+
+ private:
+  FullyShardedDataParallel& fsdp_;
+  AdamWOptions opts_;
+  std::vector<at::Tensor> expAvg_, expAvgSq_;
+  int64_t step_ = 0;
+};
+
+}  // namespace tessera

@@ -1,0 +1,48 @@
+#pragma once
+// Internal: the state FSDP keeps per unit (fsdp.cpp, state_dict.cpp, hooks.cpp).
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/autograd/function.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comm/work.h"
+#include "sharding/fsdp/flat_param.h"
+
+namespace tessera::fsdp {
+
+struct Unit {
+  enum class State { Sharded, Gathering, Unsharded };
+
+  std::string name;
+  FlatLayout layout;
+  std::vector<at::Tensor> params;  // in the spec's order (after de-duplication)
+  std::vector<std::string> names;
+  bool hasFrozen = false;
+  int trainable = 0;                  // number of trainable parameters
+  bool reshardAfterForward = true;
+
+  at::Tensor full;    // [paddedNumel] paramDtype; storage released while sharded
+  at::Tensor master;  // [shardNumel] fp32
+  at::Tensor grad;    // [shardNumel] fp32
+  at::Tensor accum;   // [paddedNumel] fp32 unsharded noSync gradients, or undefined
+
+  State state = State::Sharded;
+  WorkPtr gatherWork;
+  at::Tensor gatherIn;  // the cast shard being sent (kept until the gather is waited for)
+
+  // Per backward pass.
+  bool ranWithGrad = false;  // ran this pass with outputs requiring grad
+  bool bwdPrefetched = false;  // its backward has issued its prefetches
+  std::vector<bool> gotGrad;  // by param index
+  int pending = 0;
+  bool gradsReady = false, launched = false;
+  WorkPtr rsWork;
+  at::Tensor rsOut;  // [shardNumel] reduceDtype
+
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks;  // (accumulator, key)
+};
+
+}  // namespace tessera::fsdp

@@ -1,0 +1,221 @@
+// FullyShardedDataParallel behaviour on Gloo: prefetch depth under a memory budget
+// (instrumented peak of unsharded units), state-dict round trips, the clear errors, and a
+// unit whose forward leaves some of its parameters unused.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include "harness/multiprocess.h"
+#include "sharding/fsdp_task.h"
+
+using namespace tessera;
+using namespace tessera::testing;
+
+namespace {
+
+std::map<std::string, at::Tensor> trainAndGather(const Setup& s, FsdpOptions o, const Context& ctx, int rank,
+                                                 FsdpStats* stats, size_t* rootBytes, size_t* blockBytes) {
+  auto task = makeTask(s, 100);
+  FullyShardedDataParallel fsdp(task.units, ctx.world, o);
+  ShardedAdamW opt(fsdp, {.lr = 1e-3});
+  const size_t elem = c10::elementSize(o.paramDtype);
+  if (rootBytes) *rootBytes = fsdp.layout(0).paddedNumel * elem;
+  if (blockBytes) *blockBytes = fsdp.layout(1).paddedNumel * elem;
+  for (int step = 0; step < 3; ++step) fsdpStep(fsdp, opt, task, step, 1, rank, 0);
+  if (stats) *stats = fsdp.stats();
+  WCHECK(fsdp.stats().unshardedUnits == 0, "{} units still unsharded after backward", fsdp.stats().unshardedUnits);
+  return fsdp.fullStateDict();
+}
+
+}  // namespace
+
+// GPT with 4 blocks: root (never resharded between forward and backward) + 4 block units.
+// Budget 0: no prefetch, at most root + the running block alive. Budget root + 2 blocks:
+// one block prefetched, never more than 3 alive. Unlimited: every block gathered ahead in
+// forward (root + 4 alive).
+// Every budget gives bitwise the same parameters (prefetch changes timing, not math).
+TESSERA_WORKER(fsdp_prefetch) {
+  auto ctx = initWorker(w);
+  Setup s;
+  s.layers = 4;
+  size_t root = 0, block = 0;
+  FsdpStats none, two, all;
+  FsdpOptions o;
+  auto ref = trainAndGather(s, o, ctx, w.rank, &none, &root, &block);
+  o.prefetchBudgetBytes = root + 2 * block;
+  auto got2 = trainAndGather(s, o, ctx, w.rank, &two, nullptr, nullptr);
+  o.prefetchBudgetBytes = size_t(1) << 40;
+  auto gotAll = trainAndGather(s, o, ctx, w.rank, &all, nullptr, nullptr);
+  fmt::print("rank {}: root {} B, block {} B; peak units/bytes/prefetches: budget 0 {}/{}/{}, root+2 blocks {}/{}/{}, "
+             "unlimited {}/{}/{}\n",
+             w.rank, root, block, none.peakUnshardedUnits, none.peakUnshardedBytes, none.prefetches,
+             two.peakUnshardedUnits, two.peakUnshardedBytes, two.prefetches, all.peakUnshardedUnits,
+             all.peakUnshardedBytes, all.prefetches);
+  WCHECK(none.prefetches == 0 && none.peakUnshardedUnits == 2 && none.peakUnshardedBytes == root + block,
+         "budget 0: {} prefetches, peak {} units", none.prefetches, none.peakUnshardedUnits);
+  WCHECK(two.peakUnshardedBytes <= root + 2 * block && two.peakUnshardedUnits == 3 && two.prefetches > 0,
+         "budget root+2 blocks: peak {} B ({} units), {} prefetches", two.peakUnshardedBytes, two.peakUnshardedUnits,
+         two.prefetches);
+  WCHECK(all.peakUnshardedUnits > two.peakUnshardedUnits && all.peakUnshardedUnits == 5,
+         "unlimited budget prefetched no deeper ({} units, {} prefetches)", all.peakUnshardedUnits, all.prefetches);
+  // Same number of all-gathers: prefetching only moves them earlier.
+  WCHECK(none.allGathers == two.allGathers && two.allGathers == all.allGathers, "all-gathers {} / {} / {}",
+         none.allGathers, two.allGathers, all.allGathers);
+  for (auto& [k, v] : ref) WCHECK(v.equal(got2[k]) && v.equal(gotAll[k]), "'{}' depends on the budget", k);
+}
+
+TEST(Fsdp, PrefetchDepthFollowsTheMemoryBudget) {
+  expectAllOk(runWorkers("fsdp_prefetch", {.ranks = 2, .timeout = std::chrono::seconds(120)}));
+}
+
+// Sharded (parameters + optimizer) and full state dicts: save after 2 steps, load into FSDP
+// objects built from other initial values, continue: bitwise the same as never stopping
+// (the uninterrupted run also does an evaluation forward without backward in between).
+TESSERA_WORKER(fsdp_state_dict) {
+  auto ctx = initWorker(w);
+  Setup s;
+  FsdpOptions o;
+  auto a = makeTask(s, 100);
+  FullyShardedDataParallel fa(a.units, ctx.world, o);
+  ShardedAdamW oa(fa, {.lr = 1e-3});
+  for (int step = 0; step < 2; ++step) fsdpStep(fa, oa, a, step, 1, w.rank, 0);
+  auto sharded = fa.shardedStateDict();
+  auto optState = oa.stateDict();
+  auto full = fa.fullStateDict();
+  {  // an evaluation forward in between (no backward) changes nothing once resharded
+    torch::NoGradGuard ng;
+    auto evalLoss = fsdpLoss(fa, a, 99, 0, w.rank);
+    WCHECK(std::isfinite(evalLoss.item<double>()), "eval loss {}", evalLoss.item<double>());
+    fa.reshardAll();
+    WCHECK(fa.stats().unshardedUnits == 0, "{} units unsharded after reshardAll", fa.stats().unshardedUnits);
+  }
+  for (int step = 2; step < 5; ++step) fsdpStep(fa, oa, a, step, 1, w.rank, 0);
+  auto finalA = fa.fullStateDict();
+
+  auto b = makeTask(s, 200);
+  FullyShardedDataParallel fb(b.units, ctx.world, o);
+  ShardedAdamW ob(fb, {.lr = 1e-3});
+  fb.loadShardedStateDict(sharded);
+  ob.loadStateDict(optState);
+  WCHECK(ob.steps() == 2, "optimizer step {} after load", ob.steps());
+  for (int step = 2; step < 5; ++step) fsdpStep(fb, ob, b, step, 1, w.rank, 0);
+  auto finalB = fb.fullStateDict();
+
+  auto c = makeTask(s, 300);
+  FullyShardedDataParallel fc(c.units, ctx.world, o);
+  fc.loadFullStateDict(full);
+  auto back = fc.fullStateDict();
+  if (w.rank == 0) {
+    WCHECK(full.size() == namedParameters(*a.module).size(), "full state dict has {} entries", full.size());
+    for (auto& [k, v] : finalA) WCHECK(v.equal(finalB.at(k)), "'{}' differs after the sharded round trip", k);
+    for (auto& [k, v] : full) WCHECK(v.equal(back.at(k)), "'{}' differs after the full round trip", k);
+    WCHECK(!finalA.begin()->second.equal(full.at(finalA.begin()->first)), "training did not change '{}'",
+           finalA.begin()->first);
+  }
+  // A sharded checkpoint of another sharding is refused with the key named.
+  auto bad = sharded;
+  bad["root.layout"] = at::tensor(std::vector<int64_t>{1, 2, 3, 4}, at::kLong);
+  expectErrorContaining([&] { fb.loadShardedStateDict(bad); }, {"root.layout", "same sharding"});
+  auto missing = sharded;
+  missing.erase("blocks.1.flat_shard");
+  expectErrorContaining([&] { fb.loadShardedStateDict(missing); }, {"missing key 'blocks.1.flat_shard'"});
+}
+
+TEST(Fsdp, StateDictRoundTrips) {
+  expectAllOk(runWorkers("fsdp_state_dict", {.ranks = 2, .timeout = std::chrono::seconds(120)}));
+}
+
+// Bad input: each error names what is wrong (all checks here are local, so 1 rank); a tensor
+// listed twice in one unit is accepted once.
+TESSERA_WORKER(fsdp_errors) {
+  auto ctx = initWorker(w);
+  auto m = makeTinyMlp(1);
+  auto P = [&](const char* n) { return std::make_pair(std::string(n), m->named_parameters()[n]); };
+  expectErrorContaining(
+      [&] {
+        FullyShardedDataParallel f({{"a", {P("fc1.weight"), P("fc1.bias")}}, {"b", {{"tied", m->fc1->weight}}}},
+                                   ctx.world);
+      },
+      {"'tied' of unit 'b'", "'fc1.weight' of unit 'a'", "shared across units"});
+  expectErrorContaining([&] { FullyShardedDataParallel f({{"a", {P("fc1.weight")}}, {"b", {}}}, ctx.world); },
+                        {"unit 1 ('b') has no parameters"});
+  expectErrorContaining([&] { FullyShardedDataParallel f({}, ctx.world); }, {"no units"});
+  expectErrorContaining(
+      [&] { FullyShardedDataParallel f({{"a", {P("fc1.weight")}}, {"b", {{"fc1.weight", m->fc2->weight}}}}, ctx.world); },
+      {"parameter name 'fc1.weight'", "unit 'a'", "unit 'b'"});
+  FsdpOptions o;
+  o.paramDtype = at::kInt;
+  expectErrorContaining([&] { FullyShardedDataParallel f({{"a", {P("fc1.weight")}}}, ctx.world, o); },
+                        {"paramDtype int32"});
+  o = {};
+  o.shardGroupSize = 3;
+  expectErrorContaining([&] { FullyShardedDataParallel f({{"a", {P("fc1.weight")}}}, ctx.world, o); },
+                        {"shardGroupSize 3 does not divide the world size 1"});
+
+  {  // the same tensor twice in one unit (tied weights inside a unit) is kept once
+    auto m3 = makeTinyMlp(3);
+    FullyShardedDataParallel f({{"a", {{"w", m3->fc1->weight}, {"b", m3->fc1->bias}, {"tied", m3->fc1->weight}}}},
+                               ctx.world);
+    WCHECK(f.layout(0).entries.size() == 2 && f.layout(0).numel == 32 * 8 + 32, "tied weight counted twice");
+  }
+  auto m2 = makeTinyMlp(2);
+  FullyShardedDataParallel f({{"fc1", {{"fc1.weight", m2->fc1->weight}, {"fc1.bias", m2->fc1->bias}}},
+                              {"fc2", {{"fc2.weight", m2->fc2->weight}, {"fc2.bias", m2->fc2->bias}}}},
+                             ctx.world);
+  auto x = at::randn({2, 8});
+  expectErrorContaining([&] { f.runUnit(5, x, [](const at::Tensor& t) { return t; }); },
+                        {"unit 5 out of range", "2 units"});
+  expectErrorContaining(
+      [&] {
+        f.runUnit(0, x, [&](const at::Tensor& t) {
+          return f.runUnit(1, m2->fc1->forward(t), [&](const at::Tensor& h) { return m2->fc2->forward(h); });
+        });
+      },
+      {"unit 1 ('fc2') started while unit 0 ('fc1') runs"});
+  f.reshardAll();
+  std::map<std::string, at::Tensor> sd{{"fc1.weight", at::zeros({32, 8})}, {"fc1.bias", at::zeros({3})}};
+  expectErrorContaining([&] { f.loadFullStateDict(sd); }, {"'fc1.bias' has shape 3", "the parameter has 32"});
+  sd.erase("fc1.bias");
+  expectErrorContaining([&] { f.loadFullStateDict(sd); }, {"no entry for parameter 'fc1.bias' of unit 'fc1'"});
+}
+
+TEST(Fsdp, BadInputIsAClearError) { expectAllOk(runWorkers("fsdp_errors", {.ranks = 1})); }
+
+// A unit whose forward skips some of its parameters (fc2 inside unit "fc1+fc2"): that unit's
+// gradients are incomplete until the end of backward, where they are reduce-scattered with
+// zeros for fc2; the gradient shards, gathered, equal the single-process gradient.
+TESSERA_WORKER(fsdp_unused) {
+  auto ctx = initWorker(w);
+  auto m = makeTinyMlp(5);
+  m->skipFc2 = true;
+  std::vector<FsdpUnitSpec> units = {
+      {"fc1+fc2", {{"fc1.weight", m->fc1->weight}, {"fc1.bias", m->fc1->bias}, {"fc2.weight", m->fc2->weight},
+                   {"fc2.bias", m->fc2->bias}}},
+      {"fc3", {{"fc3.weight", m->fc3->weight}, {"fc3.bias", m->fc3->bias}}}};
+  FullyShardedDataParallel f(units, ctx.world);
+  auto b = mlpBatch(7, w.rank, 4);
+  auto h = f.runUnit(0, b.x, [&](const at::Tensor& x) { return torch::relu(m->fc1->forward(x)); });
+  mlpLoss(f.runUnit(1, h, [&](const at::Tensor& x) { return m->fc3->forward(x); }), b.y).backward();
+
+  auto ref = makeTinyMlp(5);
+  ref->skipFc2 = true;
+  auto rb = concatMlpBatches(7, w.world, 4);
+  mlpLoss(ref->forward(rb.x), rb.y).backward();
+  auto refParams = ref->named_parameters();
+  for (size_t u = 0; u < f.numUnits(); ++u) {
+    const auto& l = f.layout(u);
+    auto full = at::empty({l.paddedNumel}, at::kFloat);
+    ctx.world->allGather(full, f.gradShard(u))->synchronize();
+    for (const auto& e : l.entries) {
+      auto g = full.narrow(0, e.offset, e.numel).view(e.shape);
+      auto want = refParams[e.name].grad();
+      if (!want.defined()) want = at::zeros_like(g);
+      const double d = (g - want).abs().max().item<double>();
+      WCHECK(d < 1e-6, "gradient of '{}' differs by {}", e.name, d);
+    }
+  }
+  WCHECK(f.stats().unshardedUnits == 0, "{} units left unsharded", f.stats().unshardedUnits);
+}
+
+TEST(Fsdp, UnitWithUnusedParametersReducesAtTheEndOfBackward) {
+  expectAllOk(runWorkers("fsdp_unused", {.ranks = 2, .timeout = std::chrono::seconds(60)}));
+}
