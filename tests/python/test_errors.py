@@ -1,6 +1,7 @@
 """Errors raised in C++ reach Python as tessera.Error (a RuntimeError) with the C++ message.
 Every bad call here is made on every rank alike, so the communicators stay in step."""
 import re
+import time
 
 import pytest
 import torch
@@ -47,13 +48,21 @@ def test_python_side_errors_are_tessera_errors(world):
         tessera.init()
 
 
-def test_timeout_is_a_comm_error(world):
-    # On a communicator of its own (a failed op breaks it): rank 0 waits for a message that
-    # rank 1 never sends; the op fails after the 1 s timeout instead of hanging.
+def test_timeout_is_a_comm_error(world, monkeypatch):
+    # Last in this file, because a communication failure aborts every communicator of the
+    # process (src/comm/watchdog/watchdog.h). TESSERA_EXIT_ON_ERROR=0 keeps the process alive
+    # after it (else the watchdog ends it with exit code 3) so the abort can be checked.
+    # Rank 0 waits for a message that rank 1 never sends; the op fails after the 1 s timeout
+    # instead of hanging, and the world communicator is aborted with that reason.
+    monkeypatch.setenv("TESSERA_EXIT_ON_ERROR", "0")
     sub = world.split(0, world.rank, "timeout_test")
     sub.timeout = 1.0
     if world.rank == 0:
         with pytest.raises(tessera.CommError, match=r"recv #\d+ on group 'timeout_test' \(rank 0 of \d+, recv 1 x float32 from 1\) failed after 1\.0 s") as e:
             sub.recv(torch.empty(1), 1)
         assert isinstance(e.value, tessera.Error)
-    world.barrier()
+        with pytest.raises(tessera.CommError, match=r"barrier #\d+ on group 'world'.*another communicator of this "
+                                                    r"process failed: .*recv #0 on group 'timeout_test'"):
+            world.barrier()
+    else:
+        time.sleep(5)  # stay connected until rank 0's recv has timed out (rather than seen us leave)

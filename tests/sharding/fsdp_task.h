@@ -7,24 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "harness/args.h"
 #include "models/tiny_models.h"
 #include "sharding/fsdp/fsdp.h"
 #include "sharding/fsdp/optimizer.h"
 
 namespace tessera::testing {
-inline std::map<std::string, std::string> parseArgs(const std::string& s) {
-  std::map<std::string, std::string> m;
-  size_t p = 0;
-  while (p < s.size()) {
-    size_t e = s.find(';', p);
-    auto kv = s.substr(p, e == std::string::npos ? std::string::npos : e - p);
-    auto eq = kv.find('=');
-    m[kv.substr(0, eq)] = kv.substr(eq + 1);
-    p = e == std::string::npos ? s.size() : e + 1;
-  }
-  return m;
-}
-
 constexpr int kSteps = 5;
 constexpr int64_t kBatch = 4;
 constexpr double kLr = 1e-3;

@@ -15,6 +15,7 @@
 
 #include <map>
 
+#include "harness/args.h"
 #include "harness/multiprocess.h"
 #ifdef TESSERA_DDP_GPU_SUITE
 #include "comm/gpu/gpu_test_util.h"
@@ -26,19 +27,6 @@ using namespace tessera;
 using namespace tessera::testing;
 
 namespace {
-
-std::map<std::string, std::string> parseArgs(const std::string& s) {
-  std::map<std::string, std::string> m;
-  size_t p = 0;
-  while (p < s.size()) {
-    size_t e = s.find(';', p);
-    auto kv = s.substr(p, e == std::string::npos ? std::string::npos : e - p);
-    auto eq = kv.find('=');
-    m[kv.substr(0, eq)] = kv.substr(eq + 1);
-    p = e == std::string::npos ? s.size() : e + 1;
-  }
-  return m;
-}
 
 constexpr int kSteps = 5;
 constexpr int64_t kBatch = 4;
