@@ -58,7 +58,7 @@ def test_timeout_is_a_comm_error(world, monkeypatch):
     sub = world.split(0, world.rank, "timeout_test")
     sub.timeout = 1.0
     if world.rank == 0:
-        with pytest.raises(tessera.CommError, match=r"recv #\d+ on group 'timeout_test' \(rank 0 of \d+, recv 1 x float32 from 1\) failed after 1\.0 s") as e:
+        with pytest.raises(tessera.CommError, match=r"recv #\d+ on group 'timeout_test' \(rank 0 of \d+, recv 1 x float32 from 1\) failed after 1\.\d s") as e:
             sub.recv(torch.empty(1), 1)
         assert isinstance(e.value, tessera.Error)
         with pytest.raises(tessera.CommError, match=r"barrier #\d+ on group 'world'.*another communicator of this "
