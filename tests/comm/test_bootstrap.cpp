@@ -2,7 +2,14 @@
 // agent-store mode (prefix /worker/attempt_N), the explicit path, and the errors for a
 // missing launcher and malformed variables.
 #include <ATen/ATen.h>
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <map>
 
 #include "harness/multiprocess.h"
 
@@ -74,3 +81,71 @@ TESSERA_WORKER(explicit_bad_rank) {
 }
 
 TEST(Bootstrap, RankOutsideWorldIsAClearError) { expectAllOk(runWorkers("explicit_bad_rank", {.ranks = 1})); }
+
+// torchrun-style variables that are incomplete or contradict each other are named, instead of
+// falling through to another launcher or a hang.
+TESSERA_WORKER(torchrun_env_errors) {
+  auto set = [](std::map<std::string, std::string> vars) {
+    for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                          "TORCHELASTIC_USE_AGENT_STORE", "PMIX_NAMESPACE", "SLURM_PROCID", "SLURM_NTASKS"}) {
+      unsetenv(v);
+    }
+    for (auto& [k, v] : vars) setenv(k.c_str(), v.c_str(), 1);
+  };
+  set({{"RANK", "0"}, {"WORLD_SIZE", "2"}});
+  expectErrorContaining([] { init(); }, {"RANK/WORLD_SIZE are set but MASTER_ADDR, MASTER_PORT are not"});
+  set({{"RANK", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+  expectErrorContaining([] { init(); }, {"WORLD_SIZE is not"});
+  set({{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}});
+  expectErrorContaining([] { init(); }, {"RANK=2 is not in [0, WORLD_SIZE=2)"});
+  set({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"},
+       {"LOCAL_RANK", "3"}, {"LOCAL_WORLD_SIZE", "2"}});
+  expectErrorContaining([] { init(); }, {"LOCAL_RANK=3 and LOCAL_WORLD_SIZE=2 contradict"});
+  set({{"RANK", "1"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"},
+       {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "8"}});
+  expectErrorContaining([] { init(); }, {"LOCAL_WORLD_SIZE=8", "WORLD_SIZE=4"});
+}
+TEST(Bootstrap, IncompleteOrContradictoryTorchrunVariablesAreNamed) {
+  expectAllOk(runWorkers("torchrun_env_errors", {.ranks = 1}));
+}
+
+// The store's host (rank 0 under torchrun without an agent store) dies right after starting the
+// store: every other rank must end with an error, within the timeout + 10 s, never hang.
+TESSERA_WORKER(store_host_dies) {
+  auto ctx = init();
+  WCHECK(false, "rank {} finished init although the store's host died", w.rank);
+}
+TEST(Bootstrap, StoreHostDyingDuringStartUpEndsEveryRank) {
+  int port = 0;
+  {  // a free port for rank 0's store
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    socklen_t len = sizeof(a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    ::close(fd);
+  }
+  const double timeoutS = 5;
+  RunOptions o;
+  o.ranks = 3;
+  o.timeout = std::chrono::seconds(60);
+  o.killSiblingsOnFailure = false;
+  o.env = {{"RANK", "$RANK"},           {"WORLD_SIZE", "3"},
+           {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)},
+           {"TESSERA_TIMEOUT_S", "5"},   {"TESSERA_FAULT_INJECT", "bootstrap-after-store:0"}};
+  auto res = runWorkers("store_host_dies", o);
+  EXPECT_EQ(res[0].signal, SIGKILL) << res[0].output;
+  for (int r = 1; r < 3; ++r) {
+    fmt::print("rank {} ended after {:.2f} s, exit {}, signal {}:\n{}\n", r, res[r].seconds, res[r].exitCode,
+               res[r].signal, res[r].output);
+    EXPECT_FALSE(res[r].killedByHarness) << "rank " << r << " hung:\n" << res[r].output;
+    EXPECT_EQ(res[r].exitCode, 1) << "rank " << r << " crashed (signal " << res[r].signal << ") or hung:\n"
+                                  << res[r].output;
+    EXPECT_LT(res[r].seconds, timeoutS + 10) << res[r].output;
+    EXPECT_NE(res[r].output.find("tessera"), std::string::npos) << res[r].output;
+    EXPECT_EQ(res[r].output.find("finished init"), std::string::npos) << res[r].output;
+  }
+}

@@ -1,5 +1,6 @@
 #include "comm/bootstrap/init.h"
 
+#include <signal.h>
 
 #include "comm/backends.h"
 #include "common/env.h"
@@ -62,6 +63,10 @@ CommPtr makeWorldCommunicator(Backend backend, const StorePtr& store, int rank, 
 }
 
 Context init(const InitOptions& o) {
+  // A peer that dies leaves sockets (store, Gloo) that fail on write; with SIGPIPE's default
+  // action that write would kill this process silently instead of raising a clear error.
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
   Context c;
   c.launch = detect(o);
   const auto& l = c.launch;
@@ -73,6 +78,12 @@ Context init(const InitOptions& o) {
   StorePtr base = l.store;
   if (!base) {
     base = l.hostsStore ? startStoreServer(l.storePort, o.timeout) : connectStore(l.storeHost, l.storePort, o.timeout);
+  }
+  // Fault injection for the tests (the store's host dying during start-up):
+  // TESSERA_FAULT_INJECT=bootstrap-after-store:<rank>.
+  if (env::get("TESSERA_FAULT_INJECT").value_or("") == fmt::format("bootstrap-after-store:{}", l.rank)) {
+    log::error("tessera::init: TESSERA_FAULT_INJECT: rank {} kills itself after setting up the store", l.rank);
+    ::raise(SIGKILL);
   }
   c.store = prefixStore(l.storePrefix, base);
 

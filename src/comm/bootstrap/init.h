@@ -6,7 +6,9 @@
 //   1. explicit InitOptions (rank and worldSize set);
 //   2. torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; with
 //      TORCHELASTIC_USE_AGENT_STORE=True every rank is a client of the agent's store under
-//      "/worker/attempt_{TORCHELASTIC_RESTART_COUNT}" (MASTER_PORT is never bound then);
+//      "/worker/attempt_{TORCHELASTIC_RESTART_COUNT}" (MASTER_PORT is never bound then).
+//      RANK or WORLD_SIZE set with the others missing, or values that contradict each other
+//      (RANK >= WORLD_SIZE, LOCAL_RANK >= LOCAL_WORLD_SIZE > WORLD_SIZE) are errors naming them;
 //   3. PMIx (only when PMIX_NAMESPACE is set: srun --mpi=pmix, mpirun): rank 0 starts the
 //      store (port TESSERA_STORE_PORT, else ephemeral) and publishes "<host>:<port>" (host:
 //      TESSERA_STORE_HOST, else its host name) with PMIx_Put/Commit/Fence; peers PMIx_Get it.
@@ -19,6 +21,8 @@
 // Device: local rank modulo the visible CUDA devices (after CUDA_VISIBLE_DEVICES), or CPU.
 // Backend: TESSERA_BACKEND (gloo|nccl) or InitOptions::backend; default NCCL when built
 // with it and a CUDA device is visible, else Gloo.
+// Signals: SIGPIPE is ignored when it has its default action, so a write to a dead peer's
+// socket raises a clear error instead of killing the process.
 #include <ATen/core/Tensor.h>
 
 #include <optional>
