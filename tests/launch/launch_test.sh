@@ -6,7 +6,8 @@
 #
 #   launch_test.sh <case> <launch_probe> <scripts/slurm-local>
 # cases: torchrun_agent_store torchrun_standalone mpirun_pmix mpirun_rank_fails srun_pmix
-#        srun_pmix_rank_missing srun_slurm_env srun_rank_fails slurm_cleanup
+#        srun_pmix_rank_missing srun_slurm_env srun_rank_fails sbatch_pmix sbatch_rank_fails
+#        slurm_cleanup
 set -uo pipefail
 
 CASE=$1 PROBE=$2 SLURM_LOCAL=$3
@@ -135,6 +136,22 @@ case $CASE in
     export TESSERA_PROBE_FAIL_RANK=0  # srun passes the environment on
     launch "${SRUN[@]}" --mpi=none -n 2 "$PROBE"
     expect_rank_failure 0
+    ;;
+  sbatch_pmix | sbatch_rank_fails)  # examples/slurm/tessera.sbatch, submitted as a user would
+    slurm_up
+    need sbatch
+    script=$(cd "$(dirname "$SLURM_LOCAL")/.." && pwd)/examples/slurm/tessera.sbatch
+    [[ $CASE == sbatch_rank_fails ]] && export TESSERA_PROBE_FAIL_RANK=1  # sbatch passes it on
+    joblog=$(mktemp)
+    launch sbatch --wait -N 1 --ntasks-per-node=2 -o "$joblog" "$script" "$PROBE"
+    echo "--- job output ($joblog)"
+    cat "$joblog" | tee -a "$OUT"
+    rm -f "$joblog"
+    if [[ $CASE == sbatch_pmix ]]; then
+      expect_ok pmix 2 "prefix=tessera/slurm.pmix."
+    else
+      expect_rank_failure 1
+    fi
     ;;
   slurm_cleanup)
     if [[ -f $SLURM_DIR/.started-by-launch-tests ]]; then
