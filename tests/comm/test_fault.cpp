@@ -8,11 +8,12 @@
 #include <thread>
 
 #include "harness/multiprocess.h"
+#include "pipeline/p2p.h"
 
 using namespace tessera;
 using namespace tessera::testing;
 
-// arg: "all_reduce" | "all_gather" (the last rank is killed at step 3) or "hang" (it sleeps
+// arg: "all_reduce" | "all_gather" | "pipeline_send" (the last rank is killed at step 3) or "hang" (it sleeps
 // 15 s at step 3, past the others' timeout, then goes on and meets the broken group).
 TESSERA_WORKER(fault_in_collective) {
   auto ctx = initWorker(w);
@@ -21,6 +22,19 @@ TESSERA_WORKER(fault_in_collective) {
   const bool victim = w.rank == w.world - 1;
   for (int step = 0; step < 1000; ++step) {
     if (victim && step == 3 && w.arg == "hang") std::this_thread::sleep_for(std::chrono::seconds(15));
+    if (w.arg == "pipeline_send") {  // a pipeline of world ranks: activations to the next stage, in a ring
+      pipeline::StageP2P p2p(ctx.world, at::kCPU);
+      auto meta = pipeline::TensorMeta::of(t);
+      if (victim && step == 3) {
+        std::thread([] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          raise(SIGKILL);
+        }).detach();
+      }
+      p2p.exchange({{pipeline::CommKind::SendForward, meta, t, "activation"},
+                    {pipeline::CommKind::RecvForward, meta, {}, "activation"}});
+      continue;
+    }
     auto work = w.arg == "all_gather" ? ctx.world->allGather(gathered, t) : ctx.world->allReduce(t, ReduceOp::Avg);
     if (victim && step == 3 && w.arg != "hang") {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -49,7 +63,7 @@ TEST_P(Fault, EveryOtherRankEndsWithAClearErrorWithinTheTimeout) {
   } else {
     EXPECT_EQ(res[2].signal, SIGKILL) << res[2].output;
   }
-  const std::string op = kind == "all_gather" ? "all_gather #" : "all_reduce #";
+  const std::string op = kind == "all_gather" ? "all_gather #" : kind == "pipeline_send" ? "batch_p2p" : "all_reduce #";
   for (int r = 0; r < 2; ++r) {
     fmt::print("{}: rank {} ended after {:.2f} s, exit {}, output:\n{}\n", kind, r, res[r].seconds, res[r].exitCode,
                res[r].output);
@@ -63,4 +77,4 @@ TEST_P(Fault, EveryOtherRankEndsWithAClearErrorWithinTheTimeout) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, Fault, ::testing::Values("all_reduce", "all_gather", "hang"));
+INSTANTIATE_TEST_SUITE_P(Kinds, Fault, ::testing::Values("all_reduce", "all_gather", "pipeline_send", "hang"));
