@@ -5,7 +5,7 @@
 # 1 fail, 77 skip (ctest SKIP_RETURN_CODE) with the reason printed.
 #
 #   launch_test.sh <case> <launch_probe> <scripts/slurm-local>
-# cases: torchrun_agent_store torchrun_standalone mpirun_pmix mpirun_rank_fails srun_pmix
+# cases: torchrun_agent_store torchrun_standalone torchrun_restart mpirun_pmix mpirun_rank_fails srun_pmix
 #        srun_pmix_rank_missing srun_slurm_env srun_rank_fails sbatch_pmix sbatch_rank_fails
 #        slurm_cleanup
 set -uo pipefail
@@ -99,6 +99,29 @@ case $CASE in
       expect_ok torchrun 2 "prefix=tessera"
       grep -qE "rank=0 .*hosts_store=1" "$OUT" || fail "rank 0 did not host the store"
     fi
+    ;;
+  torchrun_restart)  # a rank dies at step 3; torchrun restarts every worker, which resume from the checkpoint
+    need torchrun
+    restart_probe=$(dirname "$PROBE")/restart_probe
+    [[ -x $restart_probe ]] || fail "$restart_probe not built"
+    work=$(mktemp -d)
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])') ||
+      fail "could not pick a free port"
+    launch torchrun -r 1 -t 1 --master_port="$port" --nproc_per_node=2 --max_restarts=0 --no_python \
+      "$restart_probe" "$work/straight" 6
+    ((RC == 0)) || fail "the uninterrupted run failed (exit $RC)"
+    straight=$(grep -o "RESTART_PROBE final.*" "$OUT")
+    [[ -n $straight ]] || fail "the uninterrupted run printed no final parameters"
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
+    TESSERA_CRASH_AT_STEP=3 launch torchrun -r 1 -t 1 --master_port="$port" --nproc_per_node=2 --max_restarts=1 \
+      --no_python "$restart_probe" "$work/restarted" 6
+    rm -rf "$work"
+    ((RC == 0)) || fail "the restarted run failed (exit $RC)"
+    grep -q "rank 1 crashing on purpose after step 3" "$OUT" || fail "rank 1 did not crash as injected"
+    grep -q "RESTART_PROBE attempt=1 resumed_from=3" "$OUT" || fail "the second attempt did not resume at step 3"
+    restarted=$(grep -o "RESTART_PROBE final.*" "$OUT")
+    [[ $restarted == "$straight" ]] || fail "parameters differ: uninterrupted '$straight' vs restarted '$restarted'"
+    echo "PASS ($CASE): restarted after a crash at step 3, resumed from the checkpoint, parameters bitwise equal"
     ;;
   mpirun_pmix)
     need mpirun
