@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <thread>
 
 #include "comm/watchdog/watchdog.h"
@@ -20,6 +21,16 @@ RunOptions debugRun(int ranks, std::string arg = "") {
   o.timeout = std::chrono::seconds(60);
   o.env = {{"TESSERA_DEBUG", "detail"}, {"TESSERA_TIMEOUT_S", "3"}};
   o.arg = std::move(arg);
+  return o;
+}
+
+// Two ranks, rank 1 leaves early on purpose: rank 0 is left to end on its own (no sibling kill).
+RunOptions survivorRun(std::map<std::string, std::string> env) {
+  RunOptions o;
+  o.ranks = 2;
+  o.timeout = std::chrono::seconds(60);
+  o.killSiblingsOnFailure = false;
+  o.env = std::move(env);
   return o;
 }
 
@@ -112,12 +123,8 @@ TESSERA_WORKER(failure_dumps_and_aborts_others) {
                         {"group 'dup'", "another communicator of this process failed", "all_reduce #4"});
 }
 TEST(Watchdog, FailureDumpsFlightRecordAndAbortsOtherCommunicators) {
-  RunOptions o;
-  o.ranks = 2;
-  o.timeout = std::chrono::seconds(60);
-  o.killSiblingsOnFailure = false;
-  o.env = {{"TESSERA_TIMEOUT_S", "2"}, {"TESSERA_EXIT_ON_ERROR", "0"}};
-  auto res = runWorkers("failure_dumps_and_aborts_others", o);
+  auto res = runWorkers("failure_dumps_and_aborts_others",
+                        survivorRun({{"TESSERA_TIMEOUT_S", "2"}, {"TESSERA_EXIT_ON_ERROR", "0"}}));
   expectAllOk(res);
   const auto& out = res[0].output;
   EXPECT_NE(out.find("flight recorder (last collectives of each group, oldest first)"), std::string::npos) << out;
@@ -138,12 +145,7 @@ TESSERA_WORKER(stuck_main_thread) {
   WCHECK(false, "the watchdog did not end the process");
 }
 TEST(Watchdog, StuckMainThreadIsEndedAfterTheGracePeriod) {
-  RunOptions o;
-  o.ranks = 2;
-  o.timeout = std::chrono::seconds(60);
-  o.killSiblingsOnFailure = false;
-  o.env = {{"TESSERA_TIMEOUT_S", "2"}, {"TESSERA_EXIT_GRACE_S", "1"}};
-  auto res = runWorkers("stuck_main_thread", o);
+  auto res = runWorkers("stuck_main_thread", survivorRun({{"TESSERA_TIMEOUT_S", "2"}, {"TESSERA_EXIT_GRACE_S", "1"}}));
   EXPECT_TRUE(res[1].ok()) << res[1].output;
   EXPECT_FALSE(res[0].killedByHarness) << res[0].output;
   EXPECT_EQ(res[0].exitCode, watchdog::kExitCode) << res[0].output;
