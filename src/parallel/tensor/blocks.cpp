@@ -5,9 +5,8 @@
 
 #include <fmt/ranges.h>
 
-#include <cmath>
-#include <limits>
 
+#include "common/attention.h"
 #include "common/error.h"
 #include "parallel/tensor/mappings.h"
 
@@ -68,10 +67,7 @@ at::Tensor ParallelAttentionImpl::forward(const at::Tensor& x) {
   auto h = qkv->forward(x);  // [S, B, 3·localHeads·hd] (all tokens, also with sequence parallel)
   const int64_t s = h.size(0), b = h.size(1);
   auto parts = h.view({s, b, 3, localHeads, headDim}).permute({2, 1, 3, 0, 4}).unbind(0);  // 3 x [B, h, S, hd]
-  auto att = at::matmul(parts[0], parts[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(headDim));
-  auto mask = at::triu(at::ones({s, s}, h.options().dtype(at::kBool)), 1);
-  att = at::softmax(att.masked_fill(mask, -std::numeric_limits<float>::infinity()), -1);
-  auto a = at::matmul(att, parts[2]).permute({2, 0, 1, 3}).reshape({s, b, localHeads * headDim});
+  auto a = causalSelfAttention(parts[0], parts[1], parts[2]).permute({2, 0, 1, 3}).reshape({s, b, localHeads * headDim});
   return proj->forward(a);
 }
 

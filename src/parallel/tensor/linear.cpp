@@ -1,6 +1,7 @@
 #include "parallel/tensor/linear.h"
 
 #include <ATen/ATen.h>
+#include <fmt/ranges.h>
 #include <torch/nn/modules/linear.h>
 
 #include "common/error.h"

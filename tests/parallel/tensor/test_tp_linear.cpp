@@ -4,6 +4,7 @@
 // Tolerance: fp32; the only difference is the summation order of the row-parallel inner
 // products (tp partial sums), a few ulps on values of order 1: rtol 1e-5, atol 1e-6.
 #include <ATen/ATen.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

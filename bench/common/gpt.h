@@ -1,11 +1,14 @@
 #pragma once
-// The GPT-735M of ../shared/anchors/torch_anchor.py in LibTorch C++ (CUDA LibTorch 2.x only):
+// The GPT-735M of ../shared/anchors/torch_anchor.py in LibTorch C++, shared by the benchmarks:
 // token embedding (no positions, as the anchor), `layers` pre-LayerNorm blocks (qkv Linear,
-// causal at::scaled_dot_product_attention over heads of d/heads, proj; MLP 4*d with GELU),
+// causal attention (common/attention.h) over heads of d/heads, proj; MLP 4*d with GELU),
 // final LayerNorm, untied head without bias. Parameter count and FLOPs as the anchor:
 //   N = L*(12 d^2 + 13 d) + 2 V d + 2 d;  FLOPs/token = 6 N + 12 L d T.
 // Also the pieces of the anchor's training step: bf16 autocast for the forward (fp32
 // parameters) and AdamW through ATen's fused CUDA kernel (at::_fused_adamw_).
+// The benchmarks' numbers come from CUDA LibTorch 2.x. With LibTorch 1.13 (the CPU machine)
+// the same code builds for a smoke run on the CPU: Bf16Autocast does nothing there and
+// FusedAdamW steps with ordinary tensor ops (same update).
 // Everything here is local to one process and one device; not thread-safe.
 #include <torch/torch.h>
 
@@ -47,18 +50,18 @@ TORCH_MODULE(BenchGpt);
 // Mean cross-entropy over B*T positions, logits cast to fp32 first (as the anchor).
 torch::Tensor gptLoss(const torch::Tensor& logits, const torch::Tensor& targets);
 
-// While alive: CUDA autocast to bf16 on this thread (the forward only: backward runs on the
+// While alive (and `enabled`): CUDA autocast to bf16 on this thread (the forward only: backward runs on the
 // autograd engine's threads, as under torch.autocast). The destructor restores the previous
 // state and clears autocast's cast cache (as leaving torch.autocast does).
 class Bf16Autocast {
  public:
-  Bf16Autocast();
+  explicit Bf16Autocast(bool enabled = true);
   ~Bf16Autocast();
   Bf16Autocast(const Bf16Autocast&) = delete;
 
  private:
-  bool prevEnabled_;
-  c10::ScalarType prevDtype_;
+  bool on_ = false, prevEnabled_ = false;
+  c10::ScalarType prevDtype_ = c10::ScalarType::Float;
 };
 
 // AdamW (decoupled weight decay) as torch.optim.AdamW(fused=True): one at::_fused_adamw_ call

@@ -1,7 +1,12 @@
-// GPT-735M for the DDP benchmark; see gpt.h.
+// GPT-735M for the benchmarks; see gpt.h.
 #include "gpt.h"
 
 #include <ATen/autocast_mode.h>
+#include <torch/version.h>
+
+#include <cmath>
+
+#include "common/attention.h"
 
 namespace tessera::bench {
 
@@ -25,9 +30,7 @@ BenchBlockImpl::BenchBlockImpl(int64_t d, int64_t h) : heads(h) {
 torch::Tensor BenchBlockImpl::forward(const torch::Tensor& x) {
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
   auto parts = qkv->forward(ln1->forward(x)).view({b, t, 3, heads, d / heads}).unbind(2);
-  auto a = at::scaled_dot_product_attention(parts[0].transpose(1, 2), parts[1].transpose(1, 2),
-                                            parts[2].transpose(1, 2), /*attn_mask=*/{}, /*dropout_p=*/0.0,
-                                            /*is_causal=*/true);
+  auto a = causalSelfAttention(parts[0].transpose(1, 2), parts[1].transpose(1, 2), parts[2].transpose(1, 2));
   auto y = x + proj->forward(a.transpose(1, 2).reshape({b, t, d}));
   return y + fc2->forward(torch::gelu(fc1->forward(ln2->forward(y))));
 }
@@ -50,19 +53,27 @@ torch::Tensor gptLoss(const torch::Tensor& logits, const torch::Tensor& targets)
   return torch::nn::functional::cross_entropy(logits.flatten(0, 1).to(torch::kFloat32), targets.flatten());
 }
 
-Bf16Autocast::Bf16Autocast()
-    : prevEnabled_(at::autocast::is_autocast_enabled(at::kCUDA)),
-      prevDtype_(at::autocast::get_autocast_dtype(at::kCUDA)) {
+#if TORCH_VERSION_MAJOR >= 2
+Bf16Autocast::Bf16Autocast(bool enabled) : on_(enabled) {
+  if (!on_) return;
+  prevEnabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
+  prevDtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
   at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
   at::autocast::set_autocast_enabled(at::kCUDA, true);
   at::autocast::increment_nesting();
 }
 
 Bf16Autocast::~Bf16Autocast() {
+  if (!on_) return;
   if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
   at::autocast::set_autocast_enabled(at::kCUDA, prevEnabled_);
   at::autocast::set_autocast_dtype(at::kCUDA, prevDtype_);
 }
+#else
+// LibTorch 1.13 (CPU smoke runs): fp32 throughout.
+Bf16Autocast::Bf16Autocast(bool) {}
+Bf16Autocast::~Bf16Autocast() {}
+#endif
 
 FusedAdamW::FusedAdamW(std::vector<torch::Tensor> params, double lr, double beta1, double beta2, double eps,
                        double weightDecay)
@@ -91,8 +102,19 @@ void FusedAdamW::step() {
   // As torch.optim.AdamW(fused=True): the caller increments the step counts, the kernel reads
   // them for the bias correction.
   at::_foreach_add_(ss, at::Scalar(1.0));
+#if TORCH_VERSION_MAJOR >= 2
   at::_fused_adamw_(ps, gs, ms, vs, /*max_exp_avg_sqs=*/{}, ss, lr_, beta1_, beta2_, wd_, eps_,
                     /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, /*found_inf=*/std::nullopt);
+#else
+  for (size_t i = 0; i < ps.size(); ++i) {  // the same update, op by op (CPU smoke runs)
+    const double t = ss[i].item<double>();
+    ps[i].mul_(1 - lr_ * wd_);
+    ms[i].mul_(beta1_).add_(gs[i], 1 - beta1_);
+    vs[i].mul_(beta2_).addcmul_(gs[i], gs[i], 1 - beta2_);
+    auto denom = (vs[i] / (1 - std::pow(beta2_, t))).sqrt_().add_(eps_);
+    ps[i].addcdiv_(ms[i], denom, -lr_ / (1 - std::pow(beta1_, t)));
+  }
+#endif
 }
 
 void FusedAdamW::zeroGrad(bool setToNone) {

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Combines the RESULT lines of bench/parallel.sh's runs into bench/results/{tp,pp,fsdp}.{json,md}.
+
+Each log is named after its row's system (LOG_DIR/<system>.log); the anchor's PyTorch lines have
+no "system" key, so the file name gives it. Per section the rows are the two 1-GPU references
+(pytorch-single, tessera-single, batch 8) and that section's runs.
+  scaling = tokens/s over (GPUs x the 1-GPU tokens/s of the same system), as the anchors define it
+  scaling_vs_pytorch_single = the same over PyTorch's 1-GPU tokens/s
+TP also gets overhead_ms = step_ms - ideal_ms, ideal_ms = the same system's 1-GPU step_ms scaled
+to this row's per-GPU share of the batch (batch / (8 x GPUs)): communication left exposed plus
+any other cost of splitting (smaller GEMMs, work repeated on every rank). An estimate.
+"""
+import argparse, datetime, json, os, re, sys
+
+SECTIONS = {"tp": "pytorch-tp", "pp": "pytorch-pp", "fsdp": "pytorch-fsdp"}
+TITLES = {"tp": "Tensor parallel: tessera vs PyTorch DTensor TP",
+          "pp": "Pipeline parallel: tessera vs torch.distributed.pipelining",
+          "fsdp": "FSDP: tessera vs PyTorch FSDP2"}
+SINGLE_BATCH = 8
+
+
+def parse(path):
+    system = os.path.splitext(os.path.basename(path))[0]
+    found = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            line = re.sub(r"^\[\w+\d*\]:", "", line.strip())
+            if line.startswith("RESULT "):
+                try:
+                    r = json.loads(line[len("RESULT "):])
+                except ValueError:
+                    print("combine_parallel.py: unreadable RESULT line in %s: %s" % (path, line), file=sys.stderr)
+                    continue
+                r.setdefault("system", system)
+                found.append(r)
+    return found
+
+
+def section_of(system):
+    for s in SECTIONS:
+        if system.startswith("pytorch-" + s) or system.startswith("tessera-" + s):
+            return s
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("logs", nargs="+")
+    ap.add_argument("--sections", nargs="+", default=list(SECTIONS))
+    ap.add_argument("--machine", required=True)
+    ap.add_argument("--command", required=True)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--results", required=True)
+    a = ap.parse_args()
+    res = {}
+    for p in a.logs:
+        if os.path.exists(p):
+            for r in parse(p):
+                res[r["system"]] = r
+    singles = {k: res.get(k + "-single") for k in ("pytorch", "tessera")}
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    ok = True
+    for sec in a.sections:
+        rows = []
+        for system, r in res.items():
+            if section_of(system) != sec and not system.endswith("-single"):
+                continue
+            family = system.split("-")[0]
+            one = singles.get(family)
+            gpus = r["world"]
+            row = {"system": system, "gpus": gpus, "batch": r.get("batch"), "tokens_per_s": r["tokens_per_s"],
+                   "step_ms": r["step_ms"], "mfu": r["mfu_vs_989"], "peak_mem_gib": r["peak_mem_GiB"]}
+            if one:
+                row["scaling"] = round(r["tokens_per_s"] / (gpus * one["tokens_per_s"]), 3)
+            if singles["pytorch"]:
+                row["scaling_vs_pytorch_single"] = round(r["tokens_per_s"] / (gpus * singles["pytorch"]["tokens_per_s"]), 3)
+            if sec == "tp" and one and gpus > 1:
+                batch = r.get("batch") or 16
+                ideal = one["step_ms"] * batch / (SINGLE_BATCH * gpus)
+                row["overhead_ms"] = round(r["step_ms"] - ideal, 2)
+            for k in ("sequence_parallel", "overlap", "micro_batches", "schedule", "partition", "peak_mem_GiB_per_rank",
+                      "peak_in_flight_per_rank", "prefetch_budget_MiB", "peak_unsharded_units", "peak_unsharded_GiB",
+                      "last_loss", "step_ms_all"):
+                if k in r:
+                    row[k] = r[k]
+            rows.append(row)
+        rows.sort(key=lambda x: (x["gpus"], not x["system"].startswith("pytorch"), x["system"]))
+        if not any(section_of(x["system"]) == sec for x in rows):
+            print("combine_parallel.py: no %s rows" % sec, file=sys.stderr)
+            ok = False
+            continue
+        doc = {"benchmark": sec, "date": date, "machine": a.machine, "command": a.command, "config": a.config,
+               "method": "the anchors' GPT (bench/torch_anchor.py, bench/common/gpt.h); 3 warm-ups then the median "
+                         "of STEPS steps, device synchronised around each step; peak memory = max allocated by the "
+                         "caching allocator (PP: the larger of the two stages)",
+               "rows": rows}
+        with open(os.path.join(a.results, sec + ".json"), "w") as f:
+            json.dump(doc, f, indent=1)
+        cols = ["system", "gpus", "batch", "tokens_per_s", "step_ms", "scaling", "scaling_vs_pytorch_single", "mfu",
+                "peak_mem_gib"]
+        extra = {"tp": ["overhead_ms"], "pp": ["peak_mem_GiB_per_rank", "peak_in_flight_per_rank"],
+                 "fsdp": ["prefetch_budget_MiB", "peak_unsharded_units", "peak_unsharded_GiB"]}[sec]
+        cols += extra
+        lines = ["# %s" % TITLES[sec], "", "- date: %s" % date, "- machine: %s" % a.machine,
+                 "- command: `%s`" % a.command, "- config: %s" % a.config, "- method: %s" % doc["method"], "",
+                 "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for row in rows:
+            cells = []
+            for c in cols:
+                v = row.get(c, "—")
+                if isinstance(v, list):
+                    v = ", ".join(str(x) for x in v)
+                elif isinstance(v, float) and c == "tokens_per_s":
+                    v = "{:,.0f}".format(v)
+                elif isinstance(v, int) and c == "tokens_per_s":
+                    v = "{:,}".format(v)
+                cells.append(str(v) if v is not None else "—")
+            lines.append("| " + " | ".join(cells) + " |")
+        with open(os.path.join(a.results, sec + ".md"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+        print("\n".join(lines[-len(rows) - 2:]))
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

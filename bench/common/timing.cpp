@@ -1,0 +1,101 @@
+// Shared benchmark method; see timing.h.
+#include "timing.h"
+
+#include <fmt/format.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#ifdef TESSERA_BENCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+namespace tessera::bench {
+
+int64_t envInt(const char* name, int64_t dflt) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::stoll(v) : dflt;
+}
+
+GptConfig gptConfigFromEnv() {
+  GptConfig c;
+  c.d = envInt("D", 2048);
+  c.layers = envInt("L", 12);
+  c.heads = std::max<int64_t>(1, c.d / 128);
+  c.vocab = envInt("V", 32000);
+  c.seqLen = envInt("T", 1024);
+  return c;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+at::Device singleProcessDevice() {
+  if (!torch::cuda::is_available()) return at::kCPU;
+  return {at::kCUDA, static_cast<c10::DeviceIndex>(envInt("LOCAL_RANK", 0))};
+}
+
+void useDevice(const at::Device& d) {
+#ifdef TESSERA_BENCH_CUDA
+  if (d.is_cuda()) c10::cuda::set_device(d.index());
+#else
+  (void)d;
+#endif
+}
+
+void synchronize(const at::Device& d) {
+  if (d.is_cuda()) torch::cuda::synchronize(d.index());
+}
+
+std::vector<double> timeSteps(int warm, int steps, const at::Device& d, const std::function<void()>& fn) {
+  std::vector<double> times;
+  for (int i = 0; i < warm + steps; ++i) {
+    synchronize(d);
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    synchronize(d);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= warm) times.push_back(s);
+  }
+  return times;
+}
+
+void resetPeakMemory(const at::Device& d) {
+#ifdef TESSERA_BENCH_CUDA
+  if (d.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(d.index());
+#else
+  (void)d;
+#endif
+}
+
+double peakMemoryGiB(const at::Device& d) {
+#ifdef TESSERA_BENCH_CUDA
+  if (d.is_cuda()) {
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
+    return static_cast<double>(stats.allocated_bytes[0].peak) / (1ull << 30);  // [0]: aggregate
+  }
+#else
+  (void)d;
+#endif
+  return 0.0;
+}
+
+std::string resultLine(const GptConfig& cfg, const BenchResult& r) {
+  const double med = median(r.times);
+  const double tps = r.tokensPerStep / med;
+  const double mfu = tps * gptFlopsPerToken(cfg) / (r.world * 989e12);
+  std::string all;
+  for (double t : r.times) all += fmt::format("{}{:.2f}", all.empty() ? "" : ", ", t * 1e3);
+  return fmt::format(
+      "RESULT {{\"system\": \"{}\", \"mode\": \"{}\", \"world\": {}, \"params_M\": {:.1f}, \"step_ms\": {:.2f}, "
+      "\"tokens_per_s\": {:.0f}, \"mfu_vs_989\": {:.3f}, \"peak_mem_GiB\": {:.2f}, {}\"step_ms_all\": [{}]}}",
+      r.system, r.mode, r.world, gptParamCount(cfg) / 1e6, med * 1e3, tps, mfu, r.peakGiB,
+      r.extra.empty() ? "" : r.extra + ", ", all);
+}
+
+}  // namespace tessera::bench

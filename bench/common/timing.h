@@ -1,0 +1,50 @@
+#pragma once
+// What every benchmark binary shares: the anchors' method and the result line.
+// - Configuration from the environment as ../shared/anchors/torch_anchor.py reads it
+//   (D, L, V, T; heads of 128; B and STEPS read by each binary).
+// - Timing: WARM=3 warm-up steps, then the median (sorted[n/2], as the anchor) of STEPS
+//   steps, each between two synchronisations of the device (none on the CPU).
+// - Peak memory: the caching allocator's peak of allocated bytes since resetPeakMemory()
+//   (0 on the CPU, where there is no such counter).
+// - One line on rank 0: RESULT {json} with the anchor's keys (mode, world, params_M, step_ms,
+//   tokens_per_s, mfu_vs_989, peak_mem_GiB) plus system, step_ms_all and extra members;
+//   the combiners (bench/*/combine.py, bench/combine_parallel.py) read these lines.
+// Local to one process; not thread-safe.
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gpt.h"
+
+namespace tessera::bench {
+
+constexpr int kWarmSteps = 3;
+
+int64_t envInt(const char* name, int64_t dflt);
+GptConfig gptConfigFromEnv();
+double median(std::vector<double> v);
+
+// The device a single-process run uses: CUDA LOCAL_RANK where LibTorch has CUDA devices, else CPU.
+at::Device singleProcessDevice();
+// Makes `d` the current CUDA device of this thread (nothing on the CPU).
+void useDevice(const at::Device& d);
+void synchronize(const at::Device& d);
+std::vector<double> timeSteps(int warm, int steps, const at::Device& d, const std::function<void()>& fn);
+void resetPeakMemory(const at::Device& d);
+double peakMemoryGiB(const at::Device& d);
+
+struct BenchResult {
+  std::string system, mode;
+  int world = 1;
+  double tokensPerStep = 0;    // tokens one step trains (over all ranks)
+  std::vector<double> times;   // seconds of the timed steps
+  double peakGiB = 0;
+  std::string extra;           // more JSON members, "\"k\": v, ..." (may be empty)
+};
+// The RESULT line (MFU over world GPUs at 989 TFLOP/s, FLOPs per token as gptFlopsPerToken).
+std::string resultLine(const GptConfig& cfg, const BenchResult& r);
+
+}  // namespace tessera::bench

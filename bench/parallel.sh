@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Tensor, pipeline and fully sharded data parallelism on this machine's GPUs: the anchors' GPT-735M
+# trained by PyTorch (bench/torch_anchor.py: DTensor TP, pipelining Schedule1F1B, FSDP2) and by
+# tessera (tessera_bench_tp / _pp / _fsdp), side by side with each system's 1-GPU run, then
+# bench/results/{tp,pp,fsdp}.{json,md} (bench/combine_parallel.py).
+#   bench/parallel.sh BUILD_DIR LOG_DIR [tp] [pp] [fsdp]      (default: all three)
+#   bench/parallel.sh BUILD_DIR LOG_DIR --smoke [tp] [pp] [fsdp]
+# Runs, in order, each under `timeout` (a failed run leaves its row out, the rest go on):
+#   pytorch-single, tessera-single (B=8, 1 GPU; the scaling reference of each system);
+#   tp:   pytorch-tp, tessera-tp, tessera-tp-sp, tessera-tp-nooverlap (B=16 shared by NPROC GPUs);
+#   pp:   pytorch-pp-mb8 (B=16), pytorch-pp-mb16 (B=32), tessera-pp-1F1B-mb8, -mb16;
+#   fsdp: pytorch-fsdp, tessera-fsdp-prefetch{0,256,512,1024,2048} (B=8 per GPU; MiB of budget).
+# --smoke: tiny model (D=256 L=4 V=512 T=64 STEPS=2) on whatever is there (CPU and Gloo without
+# GPUs), tessera's runs only, results to LOG_DIR: checks that the binaries run end to end.
+# Env: NPROC (2), RUN_TIMEOUT (s per run, 120), FSDP_BUDGETS ("0 256 512 1024 2048"),
+# RESULTS (dir for the results, default bench/results), D/L/V/T/STEPS passed through.
+# Exit status: 0 when every run produced its row, 1 otherwise (the results hold what ran).
+set -uo pipefail
+BUILD=${1:?build dir}
+LOGS=${2:?log dir}
+shift 2
+HERE=$(cd "$(dirname "$0")" && pwd)
+SMOKE=0 SECTIONS=()
+for a in "$@"; do
+  case $a in
+    --smoke) SMOKE=1 ;;
+    tp | pp | fsdp) SECTIONS+=("$a") ;;
+    *) echo "parallel.sh: unknown argument $a" >&2; exit 2 ;;
+  esac
+done
+[ ${#SECTIONS[@]} -eq 0 ] && SECTIONS=(tp pp fsdp)
+NPROC=${NPROC:-2}
+RUN_TIMEOUT=${RUN_TIMEOUT:-120}
+RESULTS=${RESULTS:-$HERE/results}
+if [ $SMOKE = 1 ]; then
+  export D=${D:-256} L=${L:-4} V=${V:-512} T=${T:-64} STEPS=${STEPS:-2}
+  RESULTS=$LOGS
+fi
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+mkdir -p "$LOGS" "$RESULTS"
+# Debian's torchrun (1.13, the CPU machine) crashes on its default output settings: -r 1 -t 1 there.
+TORCHRUN=(torchrun --standalone)
+tr_python=$(head -1 "$(command -v torchrun)" 2>/dev/null | sed -n 's/^#! *//p')
+[ "$(${tr_python:-python3} -c 'import torch;print(torch.__version__.split(".")[0])' 2>/dev/null)" = 1 ] && TORCHRUN+=(-r 1 -t 1)
+rc=0
+logs=()
+run() {  # run NAME CMD...: CMD under a timeout, output to LOGS/NAME.log (the name is the row's system)
+  local name=$1; shift
+  echo "=== parallel bench: $name: $*"
+  local t0; t0=$(date +%s)
+  if timeout -k 15 "$RUN_TIMEOUT" "$@" > "$LOGS/$name.log" 2>&1; then
+    grep -E "RESULT" "$LOGS/$name.log" | sed 's/^/  /' || true
+  else
+    local r=$?
+    echo "  $name FAILED (rc=$r$([ $r = 124 ] && echo ", timed out after ${RUN_TIMEOUT}s")); log tail:"
+    grep -vE "^\s*$" "$LOGS/$name.log" | tail -25 | sed 's/^/  | /'
+    rc=1
+  fi
+  echo "  ($(( $(date +%s) - t0 )) s)"
+  logs+=("$LOGS/$name.log")
+}
+torch_run() { local name=$1 n=$2 mode=$3; [ $SMOKE = 1 ] || run "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" "$HERE/torch_anchor.py" "$mode"; }
+tessera_run() { local name=$1 bin=$2; shift 2; run "$name" "${TORCHRUN[@]}" --nproc_per_node="$NPROC" --no_python "$BUILD/bench/$bin" "$@"; }
+
+B=8 torch_run pytorch-single 1 single
+B=8 run tessera-single "$BUILD/bench/tessera_bench_ddp" single
+for s in "${SECTIONS[@]}"; do
+  case $s in
+    tp)
+      B=16 torch_run pytorch-tp "$NPROC" tp
+      B=16 tessera_run tessera-tp tessera_bench_tp
+      B=16 tessera_run tessera-tp-sp tessera_bench_tp --sp
+      B=16 tessera_run tessera-tp-nooverlap tessera_bench_tp --no-overlap ;;
+    pp)
+      B=16 MB=8 torch_run pytorch-pp-mb8 "$NPROC" pp
+      B=32 MB=16 torch_run pytorch-pp-mb16 "$NPROC" pp
+      B=16 MB=8 tessera_run tessera-pp-1F1B-mb8 tessera_bench_pp
+      B=32 MB=16 tessera_run tessera-pp-1F1B-mb16 tessera_bench_pp ;;
+    fsdp)
+      B=8 torch_run pytorch-fsdp "$NPROC" fsdp
+      for m in ${FSDP_BUDGETS:-0 256 512 1024 2048}; do
+        B=8 tessera_run "tessera-fsdp-prefetch$m" tessera_bench_fsdp --prefetch-mib "$m"
+      done ;;
+  esac
+done
+
+gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//;s/,/ driver/' | paste -sd';' || true)
+topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}' || true)
+machine="${gpus:-no GPU (CPU smoke run)} (GPU0-GPU1 link: ${topo:-?}); torch $(python3 -c 'import torch;print(torch.__version__)' 2>/dev/null)"
+python3 "$HERE/combine_parallel.py" "${logs[@]}" --sections "${SECTIONS[@]}" --machine "$machine" \
+  --command "bench/parallel.sh $BUILD $LOGS $*" --results "$RESULTS" \
+  --config "D=${D:-2048} L=${L:-12} V=${V:-32000} T=${T:-1024} STEPS=${STEPS:-10}" || rc=1
+exit $rc
