@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Combines the RESULT lines of bench/parallel.sh's runs into bench/results/{tp,pp,fsdp}.{json,md}.
 
-Each log is named after its row's system (LOG_DIR/<system>.log); the anchor's PyTorch lines have
-no "system" key, so the file name gives it. Per section the rows are the two 1-GPU references
+Each log is named after its row's system (LOG_DIR/<system>.log), and the file name names the row
+(the anchor's PyTorch lines have no "system" key; a variant run of one binary gets its own name). Per section the rows are the two 1-GPU references
 (pytorch-single, tessera-single, batch 8) and that section's runs.
   scaling = tokens/s over (GPUs x the 1-GPU tokens/s of the same system), as the anchors define it
   scaling_vs_pytorch_single = the same over PyTorch's 1-GPU tokens/s
@@ -31,7 +31,7 @@ def parse(path):
                 except ValueError:
                     print("combine_parallel.py: unreadable RESULT line in %s: %s" % (path, line), file=sys.stderr)
                     continue
-                r.setdefault("system", system)
+                r["system"] = system  # the run's name (its log file) names the row
                 found.append(r)
     return found
 

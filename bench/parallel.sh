@@ -8,7 +8,8 @@
 # Runs, in order, each under `timeout` (a failed run leaves its row out, the rest go on):
 #   pytorch-single, tessera-single (B=8, 1 GPU; the scaling reference of each system);
 #   tp:   pytorch-tp, tessera-tp, tessera-tp-sp, tessera-tp-nooverlap (B=16 shared by NPROC GPUs);
-#   pp:   pytorch-pp-mb8 (B=16), pytorch-pp-mb16 (B=32), tessera-pp-1F1B-mb8, -mb16;
+#   pp:   pytorch-pp-mb8 (B=16), pytorch-pp-mb16 (B=32), tessera-pp-1F1B-mb8, -mb16 (stages balanced
+#         by compute), -mb16-paramsplit (by parameters, as PyTorch's 6 + 6), interleaved-1F1B-mb16;
 #   fsdp: pytorch-fsdp, tessera-fsdp-prefetch{0,256,512,1024,2048} (B=8 per GPU; MiB of budget).
 # --smoke: tiny model (D=256 L=4 V=512 T=64 STEPS=2) on whatever is there (CPU and Gloo without
 # GPUs), tessera's runs only, results to LOG_DIR: checks that the binaries run end to end.
@@ -75,7 +76,9 @@ for s in "${SECTIONS[@]}"; do
       B=16 MB=8 torch_run pytorch-pp-mb8 "$NPROC" pp
       B=32 MB=16 torch_run pytorch-pp-mb16 "$NPROC" pp
       B=16 MB=8 tessera_run tessera-pp-1F1B-mb8 tessera_bench_pp
-      B=32 MB=16 tessera_run tessera-pp-1F1B-mb16 tessera_bench_pp ;;
+      B=32 MB=16 tessera_run tessera-pp-1F1B-mb16 tessera_bench_pp
+      B=32 MB=16 PARTITION=params tessera_run tessera-pp-1F1B-mb16-paramsplit tessera_bench_pp
+      B=32 MB=16 tessera_run tessera-pp-interleaved-1F1B-mb16 tessera_bench_pp --interleaved ;;
     fsdp)
       B=8 torch_run pytorch-fsdp "$NPROC" fsdp
       for m in ${FSDP_BUDGETS:-0 256 512 1024 2048}; do

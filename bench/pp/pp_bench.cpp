@@ -5,6 +5,8 @@
 // parameters, fused AdamW lr 1e-4, random tokens; global batch B split into MB micro-batches;
 // 3 warm-ups then the median of STEPS).
 //   B=32 MB=16 torchrun --nproc_per_node=2 --no-python tessera_bench_pp [--gpipe | --interleaved]
+// The partition balances compute (PartitionOptions::embeddingIsLookup); PARTITION=params balances
+// parameter counts instead (for the anchor's 12 blocks the same 6 + 6 split as PyTorch's run).
 // PyTorch's run (torch_anchor.py pp) uses torch.distributed.pipelining.Schedule1F1B with
 // L/pp blocks per stage.
 // Rank 0 prints RESULT {json} (common/timing.h) with pp, micro_batches, schedule, partition and
@@ -18,6 +20,7 @@
 #include <torch/nn/modules/normalization.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -82,6 +85,9 @@ int main(int argc, char** argv) try {
   pl::PartitionOptions po;
   po.pp = pp;
   po.chunks = chunks;
+  // By compute (the default here; PARTITION=params for PyTorch's L/pp split by storage): the
+  // embedding lookup costs nothing and the head's GEMM (plus the loss) runs on the last stage.
+  po.embeddingIsLookup = std::string(std::getenv("PARTITION") ? std::getenv("PARTITION") : "compute") != "params";
   auto part = pl::partitionModel(model, po);
   std::vector<pl::PipelineExecutor::ChunkFn> fns;
   std::vector<at::Tensor> params;

@@ -48,8 +48,9 @@ Partition partitionBlocks(const std::vector<int64_t>& blockParams, const Partiti
     // best[s][j]: the smallest possible largest-stage cost putting blocks [0, j) on stages [0, s).
     std::vector<int64_t> prefix(n + 1, 0);
     for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + blockParams[i];
+    const int64_t embeddingCost = o.embeddingIsLookup ? 0 : o.embeddingParams;
     auto cost = [&](int s, int i, int j) {
-      return prefix[j] - prefix[i] + (s == 0 ? o.embeddingParams : 0) + (s == S - 1 ? o.headParams : 0);
+      return prefix[j] - prefix[i] + (s == 0 ? embeddingCost : 0) + (s == S - 1 ? o.headParams : 0);
     };
     const int64_t inf = std::numeric_limits<int64_t>::max();
     std::vector<std::vector<int64_t>> best(S + 1, std::vector<int64_t>(n + 1, inf));

@@ -25,6 +25,12 @@ struct PartitionOptions {
   std::vector<int> layersPerStage;  // empty: balanced by parameter count
   int64_t embeddingParams = 0;      // counted on stage 0 when balancing
   int64_t headParams = 0;           // counted on the last stage when balancing
+  // Balance by compute instead of storage: the embedding is a table lookup, so it costs
+  // nothing when balancing (its parameters still live on stage 0 and count in
+  // Partition::params), while the head's GEMM costs its parameter count like a block's. On a
+  // GPT whose untied embedding and head are as large as a block or more, this moves blocks
+  // from the last stage to the first, where the head and loss do not run.
+  bool embeddingIsLookup = false;
 };
 
 struct Partition {

@@ -43,6 +43,23 @@ TEST(Partition, BalancedCountsEmbeddingAndHead) {
   EXPECT_EQ(p.params, (std::vector<int64_t>{40, 40, 40}));
 }
 
+// Balancing by compute: the embedding (a lookup) costs nothing, the head costs its parameters.
+// 12 blocks of 10, embedding 20, head 20: by storage 6 + 6 (stages of 80 and 80); by compute
+// 7 + 5 (costs 70 and 70; stage 0 still holds the embedding's 20 parameters).
+TEST(Partition, EmbeddingAsLookupMovesBlocksToTheFirstStage) {
+  PartitionOptions o{.pp = 2};
+  o.embeddingParams = 20;
+  o.headParams = 20;
+  auto byParams = partitionBlocks(std::vector<int64_t>(12, 10), o);
+  EXPECT_EQ(byParams.bounds, (std::vector<int>{0, 6, 12}));
+  EXPECT_EQ(byParams.params, (std::vector<int64_t>{80, 80}));
+  o.embeddingIsLookup = true;
+  auto byCompute = partitionBlocks(std::vector<int64_t>(12, 10), o);
+  expectCovers(byCompute, 12);
+  EXPECT_EQ(byCompute.bounds, (std::vector<int>{0, 7, 12}));
+  EXPECT_EQ(byCompute.params, (std::vector<int64_t>{90, 70}));
+}
+
 TEST(Partition, BalancedUnevenBlocksMinimisesTheLargestStage) {
   auto p = partitionBlocks({5, 5, 5, 30, 5, 5}, {.pp = 3});
   expectCovers(p, 6);

@@ -45,6 +45,14 @@ int NcclWork::poll(std::string& err) {
   }
   if (e == cudaErrorNotReady) return 0;
   (void)cudaGetLastError();
+  if (e == cudaErrorCudartUnloading) {
+    // The process is exiting and the CUDA runtime is going away under the (detached) watchdog:
+    // no communication failed, so none is reported. The kept tensors are leaked on purpose:
+    // freeing them would call into a caching allocator that may already be gone.
+    finished_ = true;
+    new std::vector<at::Tensor>(std::move(keep_));
+    return 1;
+  }
   err = fmt::format("tessera: {} failed on device cuda:{}: cudaEventQuery returned {} ({})", info_.describe(),
                     st_->device, cudaGetErrorName(e), cudaGetErrorString(e));
   return -1;

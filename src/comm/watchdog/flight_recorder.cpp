@@ -7,8 +7,11 @@
 namespace tessera {
 
 FlightRecorder& FlightRecorder::instance() {
-  static FlightRecorder r;
-  return r;
+  // Leaked: the NCCL watchdog threads are detached and may record or dump while the process
+  // exits, after function-local statics are destroyed (seen on the GPU machine as map::at
+  // thrown from a destroyed map, then std::terminate).
+  static auto* r = new FlightRecorder();
+  return *r;
 }
 
 FlightRecorder::FlightRecorder()
@@ -32,7 +35,9 @@ std::string FlightRecorder::dump() const {
   auto now = std::chrono::steady_clock::now();
   std::string out = "flight recorder (last collectives of each group, oldest first):";
   for (const void* c : order_) {
-    const auto& ring = rings_.at(c);
+    auto found = rings_.find(c);
+    if (found == rings_.end() || found->second.entries.empty()) continue;
+    const auto& ring = found->second;
     const auto& first = ring.entries.front().info;
     out += fmt::format("\n  group '{}' (rank {} of {}): last {} of {} ops", first.group, first.rank, first.groupSize,
                        ring.entries.size(), ring.total);

@@ -357,11 +357,36 @@ void FullyShardedDataParallel::processGrads(int u) {
       x.rsWork = shardComm_->reduceScatter(x.rsOut, flat, ReduceOp::Sum);
     }
     stats_.reduceScatters += 1;
+    if (!replicaComm_) drainReduceScatters(u);
   }
   for (auto& p : x.params) {
     if (p.grad().defined()) p.mutable_grad() = at::Tensor();
   }
   if (!x.hasFrozen) reshard(u);
+}
+
+// Adds the reduce-scatter outputs of units launched before `current` into their grad shards as
+// soon as they are complete (no host wait), and waits (stream-ordered) for all but the newest
+// kMaxUndrained, so at most that many fp32 output shards are alive at once instead of one per
+// unit until the end of backward. Plain FSDP only: hybrid sharding all-reduces the outputs
+// across replicas first, in finalizeBackward.
+void FullyShardedDataParallel::drainReduceScatters(int current) {
+  constexpr int kMaxUndrained = 2;
+  std::vector<int> open;
+  for (int u : backwardOrder_) {
+    auto& x = *units_[u];
+    if (u != current && x.launched && x.rsOut.defined()) open.push_back(u);
+  }
+  torch::NoGradGuard ng;
+  for (size_t i = 0; i < open.size(); ++i) {
+    auto& x = *units_[open[i]];
+    const bool mustWait = static_cast<int>(open.size() - i) > kMaxUndrained;
+    if (x.rsWork && !mustWait && !x.rsWork->completed()) continue;
+    if (x.rsWork) x.rsWork->wait();
+    x.grad.add_(x.rsOut.to(at::kFloat));
+    x.rsOut = at::Tensor();
+    x.rsWork.reset();
+  }
 }
 
 void FullyShardedDataParallel::finalizeBackward() {
@@ -371,7 +396,7 @@ void FullyShardedDataParallel::finalizeBackward() {
   std::vector<WorkPtr> replicaWorks;
   for (int u : backwardOrder_) {
     auto& x = *units_[u];
-    if (!x.launched || !sync_) continue;
+    if (!x.launched || !sync_ || !x.rsOut.defined()) continue;  // undefined: drained during backward
     if (x.rsWork) x.rsWork->wait();
     if (replicaComm_) replicaWorks.push_back(replicaComm_->allReduce(x.rsOut, ReduceOp::Sum));
   }
@@ -380,7 +405,7 @@ void FullyShardedDataParallel::finalizeBackward() {
     torch::NoGradGuard ng;
     for (int u : backwardOrder_) {
       auto& x = *units_[u];
-      if (!x.launched || !sync_) continue;
+      if (!x.launched || !sync_ || !x.rsOut.defined()) continue;
       x.grad.add_(x.rsOut.to(at::kFloat));
     }
   }

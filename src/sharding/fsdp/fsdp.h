@@ -161,6 +161,7 @@ class FullyShardedDataParallel {
   void prefetchAfter(const std::vector<int>& order, int u);
   void beginBackward();
   void processGrads(int u);
+  void drainReduceScatters(int current);
   void launchReady();
   void finalizeBackward();
   void resetPass();
