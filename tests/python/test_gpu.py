@@ -22,6 +22,7 @@ def ctx():
     """Overrides conftest's Gloo context: one NCCL world, one GPU per rank."""
     assert torch.cuda.device_count() >= int(os.environ["WORLD_SIZE"]), "needs one GPU per rank"
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    os.environ["TESSERA_BACKEND"] = "nccl"  # ctest sets gloo for the other files; the variable wins over backend=
     return tessera.init(backend="nccl")
 
 

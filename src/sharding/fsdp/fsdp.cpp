@@ -16,6 +16,21 @@
 #include "sharding/fsdp/unit_state.h"
 
 namespace tessera {
+namespace fsdp {
+// Adds the unit's (completed) reduce-scatter output into its fp32 grad shard, taking the output
+// itself as the shard when there is none yet (the first backward after zeroGrad).
+void addIntoGrad(Unit& x) {
+  torch::NoGradGuard ng;
+  auto out = x.rsOut.to(at::kFloat);
+  if (x.grad.defined()) {
+    x.grad.add_(out);
+  } else {
+    x.grad = out;  // rsOut itself (fp32), or its fresh fp32 copy
+  }
+  x.rsOut = at::Tensor();
+}
+}  // namespace fsdp
+
 
 using fsdp::Unit;
 
@@ -118,7 +133,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::vector<FsdpUnitSpec> spe
       }
       kernels::flattenScaleCast(srcs, flat, offs, 1.0);
       x->master = flat.narrow(0, static_cast<int64_t>(srank) * l.shardNumel, l.shardNumel).clone();
-      x->grad = at::zeros({l.shardNumel}, f32);
+      // x->grad stays undefined until a backward produces it (zeroGrad releases it again).
       x->full = at::empty({l.paddedNumel}, f32.dtype(opts_.paramDtype));
       // Parameters become views of the unsharded buffer (their own storage is dropped).
       for (const auto& e : l.entries) {
@@ -152,7 +167,10 @@ size_t FullyShardedDataParallel::numUnits() const { return units_.size(); }
 const std::string& FullyShardedDataParallel::unitName(size_t u) const { return units_.at(u)->name; }
 const fsdp::FlatLayout& FullyShardedDataParallel::layout(size_t u) const { return units_.at(u)->layout; }
 at::Tensor FullyShardedDataParallel::masterShard(size_t u) const { return units_.at(u)->master; }
-at::Tensor FullyShardedDataParallel::gradShard(size_t u) const { return units_.at(u)->grad; }
+at::Tensor FullyShardedDataParallel::gradShard(size_t u) const {
+  const auto& x = *units_.at(u);
+  return x.grad.defined() ? x.grad : at::zeros({x.layout.shardNumel}, x.master.options());
+}
 int FullyShardedDataParallel::shardRank() const { return shardComm_->rank(); }
 
 void FullyShardedDataParallel::resetStats() {
@@ -383,8 +401,7 @@ void FullyShardedDataParallel::drainReduceScatters(int current) {
     const bool mustWait = static_cast<int>(open.size() - i) > kMaxUndrained;
     if (x.rsWork && !mustWait && !x.rsWork->completed()) continue;
     if (x.rsWork) x.rsWork->wait();
-    x.grad.add_(x.rsOut.to(at::kFloat));
-    x.rsOut = at::Tensor();
+    fsdp::addIntoGrad(x);
     x.rsWork.reset();
   }
 }
@@ -406,7 +423,7 @@ void FullyShardedDataParallel::finalizeBackward() {
     for (int u : backwardOrder_) {
       auto& x = *units_[u];
       if (!x.launched || !sync_ || !x.rsOut.defined()) continue;
-      x.grad.add_(x.rsOut.to(at::kFloat));
+      fsdp::addIntoGrad(x);
     }
   }
   reshardAll();
@@ -435,15 +452,16 @@ FullyShardedDataParallel::NoSync::~NoSync() { f_.sync_ = prev_; }
 
 void FullyShardedDataParallel::zeroGrad() {
   for (auto& x : units_) {
-    x->grad.zero_();
+    x->grad = at::Tensor();  // released, as zero_grad(set_to_none=True): no memory until the next backward
     x->accum = at::Tensor();
   }
 }
 
 double FullyShardedDataParallel::clipGradNorm(double maxNorm) {
   const int r = shardComm_->rank();
-  auto sq = at::zeros({1}, units_[0]->grad.options());
+  auto sq = at::zeros({1}, units_[0]->master.options());
   for (auto& x : units_) {
+    if (!x->grad.defined()) continue;  // no gradient since zeroGrad: zeros
     auto g = x->grad.narrow(0, 0, x->layout.trainableInShard(r));
     sq.add_(g.pow(2).sum());
   }
@@ -452,7 +470,9 @@ double FullyShardedDataParallel::clipGradNorm(double maxNorm) {
   const double norm = std::sqrt(sq.item<double>());
   const double coef = maxNorm / (norm + 1e-6);
   if (coef < 1) {
-    for (auto& x : units_) x->grad.mul_(coef);
+    for (auto& x : units_) {
+      if (x->grad.defined()) x->grad.mul_(coef);
+    }
   }
   return norm;
 }

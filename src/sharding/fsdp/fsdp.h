@@ -115,7 +115,8 @@ class FullyShardedDataParallel {
   // one full fp32 copy per unit); the next synchronised backward adds them in.
   NoSync noSync() { return NoSync(*this); }
 
-  // Local: zeroes the gradient shards and drops accumulated noSync gradients.
+  // Local: releases the gradient shards (as zero_grad(set_to_none=True): they take no memory
+  // until the next backward creates them) and drops accumulated noSync gradients.
   void zeroGrad();
   // Collective over the world: total L2 norm of the model's gradient (all shards); scales the
   // shards by maxNorm / (norm + 1e-6) when that is < 1 (as torch::nn::utils::clip_grad_norm_).
@@ -127,7 +128,7 @@ class FullyShardedDataParallel {
   const std::string& unitName(size_t u) const;
   const fsdp::FlatLayout& layout(size_t u) const;
   at::Tensor masterShard(size_t u) const;  // fp32 [shardNumel], this rank's shard
-  at::Tensor gradShard(size_t u) const;    // fp32 [shardNumel]
+  at::Tensor gradShard(size_t u) const;    // fp32 [shardNumel]; fresh zeros when released
   int shardRank() const;
   const CommPtr& shardGroup() const { return shardComm_; }
   const CommPtr& replicaGroup() const { return replicaComm_; }  // null unless hybrid
