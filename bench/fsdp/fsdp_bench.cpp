@@ -92,7 +92,7 @@ int main(int argc, char** argv) try {
   bench::BenchResult r{fmt::format("tessera-fsdp-prefetch{}", budgetMib), "fsdp", world->size(),
                        static_cast<double>(batch * cfg.seqLen * world->size()), times, bench::peakMemoryGiB(device),
                        fmt::format("\"batch\": {}, \"prefetch_budget_MiB\": {}, \"peak_unsharded_units\": {}, "
-                                   "\"peak_unsharded_GiB\": {:.2f}, \"last_loss\": {:.4f}",
+                                   "\"peak_unsharded_GiB\": {:.2f}, \"last_loss\": {:.6f}",
                                    batch, budgetMib, st.peakUnshardedUnits,
                                    static_cast<double>(st.peakUnshardedBytes) / (1ull << 30), lastLoss)};
   if (world->rank() == 0) std::cout << bench::resultLine(cfg, r) << std::endl;

@@ -141,7 +141,7 @@ int main(int argc, char** argv) try {
                        static_cast<double>(batch * cfg.seqLen), times, *std::max_element(peaks.begin(), peaks.end()),
                        fmt::format("\"pp\": {}, \"batch\": {}, \"micro_batches\": {}, \"schedule\": \"{}\", "
                                    "\"partition\": \"{}\", \"peak_mem_GiB_per_rank\": [{:.2f}], "
-                                   "\"peak_in_flight_per_rank\": [{}], \"last_loss\": {:.4f}",
+                                   "\"peak_in_flight_per_rank\": [{}], \"last_loss\": {:.6f}",
                                    pp, batch, micro, kindName, part.describe(), fmt::join(peaks, ", "),
                                    fmt::join(inflight, ", "), lastLoss)};
   if (rank == 0) std::cout << bench::resultLine(cfg, r) << std::endl;

@@ -125,7 +125,7 @@ int main(int argc, char** argv) try {
   bench::BenchResult r{system, "tp", world->size(), static_cast<double>(batch * cfg.seqLen), times,
                        bench::peakMemoryGiB(device),
                        fmt::format("\"tp\": {}, \"batch\": {}, \"sequence_parallel\": {}, \"overlap\": {}, "
-                                   "\"last_loss\": {:.4f}",
+                                   "\"last_loss\": {:.6f}",
                                    world->size(), batch, sp, overlap, lastLoss)};
   if (world->rank() == 0) std::cout << bench::resultLine(cfg, r) << std::endl;
   world->barrier()->wait();

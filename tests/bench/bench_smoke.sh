@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The benchmark binaries on a tiny GPT (CPU and Gloo here, 2 ranks under torchrun), checked
+# against each other: variants of one parallelism train the same model on the same data, so
+# after STEPS steps their losses must agree:
+#   tp:  plain, sequence parallel, no backward overlap          (same full weights, same batch)
+#   pp:  1F1B split by compute, 1F1B split by parameters, GPipe, interleaved 1F1B
+#   fsdp: prefetch off and prefetch with a budget
+# A variant that fails, prints no RESULT or disagrees (relative 1e-5; the sums run in other
+# orders, a wrong gradient is off by far more) fails the test (exit 1).
+#   bench_smoke.sh BUILD_DIR
+set -uo pipefail
+BUILD=${1:?build dir}
+export D=256 L=4 V=512 T=32 STEPS=2 TESSERA_TIMEOUT_S=60 OMP_NUM_THREADS=1
+TORCHRUN=(torchrun --standalone --nproc_per_node=2 --no_python)
+tr_python=$(head -1 "$(command -v torchrun)" 2>/dev/null | sed -n 's/^#! *//p')
+[ "$(${tr_python:-python3} -c 'import torch;print(torch.__version__.split(".")[0])' 2>/dev/null)" = 1 ] && TORCHRUN+=(-r 1 -t 1)
+rc=0
+loss() {  # loss NAME ENV... -- BIN ARGS...: the last_loss of rank 0's RESULT line
+  local name=$1; shift
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  local out
+  out=$(env "${envs[@]}" timeout -k 10 120 "${TORCHRUN[@]}" "$BUILD/bench/$@" 2>&1)
+  local r=$?
+  local l
+  l=$(grep -o '"last_loss": [0-9.eE+-]*' <<<"$out" | head -1 | awk '{print $2}')
+  if [ $r -ne 0 ] || [ -z "$l" ]; then
+    echo "FAIL $name: exit $r, no loss; output tail:" >&2
+    tail -15 <<<"$out" >&2
+    rc=1
+    echo nan
+    return
+  fi
+  echo "$name: last_loss $l" >&2
+  echo "$l"
+}
+same() {  # same WHAT A B...: all equal to 1e-4 relative
+  local what=$1; shift
+  if python3 - "$@" <<'PY'
+import math, sys
+v = [float(x) for x in sys.argv[1:]]
+sys.exit(0 if all(math.isfinite(x) for x in v) and max(v) - min(v) <= 1e-5 * abs(v[0]) else 1)
+PY
+  then echo "ok   $what: $*"; else echo "FAIL $what: losses differ: $*"; rc=1; fi
+}
+a=$(loss tp B=4 -- tessera_bench_tp)
+b=$(loss tp-sp B=4 -- tessera_bench_tp --sp)
+c=$(loss tp-nooverlap B=4 -- tessera_bench_tp --no-overlap)
+same "tp: plain / sequence parallel / no overlap" "$a" "$b" "$c"
+a=$(loss pp-1f1b B=8 MB=4 -- tessera_bench_pp)
+b=$(loss pp-paramsplit B=8 MB=4 PARTITION=params -- tessera_bench_pp)
+c=$(loss pp-gpipe B=8 MB=4 -- tessera_bench_pp --gpipe)
+d=$(loss pp-interleaved B=8 MB=4 -- tessera_bench_pp --interleaved)
+same "pp: 1F1B / parameter split / GPipe / interleaved" "$a" "$b" "$c" "$d"
+a=$(loss fsdp-noprefetch B=2 -- tessera_bench_fsdp --prefetch-mib 0)
+b=$(loss fsdp-prefetch B=2 -- tessera_bench_fsdp --prefetch-mib 64)
+same "fsdp: no prefetch / prefetch" "$a" "$b"
+[ $rc -eq 0 ] && echo "bench smoke: all variants agree" || echo "bench smoke: FAILED"
+exit $rc
