@@ -1,6 +1,6 @@
-# PyTorch's side of the DDP benchmark: the anchor's GPT-735M and method (a copy of
-# ../shared/anchors/torch_anchor.py's modes single and ddp; ../shared does not travel to the
-# GPU machine). bf16 autocast forward with fp32 parameters, fused AdamW, random tokens, batch B
+# PyTorch's side of the DDP benchmark: the anchor's GPT-735M and method (modes single and ddp of
+# ../shared/anchors/torch_anchor.py, whose model is imported from bench/torch_anchor.py, its copy:
+# ../shared does not travel to the GPU machine). bf16 autocast forward with fp32 parameters, fused AdamW, random tokens, batch B
 # per GPU, 3 warm-ups then the median of STEPS steps, torch.cuda.synchronize() around each.
 #   torchrun --nproc_per_node=1 torch_ddp.py single
 #   torchrun --nproc_per_node=2 torch_ddp.py ddp      (DistributedDataParallel, 25 MiB buckets)
@@ -12,46 +12,9 @@ import os, sys, time, json
 import torch, torch.nn as nn, torch.nn.functional as F
 import torch.distributed as dist
 
-D = int(os.environ.get("D", 2048)); L = int(os.environ.get("L", 12)); H = D // 128
-V = int(os.environ.get("V", 32000)); T = int(os.environ.get("T", 1024)); B = int(os.environ.get("B", 8))
-STEPS = int(os.environ.get("STEPS", 10)); WARM = 3
-
-
-class Block(nn.Module):
-    def __init__(s):
-        super().__init__()
-        s.ln1 = nn.LayerNorm(D); s.qkv = nn.Linear(D, 3 * D); s.proj = nn.Linear(D, D)
-        s.ln2 = nn.LayerNorm(D); s.fc1 = nn.Linear(D, 4 * D); s.fc2 = nn.Linear(4 * D, D)
-
-    def forward(s, x):
-        b, t, _ = x.shape
-        q, k, v = s.qkv(s.ln1(x)).view(b, t, 3, -1, 128).unbind(2)
-        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
-        x = x + s.proj(a.transpose(1, 2).reshape(b, t, -1))
-        return x + s.fc2(F.gelu(s.fc1(s.ln2(x))))
-
-
-class GPT(nn.Module):
-    def __init__(s):
-        super().__init__()
-        s.emb = nn.Embedding(V, D)
-        s.blocks = nn.ModuleList(Block() for _ in range(L))
-        s.lnf = nn.LayerNorm(D)
-        s.head = nn.Linear(D, V, bias=False)
-
-    def forward(s, x):
-        x = s.emb(x)
-        for blk in s.blocks:
-            x = blk(x)
-        return s.head(s.lnf(x))
-
-
-def n_params():
-    return L * (12 * D * D + 13 * D) + 2 * V * D + 2 * D
-
-
-def flops_per_token():  # 6N + 12*L*D*T (the anchor's convention)
-    return 6 * n_params() + 12 * L * D * T
+# The anchor's model, sizes and FLOP count (bench/torch_anchor.py, a copy of the anchors' script).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from torch_anchor import B, D, GPT, L, STEPS, T, V, WARM, flops_per_token, n_params  # noqa: E402
 
 
 def bucket_numels(model, ddp):
