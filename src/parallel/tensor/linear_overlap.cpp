@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "common/autocast.h"
 #include "common/error.h"
 
 namespace tessera::tp {
@@ -107,7 +108,10 @@ at::Tensor columnLinearAsyncGrad(const at::Tensor& x, const at::Tensor& weight, 
   TESSERA_CHECK(tp, "tp::column_linear_async_grad: no tensor-parallel communicator given");
   TESSERA_CHECK(x.dim() >= 1, "tp::column_linear_async_grad: input must have at least one dimension");
   if (tp->size() == 1) return at::linear(x, weight, bias);  // a group of one: no communication
-  return ColumnLinearAsyncGrad::apply(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt,
+  // Under CUDA autocast the input is saved and (sequence parallel) all-gathered in bf16/fp16,
+  // as at::linear would cast it anyway: half the bytes of an fp32 LayerNorm output.
+  return ColumnLinearAsyncGrad::apply(castForCudaAutocast(x), weight,
+                                      bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt,
                                       c10::make_intrusive<OverlapState>(tp, sequenceParallel, std::move(trace)));
 }
 
