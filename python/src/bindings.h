@@ -19,5 +19,6 @@ ReduceOp toReduceOp(const pb::handle& op);
 void bindComm(pb::module_& m);
 void bindDdp(pb::module_& m);
 void bindTp(pb::module_& m);
+void bindPipeline(pb::module_& m);
 
 }  // namespace tessera::py

@@ -66,4 +66,5 @@ PYBIND11_MODULE(_C, m) {
   bindComm(m);
   bindDdp(m);
   bindTp(m);
+  bindPipeline(m);
 }

@@ -1,9 +1,9 @@
-"""Data-parallel wrappers of Python ``torch.nn.Module``s, run by tessera's C++ runtime.
+"""Wrappers of Python ``torch.nn.Module``s run by tessera's C++ runtime.
 
-``DistributedDataParallel`` is here. Still to come (their C++ parts are being written):
-``FullyShardedDataParallel(module, units=..., ...)`` (src/sharding/fsdp) and pipeline stages
-from a Python module list (src/pipeline): add them to this file (or a sibling module) and
-export them from ``tessera/__init__.py``, binding the C++ in python/src/<area>.cpp.
+``DistributedDataParallel`` (src/parallel/ddp) and ``Pipeline`` (src/pipeline's schedule
+executor over this rank's stages) are here. Still to come: ``FullyShardedDataParallel(module,
+units=..., ...)`` over src/sharding/fsdp: add it to this file (or a sibling module) and export
+it from ``tessera/__init__.py``, binding the C++ in python/src/<area>.cpp.
 """
 
 import torch
@@ -115,3 +115,64 @@ class _NoSync:
         self._ddp._sync_enabled = self._prev
         self._guard.__exit__(*exc)
         return False
+
+
+def _pp_group(group):
+    """A Communicator, or a ProcessMesh (its pp group)."""
+    if isinstance(group, _C.ProcessMesh):
+        return group.pp
+    if isinstance(group, _C.Communicator):
+        return group
+    raise TypeError(f"expected a tessera.Communicator or tessera.ProcessMesh, got {type(group).__name__}")
+
+
+class Pipeline:
+    """Pipeline parallelism for Python stages: this rank's stages (``torch.nn.Module``s or any
+    callables taking and returning one tensor) run by tessera's C++ schedule executor over
+    ``group`` (a :class:`tessera.Communicator`, or a :class:`tessera.ProcessMesh`, whose pp
+    group is used). See src/pipeline/executor.h for the full contract.
+
+    ``stages``: this rank's chunks in order; with ``schedule="interleaved_1f1b"`` rank r holds
+    stages r, r + pp, r + 2 pp, ... (one per chunk), else exactly one stage. Stage 0 takes the
+    micro-batch, the last stage's output goes to ``loss_fn(output, target)``.
+    ``schedule``: ``"1f1b"`` (default), ``"gpipe"`` or ``"interleaved_1f1b"``.
+    ``micro_batches``: the batch (dim 0) is split into this many equal micro-batches.
+
+    :meth:`step` is collective over the group: pass ``input`` on pp rank 0 and ``target`` on
+    the last pp rank (``None`` elsewhere). It runs forward and backward of every micro-batch;
+    the gradients of the mean loss accumulate into the stages' parameters (zero them yourself,
+    e.g. ``optimizer.zero_grad()``), and the mean loss comes back on every rank. The GIL is
+    released while the schedule runs and taken again for each call of a stage or of
+    ``loss_fn``. Bad steps (a batch not divisible into micro-batches, stages whose shapes do
+    not fit) raise :class:`tessera.Error` on every rank with the communicator left usable.
+    ``device``: where activations and the loss live (default: the group's, CPU for Gloo, the
+    current CUDA device for NCCL).
+    """
+
+    def __init__(self, stages, group, *, micro_batches, loss_fn, schedule="1f1b", device=None,
+                 free_sent_outputs=True):
+        self.group = _pp_group(group)
+        self.stages = list(stages)
+        if device is None:
+            device = "cpu" if self.group.backend == "gloo" else f"cuda:{torch.cuda.current_device()}"
+        self.device = torch.device(device)
+        self._exec = _C.PipelineExecutor(self.group, schedule, micro_batches, self.stages, loss_fn, str(self.device),
+                                         free_sent_outputs)
+
+    def step(self, input=None, target=None):
+        return self._exec.step(input, target)
+
+    def parameters(self):
+        """The parameters of this rank's stages (those that are modules), for the optimiser."""
+        for s in self.stages:
+            if isinstance(s, torch.nn.Module):
+                yield from s.parameters()
+
+    @property
+    def peak_in_flight(self):
+        """Micro-batches between forward and backward at once in the last step (at most pp - rank for 1F1B)."""
+        return self._exec.peak_in_flight
+
+    def describe(self, rank=None):
+        """The schedule's actions on ``rank`` (default: this rank), one per line."""
+        return self._exec.describe(self.group.rank if rank is None else rank)
