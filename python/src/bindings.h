@@ -20,5 +20,6 @@ void bindComm(pb::module_& m);
 void bindDdp(pb::module_& m);
 void bindTp(pb::module_& m);
 void bindPipeline(pb::module_& m);
+void bindFsdp(pb::module_& m);
 
 }  // namespace tessera::py

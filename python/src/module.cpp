@@ -67,4 +67,5 @@ PYBIND11_MODULE(_C, m) {
   bindDdp(m);
   bindTp(m);
   bindPipeline(m);
+  bindFsdp(m);
 }

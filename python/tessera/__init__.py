@@ -83,10 +83,11 @@ def mesh(dp=None, pp=1, tp=1, *, world=None):
     return ProcessMesh(world, dp, pp, tp)
 
 
-from .parallel import DistributedDataParallel, Pipeline  # noqa: E402
+from .parallel import DistributedDataParallel, FullyShardedDataParallel, Pipeline, ShardedAdamW  # noqa: E402
 from . import nn  # noqa: E402
 
 __all__ = [
     "__version__", "build_info", "init", "mesh", "Context", "Communicator", "Work", "ReduceOp",
-    "ProcessMesh", "Error", "CommError", "DistributedDataParallel", "Pipeline", "nn",
+    "ProcessMesh", "Error", "CommError", "DistributedDataParallel", "FullyShardedDataParallel",
+    "ShardedAdamW", "Pipeline", "nn",
 ]

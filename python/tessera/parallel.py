@@ -1,9 +1,8 @@
 """Wrappers of Python ``torch.nn.Module``s run by tessera's C++ runtime.
 
-``DistributedDataParallel`` (src/parallel/ddp) and ``Pipeline`` (src/pipeline's schedule
-executor over this rank's stages) are here. Still to come: ``FullyShardedDataParallel(module,
-units=..., ...)`` over src/sharding/fsdp: add it to this file (or a sibling module) and export
-it from ``tessera/__init__.py``, binding the C++ in python/src/<area>.cpp.
+``DistributedDataParallel`` (src/parallel/ddp), ``Pipeline`` (src/pipeline's schedule executor
+over this rank's stages), ``FullyShardedDataParallel`` and ``ShardedAdamW`` (src/sharding/fsdp),
+each binding its C++ area in python/src/<area>.cpp.
 """
 
 import torch
@@ -176,3 +175,108 @@ class Pipeline:
     def describe(self, rank=None):
         """The schedule's actions on ``rank`` (default: this rank), one per line."""
         return self._exec.describe(self.group.rank if rank is None else rank)
+
+
+def _dtype_name(d):
+    return str(d) if d is not None else "torch.float32"
+
+
+class FullyShardedDataParallel(torch.nn.Module):
+    """Fully sharded data parallelism for a Python ``torch.nn.Module`` (src/sharding/fsdp): each
+    unit's parameters are flattened and sharded over ``group``; a unit is all-gathered just
+    before its forward and backward and its gradients reduce-scattered as soon as backward has
+    produced them, all by the C++ runtime.
+
+    ``units``: submodules of ``module`` (e.g. ``model.blocks``), each one FSDP unit; every other
+    parameter of ``module`` forms the root unit (if there is any), which stays gathered from the
+    start of forward to the end of backward (the whole forward runs inside it). A unit's
+    ``forward`` must return a tensor or a tuple of tensors.
+    Construction is collective over ``group`` (a :class:`tessera.Communicator`, or a
+    :class:`tessera.ProcessMesh`, whose dp group is used): every rank wraps the same
+    architecture; rank 0's values are broadcast (``sync_module_states``).
+
+    After construction the module's parameters have no memory of their own outside forward and
+    backward: train with :class:`tessera.ShardedAdamW` (the fp32 master shards and optimizer
+    state live on each rank), read the weights with :meth:`full_state_dict`. When
+    ``loss.backward()`` returns, the shards hold the gradient averaged over the group.
+
+    Options (C++ ``FsdpOptions``): ``param_dtype`` (compute dtype of the gathered parameters,
+    default float32), ``reduce_dtype`` (float32), ``reshard_after_forward`` (True),
+    ``prefetch_budget_mb`` (MiB of unsharded parameters allowed in flight, 0 = no prefetch),
+    ``shard_group_size`` (hybrid sharding: shard within groups of this many ranks),
+    ``sync_module_states`` (True).
+    """
+
+    def __init__(self, module, group, *, units, param_dtype=None, reduce_dtype=None, reshard_after_forward=True,
+                 prefetch_budget_mb=0, shard_group_size=0, sync_module_states=True):
+        super().__init__()
+        self.module = module
+        self.group = _group(group)
+        units = list(units)
+        names = {id(m): n for n, m in module.named_modules()}
+        in_unit, specs = set(), []
+        for m in units:
+            if id(m) not in names:
+                raise ValueError("FullyShardedDataParallel: a unit is not a submodule of the wrapped module")
+            prefix = names[id(m)]
+            params = [(f"{prefix}.{n}" if prefix else n, p) for n, p in m.named_parameters()]
+            in_unit.update(id(p) for _, p in params)
+            specs.append((prefix or "module", params, None))
+        root = [(n, p) for n, p in module.named_parameters() if id(p) not in in_unit]
+        self._has_root = bool(root)  # no root unit when every parameter is in a unit
+        self._fsdp = _C.FullyShardedDataParallel(
+            ([("root", root, False)] if root else []) + specs, self.group, _dtype_name(param_dtype),
+            _dtype_name(reduce_dtype), reshard_after_forward, int(prefetch_budget_mb * 2**20), shard_group_size,
+            sync_module_states)
+        for i, m in enumerate(units):
+            self._wrap_unit(m, i + 1 if root else i)
+
+    def _wrap_unit(self, m, index):
+        orig = m.forward
+        fsdp = self._fsdp
+
+        def forward(*args, **kwargs):
+            out = fsdp.run_unit(index, lambda: orig(*args, **kwargs))
+            return out[0] if len(out) == 1 else tuple(out)
+        m.forward = forward
+
+    def forward(self, *args, **kwargs):
+        if not self._has_root:
+            return self.module(*args, **kwargs)
+        out = self._fsdp.run_unit(0, lambda: self.module(*args, **kwargs))
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def no_sync(self):
+        """Context manager: backward accumulates unsharded gradients locally, no communication."""
+        return self._fsdp.no_sync()
+
+    def clip_grad_norm_(self, max_norm):
+        """Collective: the gradient's total L2 norm over all shards; scales them to ``max_norm``."""
+        return self._fsdp.clip_grad_norm(max_norm)
+
+    def full_state_dict(self):
+        """Collective: every parameter by name (float32, full shape) on rank 0, ``{}`` elsewhere."""
+        return self._fsdp.full_state_dict()
+
+    def load_full_state_dict(self, state_dict):
+        """Collective: rank 0's ``state_dict`` is broadcast, each rank keeps its shards."""
+        self._fsdp.load_full_state_dict(state_dict)
+
+    def stats(self):
+        return self._fsdp.stats()
+
+
+class ShardedAdamW:
+    """AdamW over a :class:`FullyShardedDataParallel`'s fp32 shards: each rank keeps the
+    optimizer state of its shards only. Equals ``torch.optim.AdamW`` on the unsharded
+    parameters given the same gradients. :meth:`step` after backward on every rank."""
+
+    def __init__(self, fsdp, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+        self._opt = _C.ShardedAdamW(fsdp._fsdp, lr, betas[0], betas[1], eps, weight_decay)
+        self._fsdp = fsdp
+
+    def step(self):
+        self._opt.step()
+
+    def zero_grad(self):
+        self._opt.zero_grad()

@@ -249,9 +249,14 @@ std::vector<at::Tensor> FullyShardedDataParallel::runUnit(size_t unit, const std
   TESSERA_CHECK(unit < units_.size(), "FullyShardedDataParallel::runUnit: unit {} out of range (there are {} units)",
                 unit, units_.size());
   const int u = static_cast<int>(unit);
-  TESSERA_CHECK(running_ < 0, "FullyShardedDataParallel::runUnit: unit {} ('{}') started while unit {} ('{}') runs; "
-                "units do not nest",
+  // Units nest only inside a unit that stays gathered through forward (reshardAfterForward
+  // false, e.g. a root unit wrapping the whole model's forward).
+  TESSERA_CHECK(running_ < 0 || !reshardsAfterForward(running_),
+                "FullyShardedDataParallel::runUnit: unit {} ('{}') started while unit {} ('{}') runs; units nest "
+                "only inside a unit with reshardAfterForward false",
                 u, units_[u]->name, running_, running_ >= 0 ? units_[running_]->name : "");
+  TESSERA_CHECK(running_ != u, "FullyShardedDataParallel::runUnit: unit {} ('{}') started inside itself", u,
+                units_[u]->name);
   TESSERA_CHECK(!inBackward_, "FullyShardedDataParallel::runUnit: unit {} ('{}') run during backward (activation "
                 "recomputation inside FSDP units is not supported)",
                 u, units_[u]->name);
@@ -268,14 +273,15 @@ std::vector<at::Tensor> FullyShardedDataParallel::runUnit(size_t unit, const std
   if (first) prefetchAfter(plannedOrder_, u);
   waitGathered(u);
   std::vector<at::Tensor> outs;
+  const int outer = running_;
   running_ = u;
   try {
     outs = fn(inputs);
   } catch (...) {
-    running_ = -1;
+    running_ = outer;
     throw;
   }
-  running_ = -1;
+  running_ = outer;
   if (at::GradMode::is_enabled()) {
     bool anyGrad = false;
     for (const auto& t : outs) anyGrad = anyGrad || (t.defined() && t.requires_grad());

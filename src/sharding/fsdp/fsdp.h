@@ -36,8 +36,9 @@
 //   every unit is resharded. Parameters of a unit that got no gradient contribute zeros.
 // - Every rank must run the same units in the same order (all-gathers and reduce-scatters are
 //   issued in that order); a unit may run several times per iteration (e.g. the root).
-//   runUnit does not nest. Not thread-safe; the FSDP object must outlive every backward over
-//   its units. One backward per forward (no retain_graph re-runs).
+//   runUnit nests only inside a unit whose reshardAfterForward is false (a root unit wrapping
+//   the whole forward, as the Python wrapper does). Not thread-safe; the FSDP object must
+//   outlive every backward over its units. One backward per forward (no retain_graph re-runs).
 // - Hybrid sharding (shardGroupSize s < world): shard within groups of s consecutive ranks,
 //   replicate across the world/s groups (gradient shards all-reduced across replicas).
 // - Devices: CPU (Gloo) and CUDA (NCCL) through Communicator only. On CUDA, all-gathers and

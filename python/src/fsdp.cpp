@@ -1,0 +1,137 @@
+// tessera._C: FullyShardedDataParallel and ShardedAdamW over parameters handed in from Python
+// (src/sharding/fsdp). The parameters are the Python module's own tensors (the casters share
+// the TensorImpl): construction turns each into a view of its unit's unsharded buffer, and
+// the gradient hooks and pre-backward nodes FSDP attaches are C++, so backward never needs
+// the GIL. run_unit calls back into Python for the unit's forward with the GIL held.
+#include <pybind11/functional.h>
+#include <pybind11/stl.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <torch/csrc/autograd/python_variable.h>  // THPVariable_Check
+
+#include "bindings.h"
+#include "common/error.h"
+#include "sharding/fsdp/fsdp.h"
+#include "sharding/fsdp/optimizer.h"
+
+namespace tessera::py {
+namespace {
+
+using Fsdp = FullyShardedDataParallel;
+
+c10::ScalarType toDtype(const std::string& s, const char* what) {
+  if (s == "torch.float32" || s == "float32" || s == "torch.float") return at::kFloat;
+  if (s == "torch.bfloat16" || s == "bfloat16") return at::kBFloat16;
+  if (s == "torch.float16" || s == "float16" || s == "torch.half") return at::kHalf;
+  throw Error(std::string("FullyShardedDataParallel: ") + what + " '" + s +
+              "' is not one of torch.float32, torch.bfloat16, torch.float16");
+}
+
+// The Python callable's result: one tensor, or a tuple/list of tensors.
+std::vector<at::Tensor> tensorsOf(const pb::object& r, const std::string& unit) {
+  if (THPVariable_Check(r.ptr())) return {r.cast<at::Tensor>()};
+  if (pb::isinstance<pb::tuple>(r) || pb::isinstance<pb::list>(r)) {
+    std::vector<at::Tensor> out;
+    for (const auto& h : r) {
+      TESSERA_CHECK(THPVariable_Check(h.ptr()),
+                    "FullyShardedDataParallel: the forward of unit '{}' returned a sequence holding a {}; only "
+                    "tensors can leave a unit",
+                    unit, std::string(pb::str(h.get_type().attr("__name__"))));
+      out.push_back(h.cast<at::Tensor>());
+    }
+    return out;
+  }
+  throw Error("FullyShardedDataParallel: the forward of unit '" + unit + "' returned a " +
+              std::string(pb::str(r.get_type().attr("__name__"))) + "; it must return a tensor or a tuple of tensors");
+}
+
+struct NoSyncContext {
+  std::shared_ptr<Fsdp> fsdp;
+  std::unique_ptr<Fsdp::NoSync> guard;
+};
+
+}  // namespace
+
+void bindFsdp(pb::module_& m) {
+  pb::class_<NoSyncContext>(m, "_FsdpNoSync")
+      .def("__enter__", [](NoSyncContext& c) { c.guard = std::make_unique<Fsdp::NoSync>(*c.fsdp); })
+      .def("__exit__", [](NoSyncContext& c, const pb::args&) {
+        c.guard.reset();
+        return false;
+      });
+
+  // units: [(name, [(param name, tensor)], reshard_after_forward or None)]
+  using UnitArg = std::tuple<std::string, std::vector<std::pair<std::string, at::Tensor>>, std::optional<bool>>;
+  pb::class_<Fsdp, std::shared_ptr<Fsdp>>(m, "FullyShardedDataParallel",
+                                         "The C++ FSDP over named parameter units (see src/sharding/fsdp/fsdp.h); use "
+                                         "tessera.FullyShardedDataParallel to wrap a torch.nn.Module")
+      .def(pb::init([](std::vector<UnitArg> units, CommPtr comm, const std::string& paramDtype,
+                       const std::string& reduceDtype, bool reshardAfterForward, size_t prefetchBudgetBytes,
+                       int shardGroupSize, bool syncModuleStates) {
+             std::vector<FsdpUnitSpec> specs;
+             for (auto& [name, params, reshard] : units) specs.push_back({name, std::move(params), reshard, {}});
+             FsdpOptions o;
+             o.paramDtype = toDtype(paramDtype, "param_dtype");
+             o.reduceDtype = toDtype(reduceDtype, "reduce_dtype");
+             o.reshardAfterForward = reshardAfterForward;
+             o.prefetchBudgetBytes = prefetchBudgetBytes;
+             o.shardGroupSize = shardGroupSize;
+             o.syncModuleStates = syncModuleStates;
+             pb::gil_scoped_release nogil;  // collective: checks the units, broadcasts from rank 0
+             return std::make_shared<Fsdp>(std::move(specs), std::move(comm), o);
+           }),
+           pb::arg("units"), pb::arg("comm"), pb::arg("param_dtype"), pb::arg("reduce_dtype"),
+           pb::arg("reshard_after_forward"), pb::arg("prefetch_budget_bytes"), pb::arg("shard_group_size"),
+           pb::arg("sync_module_states"))
+      .def(
+          "run_unit",
+          [](Fsdp& f, size_t unit, const pb::function& fn) {
+            const std::string name = unit < f.numUnits() ? f.unitName(unit) : "?";
+            return f.runUnit(unit, std::vector<at::Tensor>{},
+                             [&](const std::vector<at::Tensor>&) { return tensorsOf(fn(), name); });
+          },
+          pb::arg("unit"), pb::arg("fn"),
+          "Gathers the unit, calls fn() (which returns a tensor or a tuple of tensors), reshards; a list of the "
+          "outputs")
+      .def("no_sync", [](const std::shared_ptr<Fsdp>& f) { return NoSyncContext{f, nullptr}; })
+      .def("zero_grad", &Fsdp::zeroGrad)
+      .def("clip_grad_norm", &Fsdp::clipGradNorm, pb::arg("max_norm"), pb::call_guard<pb::gil_scoped_release>())
+      .def("full_state_dict", &Fsdp::fullStateDict, pb::call_guard<pb::gil_scoped_release>())
+      .def("load_full_state_dict", &Fsdp::loadFullStateDict, pb::arg("state_dict"),
+           pb::call_guard<pb::gil_scoped_release>())
+      .def("sharded_state_dict", &Fsdp::shardedStateDict)
+      .def("load_sharded_state_dict", &Fsdp::loadShardedStateDict, pb::arg("state_dict"))
+      .def("reshard_all", &Fsdp::reshardAll)
+      .def_property_readonly("num_units", &Fsdp::numUnits)
+      .def("unit_name", &Fsdp::unitName, pb::arg("unit"))
+      .def("stats", [](const Fsdp& f) {
+        const auto& s = f.stats();
+        return std::map<std::string, int64_t>{{"peak_unsharded_units", s.peakUnshardedUnits},
+                                              {"peak_unsharded_bytes", static_cast<int64_t>(s.peakUnshardedBytes)},
+                                              {"all_gathers", s.allGathers},
+                                              {"prefetches", s.prefetches},
+                                              {"reduce_scatters", s.reduceScatters}};
+      });
+
+  pb::class_<ShardedAdamW, std::shared_ptr<ShardedAdamW>>(
+      m, "ShardedAdamW", "AdamW on FSDP's fp32 shards (src/sharding/fsdp/optimizer.h); keeps the FSDP object alive")
+      .def(pb::init([](std::shared_ptr<Fsdp> f, double lr, double beta1, double beta2, double eps, double wd) {
+             AdamWOptions o{lr, beta1, beta2, eps, wd};
+             // The optimizer holds a reference: keep the FSDP object alive as long as it is.
+             auto* raw = new ShardedAdamW(*f, o);
+             return std::shared_ptr<ShardedAdamW>(raw, [f](ShardedAdamW* p) { delete p; });
+           }),
+           pb::arg("fsdp"), pb::arg("lr") = 1e-3, pb::arg("beta1") = 0.9, pb::arg("beta2") = 0.999,
+           pb::arg("eps") = 1e-8, pb::arg("weight_decay") = 1e-2)
+      .def("step", &ShardedAdamW::step, pb::call_guard<pb::gil_scoped_release>())
+      .def("zero_grad", &ShardedAdamW::zeroGrad)
+      .def_property_readonly("steps", &ShardedAdamW::steps);
+}
+
+}  // namespace tessera::py
