@@ -19,6 +19,7 @@ The f/g mappings are exposed too: :func:`copy_to_region` (fwd identity / bwd all
 import torch
 
 from . import _C
+from .parallel import _group_of
 
 _tp = _C.tp
 
@@ -31,11 +32,7 @@ reduce_scatter_seq = _tp.reduce_scatter_seq
 
 
 def _tp_group(group):
-    if isinstance(group, _C.ProcessMesh):
-        return group.tp
-    if isinstance(group, _C.Communicator):
-        return group
-    raise TypeError(f"expected a tessera.Communicator or tessera.ProcessMesh, got {type(group).__name__}")
+    return _group_of(group, "tp")
 
 
 def _check_divisible(layer, what, n, size):

@@ -10,10 +10,10 @@ import torch
 from . import _C
 
 
-def _group(group):
-    """A Communicator, or a ProcessMesh (its dp group)."""
+def _group_of(group, axis):
+    """A Communicator as given, or a ProcessMesh's group on ``axis`` ("dp", "pp" or "tp")."""
     if isinstance(group, _C.ProcessMesh):
-        return group.dp
+        return getattr(group, axis)
     if isinstance(group, _C.Communicator):
         return group
     raise TypeError(f"expected a tessera.Communicator or tessera.ProcessMesh, got {type(group).__name__}")
@@ -45,7 +45,7 @@ class DistributedDataParallel(torch.nn.Module):
                  broadcast_buffers=True, rebuild_buckets=True):
         super().__init__()
         self.module = module
-        comm = _group(group)
+        comm = _group_of(group, "dp")
         params = [(n, p) for n, p in module.named_parameters()]
         buffers = [(n, b) for n, b in module.named_buffers()]
         self.broadcast_buffers = broadcast_buffers and len(buffers) > 0
@@ -116,15 +116,6 @@ class _NoSync:
         return False
 
 
-def _pp_group(group):
-    """A Communicator, or a ProcessMesh (its pp group)."""
-    if isinstance(group, _C.ProcessMesh):
-        return group.pp
-    if isinstance(group, _C.Communicator):
-        return group
-    raise TypeError(f"expected a tessera.Communicator or tessera.ProcessMesh, got {type(group).__name__}")
-
-
 class Pipeline:
     """Pipeline parallelism for Python stages: this rank's stages (``torch.nn.Module``s or any
     callables taking and returning one tensor) run by tessera's C++ schedule executor over
@@ -150,7 +141,7 @@ class Pipeline:
 
     def __init__(self, stages, group, *, micro_batches, loss_fn, schedule="1f1b", device=None,
                  free_sent_outputs=True):
-        self.group = _pp_group(group)
+        self.group = _group_of(group, "pp")
         self.stages = list(stages)
         if device is None:
             device = "cpu" if self.group.backend == "gloo" else f"cuda:{torch.cuda.current_device()}"
@@ -211,7 +202,7 @@ class FullyShardedDataParallel(torch.nn.Module):
                  prefetch_budget_mb=0, shard_group_size=0, sync_module_states=True):
         super().__init__()
         self.module = module
-        self.group = _group(group)
+        self.group = _group_of(group, "dp")
         units = list(units)
         names = {id(m): n for n, m in module.named_modules()}
         in_unit, specs = set(), []
