@@ -172,6 +172,28 @@ TESSERA_WORKER(fsdp_errors) {
       },
       {"unit 1 ('fc2') started while unit 0 ('fc1') runs"});
   f.reshardAll();
+  {  // Nesting inside a unit that stays gathered (reshardAfterForward false, a root) works;
+     // a unit inside itself does not. Released gradient shards read as zeros.
+    auto m4 = makeTinyMlp(4);
+    FullyShardedDataParallel g({{"root", {{"fc1.weight", m4->fc1->weight}, {"fc1.bias", m4->fc1->bias}}, false, {}},
+                                {"fc2", {{"fc2.weight", m4->fc2->weight}, {"fc2.bias", m4->fc2->bias}}, {}, {}}},
+                               ctx.world);
+    auto y = g.runUnit(0, x, [&](const at::Tensor& t) {
+      return g.runUnit(1, m4->fc1->forward(t), [&](const at::Tensor& h) { return m4->fc2->forward(h); });
+    });
+    y.sum().backward();
+    WCHECK(g.gradShard(0).abs().sum().item<double>() > 0 && g.gradShard(1).abs().sum().item<double>() > 0,
+           "nested units got no gradient");
+    g.zeroGrad();
+    WCHECK(g.gradShard(1).numel() == g.layout(1).shardNumel && g.gradShard(1).abs().sum().item<double>() == 0,
+           "gradShard after zeroGrad is not zeros of the shard's size");
+    expectErrorContaining(
+        [&] {
+          g.runUnit(0, x, [&](const at::Tensor& t) { return g.runUnit(0, t, [](const at::Tensor& v) { return v; }); });
+        },
+        {"unit 0 ('root') started inside itself"});
+    g.reshardAll();
+  }
   std::map<std::string, at::Tensor> sd{{"fc1.weight", at::zeros({32, 8})}, {"fc1.bias", at::zeros({3})}};
   expectErrorContaining([&] { f.loadFullStateDict(sd); }, {"'fc1.bias' has shape 3", "the parameter has 32"});
   sd.erase("fc1.bias");
