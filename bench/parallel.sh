@@ -91,6 +91,6 @@ gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/n
 topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}' || true)
 machine="${gpus:-no GPU (CPU smoke run)} (GPU0-GPU1 link: ${topo:-?}); torch $(python3 -c 'import torch;print(torch.__version__)' 2>/dev/null)"
 python3 "$HERE/combine_parallel.py" "${logs[@]}" --sections "${SECTIONS[@]}" --machine "$machine" \
-  --command "bench/parallel.sh $BUILD $LOGS $*" --results "$RESULTS" \
+  --command "${FSDP_BUDGETS:+FSDP_BUDGETS=\"$FSDP_BUDGETS\" }bench/parallel.sh $BUILD $LOGS $*" --results "$RESULTS" \
   --config "D=${D:-2048} L=${L:-12} V=${V:-32000} T=${T:-1024} STEPS=${STEPS:-10}" || rc=1
 exit $rc
