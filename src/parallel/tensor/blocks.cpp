@@ -5,7 +5,6 @@
 
 #include <fmt/ranges.h>
 
-
 #include "common/attention.h"
 #include "common/error.h"
 #include "parallel/tensor/mappings.h"
@@ -67,7 +66,9 @@ at::Tensor ParallelAttentionImpl::forward(const at::Tensor& x) {
   auto h = qkv->forward(x);  // [S, B, 3·localHeads·hd] (all tokens, also with sequence parallel)
   const int64_t s = h.size(0), b = h.size(1);
   auto parts = h.view({s, b, 3, localHeads, headDim}).permute({2, 1, 3, 0, 4}).unbind(0);  // 3 x [B, h, S, hd]
-  auto a = causalSelfAttention(parts[0], parts[1], parts[2]).permute({2, 0, 1, 3}).reshape({s, b, localHeads * headDim});
+  auto a = causalSelfAttention(parts[0], parts[1], parts[2])  // [B, h, S, hd]
+               .permute({2, 0, 1, 3})
+               .reshape({s, b, localHeads * headDim});
   return proj->forward(a);
 }
 
