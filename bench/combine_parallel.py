@@ -10,7 +10,9 @@ TP also gets overhead_ms = step_ms - ideal_ms, ideal_ms = the same system's 1-GP
 to this row's per-GPU share of the batch (batch / (8 x GPUs)): communication left exposed plus
 any other cost of splitting (smaller GEMMs, work repeated on every rank). An estimate.
 """
-import argparse, datetime, json, os, re, sys
+import argparse, datetime, json, os, sys
+
+from result_lines import read_results
 
 SECTIONS = {"tp": "pytorch-tp", "pp": "pytorch-pp", "fsdp": "pytorch-fsdp"}
 TITLES = {"tp": "Tensor parallel: tessera vs PyTorch DTensor TP",
@@ -21,19 +23,8 @@ SINGLE_BATCH = 8
 
 def parse(path):
     system = os.path.splitext(os.path.basename(path))[0]
-    found = []
-    with open(path, errors="replace") as f:
-        for line in f:
-            line = re.sub(r"^\[\w+\d*\]:", "", line.strip())
-            if line.startswith("RESULT "):
-                try:
-                    r = json.loads(line[len("RESULT "):])
-                except ValueError:
-                    print("combine_parallel.py: unreadable RESULT line in %s: %s" % (path, line), file=sys.stderr)
-                    continue
-                r["system"] = system  # the run's name (its log file) names the row
-                found.append(r)
-    return found
+    # The run's name (its log file) names the row.
+    return [dict(r, system=system) for r in read_results(path)]
 
 
 def section_of(system):

@@ -12,24 +12,14 @@ where allreduce_ms is the time to all-reduce every gradient bucket (same sizes, 
 back with nothing else running. Any extra cost of DDP (hooks, copies into buckets) counts as
 exposed communication here.
 """
-import argparse, datetime, json, os, re, sys
+import argparse, datetime, json, os, sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from result_lines import read_results as parse  # noqa: E402
 
 ORDER = ("pytorch-single", "tessera-single", "pytorch-ddp", "tessera-ddp", "tessera-ddp-bucketview",
          "pytorch-ddp-ctas8", "tessera-ddp-ctas8", "tessera-ddp-bf16", "tessera-ddp-bf16-ctas8")
 SINGLE = {s: ("pytorch-single" if s.startswith("pytorch") else "tessera-single") for s in ORDER if "-ddp" in s}
-
-
-def parse(path):
-    found = []
-    with open(path, errors="replace") as f:
-        for line in f:
-            line = re.sub(r"^\[\w+\d*\]:", "", line.strip())
-            if line.startswith("RESULT "):
-                try:
-                    found.append(json.loads(line[len("RESULT "):]))
-                except ValueError:
-                    print("combine.py: unreadable RESULT line in %s: %s" % (path, line), file=sys.stderr)
-    return found
 
 
 def main():
