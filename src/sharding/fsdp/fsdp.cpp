@@ -401,7 +401,6 @@ void FullyShardedDataParallel::drainReduceScatters(int current) {
     auto& x = *units_[u];
     if (u != current && x.launched && x.rsOut.defined()) open.push_back(u);
   }
-  torch::NoGradGuard ng;
   for (size_t i = 0; i < open.size(); ++i) {
     auto& x = *units_[open[i]];
     const bool mustWait = static_cast<int>(open.size() - i) > kMaxUndrained;
@@ -424,13 +423,9 @@ void FullyShardedDataParallel::finalizeBackward() {
     if (replicaComm_) replicaWorks.push_back(replicaComm_->allReduce(x.rsOut, ReduceOp::Sum));
   }
   for (auto& w : replicaWorks) w->wait();
-  {
-    torch::NoGradGuard ng;
-    for (int u : backwardOrder_) {
-      auto& x = *units_[u];
-      if (!x.launched || !sync_ || !x.rsOut.defined()) continue;
-      fsdp::addIntoGrad(x);
-    }
+  for (int u : backwardOrder_) {
+    auto& x = *units_[u];
+    if (x.launched && sync_ && x.rsOut.defined()) fsdp::addIntoGrad(x);  // addIntoGrad runs without grad mode
   }
   reshardAll();
   plannedOrder_ = passOrder_;
