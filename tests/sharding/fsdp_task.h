@@ -124,17 +124,29 @@ inline at::Tensor refLoss(Task& t, int step, int accum, int world) {
 }
 
 // One training step of FSDP (accum micro-batches, noSync on all but the last).
-inline double fsdpStep(FullyShardedDataParallel& f, ShardedAdamW& opt, Task& t, int step, int accum, int rank, double clip) {
+// pipelined: the forwards of all `accum` micro-steps run before their backwards (as a
+// pipeline schedule does; each backward a call of its own, noSync for all but the last).
+inline double fsdpStep(FullyShardedDataParallel& f, ShardedAdamW& opt, Task& t, int step, int accum, int rank, double clip,
+                       bool pipelined = false) {
   opt.zeroGrad();
-  for (int k = 0; k < accum; ++k) {
-    auto loss = fsdpLoss(f, t, step, k, rank) / accum;
-    if (k + 1 < accum) {
-      auto guard = f.noSync();
+  std::vector<at::Tensor> pending;
+  auto backward = [&](const at::Tensor& loss, bool last) {
+    if (last) {
       loss.backward();
     } else {
+      auto guard = f.noSync();
       loss.backward();
     }
+  };
+  for (int k = 0; k < accum; ++k) {
+    auto loss = fsdpLoss(f, t, step, k, rank) / accum;
+    if (pipelined) {
+      pending.push_back(loss);
+    } else {
+      backward(loss, k + 1 == accum);
+    }
   }
+  for (size_t k = 0; k < pending.size(); ++k) backward(pending[k], k + 1 == pending.size());
   const double norm = clip > 0 ? f.clipGradNorm(clip) : 0;
   opt.step();
   return norm;  // the gradient norm before clipping (0 when not clipping)

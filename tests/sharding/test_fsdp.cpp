@@ -39,13 +39,15 @@ using namespace tessera;
 using namespace tessera::testing;
 
 // arg: model=mlp|gpt; layers=n; dtype=fp32|bf16; reduce=fp32|bf16; accum=k; hybrid=s; frozen=0|1;
-// auto=<bytes>; budget=<bytes>; clip=<max norm>; raf=0|1 (reshardAfterForward of the block units)
+// auto=<bytes>; budget=<bytes>; clip=<max norm>; raf=0|1 (reshardAfterForward of the block units);
+// pipelined=1 (with accum: every forward before the backwards, as a pipeline schedule)
 TESSERA_WORKER(fsdp_train) {
   auto a = parseArgs(w.arg);
   auto get = [&](const char* k, const char* d) { return a.count(k) ? a[k] : std::string(d); };
   const Setup s = setupFrom(a);
   const int accum = std::stoi(get("accum", "1"));
   const double clip = std::stod(get("clip", "0"));
+  const bool pipelined = get("pipelined", "0") == "1";
   const bool bf16 = get("dtype", "fp32") == "bf16";
   const bool cuda = get("dev", "cpu") == "cuda";
   auto ctx = initWorker(w, cuda ? Backend::Nccl : Backend::Gloo);
@@ -63,7 +65,7 @@ TESSERA_WORKER(fsdp_train) {
   FullyShardedDataParallel fsdp(task.units, ctx.world, o);
   ShardedAdamW opt(fsdp, {.lr = kLr});
   for (int step = 0; step < kSteps; ++step) {
-    const double norm = fsdpStep(fsdp, opt, task, step, accum, w.rank, clip);
+    const double norm = fsdpStep(fsdp, opt, task, step, accum, w.rank, clip, pipelined);
     WCHECK(clip == 0 || norm > clip, "step {}: gradient norm {} <= {}: clipping would not be tested", step, norm, clip);
   }
   auto got = fsdp.fullStateDict();
@@ -162,6 +164,7 @@ INSTANTIATE_TEST_SUITE_P(
                       FsdpCase{2, "model=gpt;dtype=bf16"},            // bf16 params, fp32 reduce
                       FsdpCase{2, "model=gpt;dtype=bf16;reduce=bf16"},
                       FsdpCase{2, "model=gpt;accum=3"},               // noSync accumulation
+                      FsdpCase{2, "model=gpt;accum=3;pipelined=1"},   // forwards first (pipeline)
                       FsdpCase{4, "model=gpt;hybrid=2"},              // 2 x 2 hybrid sharding
                       FsdpCase{2, "model=gpt;frozen=1"}, FsdpCase{2, "model=mlp;frozen=1"},
                       FsdpCase{2, "model=gpt;clip=0.05"},

@@ -287,6 +287,7 @@ std::vector<at::Tensor> FullyShardedDataParallel::runUnit(size_t unit, const std
     for (const auto& t : outs) anyGrad = anyGrad || (t.defined() && t.requires_grad());
     if (anyGrad) {
       units_[u]->ranWithGrad = true;
+      units_[u]->liveGraphs += 1;
       outs = fsdp::attachPreBackward(*this, u, outs);
     }
   }
@@ -307,6 +308,8 @@ void FullyShardedDataParallel::beginBackward() {
 void FullyShardedDataParallel::onPreBackward(int u) {
   beginBackward();
   auto& x = *units_[u];
+  x.ranWithGrad = true;
+  x.liveGraphs = std::max(0, x.liveGraphs - 1);
   gather(u, false);
   if (!x.bwdPrefetched) prefetchAfter(backwardOrder_, u);  // once per unit and backward
   x.bwdPrefetched = true;
@@ -434,7 +437,8 @@ void FullyShardedDataParallel::finalizeBackward() {
 
 void FullyShardedDataParallel::resetPass() {
   for (auto& x : units_) {
-    x->ranWithGrad = x->bwdPrefetched = false;
+    x->ranWithGrad = x->liveGraphs > 0;  // forwards whose backward is still to come
+    x->bwdPrefetched = false;
     std::fill(x->gotGrad.begin(), x->gotGrad.end(), false);
     x->pending = x->trainable;
     x->gradsReady = x->launched = false;

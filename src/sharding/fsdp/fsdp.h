@@ -39,6 +39,9 @@
 //   runUnit nests only inside a unit whose reshardAfterForward is false (a root unit wrapping
 //   the whole forward, as the Python wrapper does). Not thread-safe; the FSDP object must
 //   outlive every backward over its units. One backward per forward (no retain_graph re-runs).
+//   Forwards of several micro-batches may run before their backwards, one backward call each
+//   (pipeline schedules: F0 F1 B0 F2 B1 ...): each backward processes the units its graph
+//   reaches; use noSync for all but the last.
 // - Hybrid sharding (shardGroupSize s < world): shard within groups of s consecutive ranks,
 //   replicate across the world/s groups (gradient shards all-reduced across replicas).
 // - Devices: CPU (Gloo) and CUDA (NCCL) through Communicator only. On CUDA, all-gathers and

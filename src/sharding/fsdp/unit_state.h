@@ -34,7 +34,11 @@ struct Unit {
   at::Tensor gatherIn;  // the cast shard being sent (kept until the gather is waited for)
 
   // Per backward pass.
-  bool ranWithGrad = false;  // ran this pass with outputs requiring grad
+  // Ran with outputs requiring grad, and a backward through them is still to come: set by a
+  // forward, kept across backward passes while liveGraphs > 0 (a pipeline runs the forwards of
+  // several micro-batches before their backwards, one backward call each).
+  bool ranWithGrad = false;
+  int liveGraphs = 0;  // forwards with grad whose pre-backward hook has not fired yet
   bool bwdPrefetched = false;  // its backward has issued its prefetches
   std::vector<bool> gotGrad;  // by param index
   int pending = 0;
