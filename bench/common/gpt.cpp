@@ -1,7 +1,6 @@
 // GPT-735M for the benchmarks; see gpt.h.
 #include "gpt.h"
 
-#include <ATen/autocast_mode.h>
 #include <torch/version.h>
 
 #include <cmath>
@@ -52,28 +51,6 @@ torch::Tensor BenchGptImpl::forward(const torch::Tensor& tokens) {
 torch::Tensor gptLoss(const torch::Tensor& logits, const torch::Tensor& targets) {
   return torch::nn::functional::cross_entropy(logits.flatten(0, 1).to(torch::kFloat32), targets.flatten());
 }
-
-#if TORCH_VERSION_MAJOR >= 2
-Bf16Autocast::Bf16Autocast(bool enabled) : on_(enabled) {
-  if (!on_) return;
-  prevEnabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
-  prevDtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
-  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-  at::autocast::set_autocast_enabled(at::kCUDA, true);
-  at::autocast::increment_nesting();
-}
-
-Bf16Autocast::~Bf16Autocast() {
-  if (!on_) return;
-  if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  at::autocast::set_autocast_enabled(at::kCUDA, prevEnabled_);
-  at::autocast::set_autocast_dtype(at::kCUDA, prevDtype_);
-}
-#else
-// LibTorch 1.13 (CPU smoke runs): fp32 throughout.
-Bf16Autocast::Bf16Autocast(bool) {}
-Bf16Autocast::~Bf16Autocast() {}
-#endif
 
 FusedAdamW::FusedAdamW(std::vector<torch::Tensor> params, double lr, double beta1, double beta2, double eps,
                        double weightDecay)

@@ -12,6 +12,8 @@
 // Everything here is local to one process and one device; not thread-safe.
 #include <torch/torch.h>
 
+#include "common/autocast.h"
+
 #include <cstdint>
 #include <vector>
 
@@ -50,19 +52,8 @@ TORCH_MODULE(BenchGpt);
 // Mean cross-entropy over B*T positions, logits cast to fp32 first (as the anchor).
 torch::Tensor gptLoss(const torch::Tensor& logits, const torch::Tensor& targets);
 
-// While alive (and `enabled`): CUDA autocast to bf16 on this thread (the forward only: backward runs on the
-// autograd engine's threads, as under torch.autocast). The destructor restores the previous
-// state and clears autocast's cast cache (as leaving torch.autocast does).
-class Bf16Autocast {
- public:
-  explicit Bf16Autocast(bool enabled = true);
-  ~Bf16Autocast();
-  Bf16Autocast(const Bf16Autocast&) = delete;
-
- private:
-  bool on_ = false, prevEnabled_ = false;
-  c10::ScalarType prevDtype_ = c10::ScalarType::Float;
-};
+// bf16 autocast for the forward (src/common/autocast.h).
+using Bf16Autocast = tessera::Bf16Autocast;
 
 // AdamW (decoupled weight decay) as torch.optim.AdamW(fused=True): one at::_fused_adamw_ call
 // over every parameter with a gradient. State (exp_avg, exp_avg_sq, float32 step on the

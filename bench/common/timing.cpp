@@ -8,10 +8,6 @@
 #include <chrono>
 #include <cstdlib>
 
-#ifdef TESSERA_BENCH_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAFunctions.h>
-#endif
 
 namespace tessera::bench {
 
@@ -40,17 +36,7 @@ at::Device singleProcessDevice() {
   return {at::kCUDA, static_cast<c10::DeviceIndex>(envInt("LOCAL_RANK", 0))};
 }
 
-void useDevice(const at::Device& d) {
-#ifdef TESSERA_BENCH_CUDA
-  if (d.is_cuda()) c10::cuda::set_device(d.index());
-#else
-  (void)d;
-#endif
-}
-
-void synchronize(const at::Device& d) {
-  if (d.is_cuda()) torch::cuda::synchronize(d.index());
-}
+void synchronize(const at::Device& d) { synchronizeDevice(d); }
 
 std::vector<double> timeSteps(int warm, int steps, const at::Device& d, const std::function<void()>& fn) {
   std::vector<double> times;
@@ -63,26 +49,6 @@ std::vector<double> timeSteps(int warm, int steps, const at::Device& d, const st
     if (i >= warm) times.push_back(s);
   }
   return times;
-}
-
-void resetPeakMemory(const at::Device& d) {
-#ifdef TESSERA_BENCH_CUDA
-  if (d.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(d.index());
-#else
-  (void)d;
-#endif
-}
-
-double peakMemoryGiB(const at::Device& d) {
-#ifdef TESSERA_BENCH_CUDA
-  if (d.is_cuda()) {
-    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
-    return static_cast<double>(stats.allocated_bytes[0].peak) / (1ull << 30);  // [0]: aggregate
-  }
-#else
-  (void)d;
-#endif
-  return 0.0;
 }
 
 std::string resultLine(const GptConfig& cfg, const BenchResult& r) {

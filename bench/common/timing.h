@@ -5,7 +5,7 @@
 // - Timing: WARM=3 warm-up steps, then the median (sorted[n/2], as the anchor) of STEPS
 //   steps, each between two synchronisations of the device (none on the CPU).
 // - Peak memory: the caching allocator's peak of allocated bytes since resetPeakMemory()
-//   (0 on the CPU, where there is no such counter).
+//   (on the CPU: the process's peak resident set, src/common/device.h).
 // - One line on rank 0: RESULT {json} with the anchor's keys (mode, world, params_M, step_ms,
 //   tokens_per_s, mfu_vs_989, peak_mem_GiB) plus system, step_ms_all and extra members;
 //   the combiners (bench/*/combine.py, bench/combine_parallel.py) read these lines.
@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/device.h"
 #include "gpt.h"
 
 namespace tessera::bench {
@@ -29,12 +30,12 @@ double median(std::vector<double> v);
 
 // The device a single-process run uses: CUDA LOCAL_RANK where LibTorch has CUDA devices, else CPU.
 at::Device singleProcessDevice();
-// Makes `d` the current CUDA device of this thread (nothing on the CPU).
-void useDevice(const at::Device& d);
+// Device helpers (src/common/device.h).
+using tessera::peakMemoryGiB;
+using tessera::resetPeakMemory;
+using tessera::useDevice;
 void synchronize(const at::Device& d);
 std::vector<double> timeSteps(int warm, int steps, const at::Device& d, const std::function<void()>& fn);
-void resetPeakMemory(const at::Device& d);
-double peakMemoryGiB(const at::Device& d);
 
 struct BenchResult {
   std::string system, mode;

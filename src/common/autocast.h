@@ -15,6 +15,41 @@
 
 namespace tessera {
 
+// While alive (and `enabled`): CUDA autocast to bf16 on this thread (the forward only:
+// backward runs on the autograd engine's threads, as under torch.autocast). The destructor
+// restores the previous state and clears autocast's cast cache (as leaving torch.autocast
+// does). With LibTorch 1.13 (the CPU machine) it does nothing: fp32 throughout.
+class Bf16Autocast {
+ public:
+  explicit Bf16Autocast(bool enabled = true) {
+#if TORCH_VERSION_MAJOR >= 2
+    on_ = enabled;
+    if (!on_) return;
+    prevEnabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
+    prevDtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::increment_nesting();
+#else
+    (void)enabled;
+#endif
+  }
+  ~Bf16Autocast() {
+#if TORCH_VERSION_MAJOR >= 2
+    if (!on_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(at::kCUDA, prevEnabled_);
+    at::autocast::set_autocast_dtype(at::kCUDA, prevDtype_);
+#endif
+  }
+  Bf16Autocast(const Bf16Autocast&) = delete;
+  Bf16Autocast& operator=(const Bf16Autocast&) = delete;
+
+ private:
+  bool on_ = false, prevEnabled_ = false;
+  c10::ScalarType prevDtype_ = c10::ScalarType::Float;
+};
+
 inline at::Tensor castForCudaAutocast(const at::Tensor& x) {
 #if TORCH_VERSION_MAJOR >= 2
   if (x.is_cuda() && at::isFloatingType(x.scalar_type()) && at::autocast::is_autocast_enabled(at::kCUDA)) {

@@ -54,6 +54,11 @@ namespace tessera::pipeline {
 struct ExecutorOptions {
   at::Device device = at::kCPU;  // where activations, gradients, headers and the loss live
   bool freeSentOutputs = true;    // Megatron's deallocate_output_tensor
+  // Called on this rank around each backward of the step (micro-batch, chunk, and whether it
+  // is this rank's last backward of the step). Data-parallel wrappers use it to synchronise
+  // gradients in the last backward only (DDP/FSDP noSync for the others), so the reduction
+  // overlaps that backward; timers use it to measure. Exceptions propagate out of step().
+  std::function<void(int micro, int chunk, bool lastBackward)> beforeBackward, afterBackward;
 };
 
 struct StepStats {

@@ -30,7 +30,14 @@ void PipelineExecutor::run(const std::vector<at::Tensor>& inputs, const std::vec
     return fmt::format("{} of micro-batch {} on stage {} (pp rank {}, chunk {})", what, m, sched_.stageOf(r, c), r, c);
   };
 
-  for (const auto& a : sched_.ranks.at(r)) {
+  const auto& table = sched_.ranks.at(r);
+  size_t lastBackward = table.size();
+  for (size_t i = 0; i < table.size(); ++i) {
+    if (table[i].kind == Action::Backward) lastBackward = i;
+  }
+
+  for (size_t tick = 0; tick < table.size(); ++tick) {
+    const auto& a = table[tick];
     const int m = a.micro, c = a.chunk;
     if (a.kind == Action::Forward) {
       const bool first = sched_.isFirstStage(r, c), last = sched_.isLastStage(r, c);
@@ -56,6 +63,8 @@ void PipelineExecutor::run(const std::vector<at::Tensor>& inputs, const std::vec
       TESSERA_CHECK(y.defined(), "pipeline executor: {} before its forward", where("backward", m, c));
       TESSERA_CHECK(last || outGrad[c][m].defined(), "pipeline executor: {} has no output gradient",
                     where("backward", m, c));
+      const bool lastOne = tick == lastBackward;
+      if (opts_.beforeBackward) opts_.beforeBackward(m, c, lastOne);
       if (y.requires_grad()) {
         try {
           // `y` may hold no data any more (freed after its send): its graph is what counts.
@@ -64,6 +73,7 @@ void PipelineExecutor::run(const std::vector<at::Tensor>& inputs, const std::vec
           throw Error(fmt::format("pipeline executor: {} failed: {}", where("backward", m, c), e.what()));
         }
       }
+      if (opts_.afterBackward) opts_.afterBackward(m, c, lastOne);
       if (!first) {
         auto g = in[c][m].grad();
         inGrad[c][m] = g.defined() ? g : at::zeros_like(in[c][m]);

@@ -17,19 +17,8 @@ SLURM_DIR=${TESSERA_SLURM_DIR:-/tmp/tessera-slurm}
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
 
-skip() { echo "SKIP: $*"; exit 77; }
-fail() { echo "FAIL ($CASE): $*"; exit 1; }
-need() { command -v "$1" >/dev/null || skip "$1 not found (scripts/setup installs it)"; }
-
-# Runs the launcher under `timeout`, output to $OUT (and to ours, for ctest's log).
-launch() {
-  echo "+ $*"
-  timeout -k 10 "$LIMIT" "$@" >"$OUT" 2>&1
-  RC=$?
-  cat "$OUT"
-  echo "+ exit status $RC"
-  if ((RC == 124 || RC == 137)); then fail "the launch did not finish within ${LIMIT}s"; fi
-}
+# skip, fail, need, launch (sets RC, output in $OUT), free_port, slurm_up.
+source "$(dirname "$0")/lib.sh"
 
 # expect_ok <launcher> <world> [extra regex the lines must match]
 expect_ok() {
@@ -52,20 +41,6 @@ expect_rank_failure() {
   echo "PASS ($CASE): the launch failed with exit status $RC and rank $1's error"
 }
 
-slurm_up() {
-  need srun
-  [[ $(id -u) -eq 0 ]] || skip "the local Slurm needs root (scripts/slurm-local: munged, slurmctld, slurmd)"
-  local log
-  log=$("$SLURM_LOCAL" start 2>&1)
-  local rc=$?
-  echo "$log"
-  ((rc == 3)) && skip "scripts/slurm-local says it needs root"
-  ((rc == 4)) && skip "Slurm or munge is not installed (scripts/setup installs them)"
-  ((rc == 0)) || fail "scripts/slurm-local start failed (exit $rc)"
-  if grep -q "slurmctld started" <<<"$log"; then touch "$SLURM_DIR/.started-by-launch-tests"; fi
-  export SLURM_CONF=$SLURM_DIR/slurm.conf
-}
-
 # mpirun runs 3 ranks; on a GPU machine with fewer GPUs (NCCL needs one per rank) as many as
 # there are GPUs, unless TESSERA_BACKEND picks the backend.
 NP=3
@@ -81,8 +56,7 @@ case $CASE in
   torchrun_agent_store)  # static rendezvous: the agent's store, TORCHELASTIC_USE_AGENT_STORE=True
     need torchrun
     # A free port rather than torchrun's default 29500, which another job may hold.
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])') ||
-      fail "could not pick a free port"
+    port=$(free_port)
     launch torchrun -r 1 -t 1 --master_port="$port" --nproc_per_node=2 --no_python "$PROBE"
     expect_ok torchrun 2 "hosts_store=0 prefix=/worker/attempt_0/tessera"
     ;;
@@ -105,14 +79,13 @@ case $CASE in
     restart_probe=$(dirname "$PROBE")/restart_probe
     [[ -x $restart_probe ]] || fail "$restart_probe not built"
     work=$(mktemp -d)
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])') ||
-      fail "could not pick a free port"
+    port=$(free_port)
     launch torchrun -r 1 -t 1 --master_port="$port" --nproc_per_node=2 --max_restarts=0 --no_python \
       "$restart_probe" "$work/straight" 6
     ((RC == 0)) || fail "the uninterrupted run failed (exit $RC)"
     straight=$(grep -o "RESTART_PROBE final.*" "$OUT")
     [[ -n $straight ]] || fail "the uninterrupted run printed no final parameters"
-    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
+    port=$(free_port)
     TESSERA_CRASH_AT_STEP=3 launch torchrun -r 1 -t 1 --master_port="$port" --nproc_per_node=2 --max_restarts=1 \
       --no_python "$restart_probe" "$work/restarted" 6
     rm -rf "$work"

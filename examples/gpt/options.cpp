@@ -1,0 +1,158 @@
+// train_gpt's flags; see options.h.
+#include "options.h"
+
+#include <fmt/format.h>
+
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace tessera::gpt {
+
+namespace {
+int64_t toInt(const std::string& flag, const std::string& v) {
+  try {
+    size_t n = 0;
+    const int64_t x = std::stoll(v, &n);
+    if (n == v.size()) return x;
+  } catch (const std::exception&) {
+  }
+  throw Error(fmt::format("train_gpt: {} expects an integer, got '{}'", flag, v));
+}
+double toDouble(const std::string& flag, const std::string& v) {
+  try {
+    size_t n = 0;
+    const double x = std::stod(v, &n);
+    if (n == v.size()) return x;
+  } catch (const std::exception&) {
+  }
+  throw Error(fmt::format("train_gpt: {} expects a number, got '{}'", flag, v));
+}
+std::vector<int> toList(const std::string& flag, const std::string& v) {
+  std::vector<int> out;
+  std::stringstream ss(v);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(static_cast<int>(toInt(flag, item)));
+  return out;
+}
+}  // namespace
+
+std::string usage() {
+  return "usage: train_gpt [--dp N] [--pp N] [--tp N] [--dp-mode ddp|fsdp] [--micro-batches M]\n"
+         "  [--schedule 1f1b|gpipe|interleaved] [--chunks V] [--layers-per-stage a,b,...] [--sp]\n"
+         "  [--model tiny|small|735m] [--d D] [--layers L] [--heads H] [--vocab V] [--seq-len T]\n"
+         "  [--batch B] [--steps S] [--lr X] [--clip X] [--weight-decay X] [--precision fp32|bf16]\n"
+         "  [--seed S] [--fsdp-prefetch-mib N] [--checkpoint-dir DIR] [--checkpoint-every K]\n"
+         "  [--log-jsonl FILE] [--breakdown] [--peak-tflops X]\n"
+         "Defaults: dp = world / (pp·tp); micro-batches 1 without pp, else 2·pp; model tiny on CPU,\n"
+         "735m on GPU; precision fp32 on CPU, bf16 on GPU; batch 8·dp sequences.\n";
+}
+
+TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
+  TrainOptions o;
+  std::map<std::string, std::string> kv;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      o.model = "help";
+      return o;
+    }
+    TESSERA_CHECK(a.rfind("--", 0) == 0, "train_gpt: unexpected argument '{}'\n{}", a, usage());
+    std::string name = a, value;
+    if (auto eq = a.find('='); eq != std::string::npos) {
+      name = a.substr(0, eq);
+      value = a.substr(eq + 1);
+    } else if (name != "--sp" && name != "--breakdown") {
+      TESSERA_CHECK(i + 1 < argc, "train_gpt: {} needs a value", name);
+      value = argv[++i];
+    }
+    kv[name] = value;
+  }
+  auto take = [&](const std::string& n, const std::function<void(const std::string&)>& f) {
+    if (auto it = kv.find(n); it != kv.end()) {
+      f(it->second);
+      kv.erase(it);
+    }
+  };
+  o.model = onGpu ? "735m" : "tiny";
+  take("--model", [&](const std::string& v) { o.model = v; });
+  o.cfg = presetConfig(o.model);
+  auto i64 = [&](const char* n, int64_t& x) { take(n, [&](const std::string& v) { x = toInt(n, v); }); };
+  auto i32 = [&](const char* n, int& x) { take(n, [&](const std::string& v) { x = static_cast<int>(toInt(n, v)); }); };
+  auto dbl = [&](const char* n, double& x) { take(n, [&](const std::string& v) { x = toDouble(n, v); }); };
+  auto str = [&](const char* n, std::string& x) { take(n, [&](const std::string& v) { x = v; }); };
+  i32("--dp", o.dp);
+  i32("--pp", o.pp);
+  i32("--tp", o.tp);
+  str("--dp-mode", o.dpMode);
+  i32("--micro-batches", o.microBatches);
+  str("--schedule", o.schedule);
+  i32("--chunks", o.chunks);
+  take("--layers-per-stage", [&](const std::string& v) { o.layersPerStage = toList("--layers-per-stage", v); });
+  i64("--d", o.cfg.d);
+  i64("--layers", o.cfg.layers);
+  i64("--heads", o.cfg.heads);
+  i64("--vocab", o.cfg.vocab);
+  i64("--seq-len", o.cfg.seqLen);
+  i64("--batch", o.batch);
+  i32("--steps", o.steps);
+  dbl("--lr", o.lr);
+  dbl("--clip", o.clip);
+  dbl("--weight-decay", o.weightDecay);
+  o.precision = onGpu ? "bf16" : "fp32";
+  str("--precision", o.precision);
+  take("--seed", [&](const std::string& v) { o.seed = static_cast<uint64_t>(toInt("--seed", v)); });
+  take("--sp", [&](const std::string&) { o.sequenceParallel = true; });
+  take("--breakdown", [&](const std::string&) { o.breakdown = true; });
+  i64("--fsdp-prefetch-mib", o.fsdpPrefetchMiB);
+  str("--checkpoint-dir", o.checkpointDir);
+  i32("--checkpoint-every", o.checkpointEvery);
+  str("--log-jsonl", o.logJsonl);
+  dbl("--peak-tflops", o.peakTflops);
+  if (o.peakTflops == 0 && onGpu) o.peakTflops = 989;
+  TESSERA_CHECK(kv.empty(), "train_gpt: unknown flag '{}'\n{}", kv.begin()->first, usage());
+  TESSERA_CHECK(o.dpMode == "ddp" || o.dpMode == "fsdp", "train_gpt: --dp-mode must be ddp or fsdp, got '{}'",
+                o.dpMode);
+  TESSERA_CHECK(o.schedule == "1f1b" || o.schedule == "gpipe" || o.schedule == "interleaved",
+                "train_gpt: --schedule must be 1f1b, gpipe or interleaved, got '{}'", o.schedule);
+  TESSERA_CHECK(o.precision == "fp32" || o.precision == "bf16", "train_gpt: --precision must be fp32 or bf16, got '{}'",
+                o.precision);
+  TESSERA_CHECK(o.precision == "fp32" || onGpu, "train_gpt: --precision bf16 needs GPUs (CPU runs are fp32)");
+  TESSERA_CHECK(o.steps >= 1, "train_gpt: --steps must be >= 1, got {}", o.steps);
+  if (o.schedule != "interleaved") o.chunks = 1;
+  return o;
+}
+
+void resolveLayout(TrainOptions& o, int world) {
+  TESSERA_CHECK(o.pp >= 1 && o.tp >= 1, "train_gpt: --pp and --tp must be >= 1 (pp {}, tp {})", o.pp, o.tp);
+  if (o.dp == 0) {
+    TESSERA_CHECK(world % (o.pp * o.tp) == 0, "train_gpt: the world of {} ranks is not divisible by pp {} x tp {}",
+                  world, o.pp, o.tp);
+    o.dp = world / (o.pp * o.tp);
+  }
+  TESSERA_CHECK(o.dp * o.pp * o.tp == world, "train_gpt: dp {} x pp {} x tp {} = {} ranks, but the world has {}", o.dp,
+                o.pp, o.tp, o.dp * o.pp * o.tp, world);
+  if (o.microBatches == 0) o.microBatches = o.pp > 1 ? 2 * o.pp : 1;
+  if (o.batch == 0) o.batch = 8 * o.dp;
+  TESSERA_CHECK(o.batch % o.dp == 0, "train_gpt: --batch {} is not divisible by dp {}", o.batch, o.dp);
+  TESSERA_CHECK((o.batch / o.dp) % o.microBatches == 0,
+                "train_gpt: the per-replica batch {} (batch {} / dp {}) is not divisible into {} micro-batches",
+                o.batch / o.dp, o.batch, o.dp, o.microBatches);
+  TESSERA_CHECK(!(o.dpMode == "fsdp" && o.schedule == "interleaved"),
+                "train_gpt: --dp-mode fsdp with --schedule interleaved is not supported (FSDP reduces a unit's "
+                "gradients in the last backward that runs it, which interleaving splits across chunks); use 1f1b or "
+                "gpipe");
+  TESSERA_CHECK(!(o.dpMode == "fsdp" && !o.checkpointDir.empty()),
+                "train_gpt: --checkpoint-dir with --dp-mode fsdp is not implemented yet (FSDP's flat shards have no "
+                "per-parameter checkpoint pieces); use --dp-mode ddp");
+}
+
+std::string describe(const TrainOptions& o) {
+  return fmt::format("dp {} ({}) x pp {} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}; {} steps",
+                     o.dp, o.dpMode, o.pp, o.tp, o.sequenceParallel ? " +sp" : "", o.microBatches, o.schedule,
+                     o.chunks > 1 ? fmt::format(" ({} chunks)", o.chunks) : "", o.batch, o.cfg.seqLen, o.precision,
+                     o.steps);
+}
+
+}  // namespace tessera::gpt

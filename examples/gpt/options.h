@@ -1,0 +1,44 @@
+#pragma once
+// train_gpt's command line. Every flag is --name value or --name=value; --help prints them.
+// Unknown flags, bad values and layouts that do not fit the world are tessera::Error naming
+// the flag and the value.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model.h"
+
+namespace tessera::gpt {
+
+struct TrainOptions {
+  int dp = 0, pp = 1, tp = 1;     // dp 0: world / (pp · tp)
+  std::string dpMode = "ddp";     // ddp | fsdp
+  int microBatches = 0;           // 0: 1 without pp, else 2 · pp
+  std::string schedule = "1f1b";  // 1f1b | gpipe | interleaved
+  int chunks = 2;                 // virtual stages per rank (interleaved only)
+  std::vector<int> layersPerStage;
+  std::string model;              // preset (model.h); empty: tiny on CPU, 735m on GPU
+  GptConfig cfg;                  // the preset, then --d/--layers/--heads/--vocab/--seq-len
+  int64_t batch = 0;              // global batch (sequences per step); 0: 8 · dp
+  int steps = 5;
+  double lr = 1e-3, clip = 1.0, weightDecay = 0.01;
+  std::string precision;          // fp32 | bf16; empty: fp32 on CPU, bf16 on GPU
+  uint64_t seed = 1234;
+  bool sequenceParallel = false;
+  int64_t fsdpPrefetchMiB = 512;
+  std::string checkpointDir;      // empty: no checkpoints
+  int checkpointEvery = 0;        // 0: only at the end (when a directory is given)
+  std::string logJsonl = "train_gpt.jsonl";  // empty: none
+  bool breakdown = false;         // time each backward (device syncs) for the step breakdown
+  double peakTflops = 0;          // 0: 989 on CUDA (H100/H200 bf16 dense), none on CPU
+};
+
+// Parses argv; `onGpu` picks the defaults. Throws on bad input; "--help" → help text in
+// TrainOptions::model == "help".
+TrainOptions parseOptions(int argc, char** argv, bool onGpu);
+std::string usage();
+// Fills dp, microBatches, batch from the world size; checks that everything fits.
+void resolveLayout(TrainOptions& o, int world);
+std::string describe(const TrainOptions& o);
+
+}  // namespace tessera::gpt

@@ -1,0 +1,46 @@
+// train_gpt: a GPT trained with any dp × pp × tp layout (DDP or FSDP on the data axis).
+// The same binary runs under every launcher tessera bootstraps from:
+//   torchrun --nproc_per_node=4 --no-python build/examples/train_gpt --tp 2
+//   mpirun -np 8 build/examples/train_gpt --pp 2 --tp 2 --dp-mode fsdp
+//   srun --mpi=pmix -n 8 build/examples/train_gpt --pp 2 --tp 2
+// Flags: train_gpt --help (examples/gpt/options.h). Rank 0 prints each step (loss, tokens/s,
+// MFU, step-time breakdown, peak memory) and writes the JSONL log (--log-jsonl).
+// Exit status: 0 on success, 1 on an error (printed with the rank), 2 on bad flags.
+#include <fmt/format.h>
+#include <torch/cuda.h>
+
+#include <iostream>
+
+#include "comm/bootstrap/init.h"
+#include "common/error.h"
+#include "gpt/options.h"
+#include "gpt/trainer.h"
+
+int main(int argc, char** argv) {
+  namespace gpt = tessera::gpt;
+  gpt::TrainOptions opts;
+  const bool onGpu = torch::cuda::is_available() && std::getenv("TESSERA_BACKEND") == nullptr;
+  try {
+    opts = gpt::parseOptions(argc, argv, onGpu);
+    if (opts.model == "help") {
+      std::cout << gpt::usage();
+      return 0;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << std::endl;
+    return 2;
+  }
+  int rank = -1;
+  try {
+    auto ctx = tessera::init();
+    rank = ctx.world->rank();
+    gpt::resolveLayout(opts, ctx.world->size());
+    gpt::Trainer trainer(opts, ctx);
+    trainer.run();
+    ctx.world->barrier()->wait();
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << fmt::format("train_gpt: rank {}: error: {}", rank, e.what()) << std::endl;
+    return 1;
+  }
+}

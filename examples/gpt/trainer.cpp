@@ -1,0 +1,213 @@
+// train_gpt's 3D training loop: setup and one step (see trainer.h).
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <map>
+
+#include "common/autocast.h"
+#include "common/device.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "data.h"
+#include "parallel/grad_norm.h"
+#include "pipeline/schedule.h"
+#include "trainer_state.h"
+
+namespace tessera::gpt {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+pipeline::ScheduleKind scheduleKind(const std::string& s) {
+  if (s == "gpipe") return pipeline::ScheduleKind::GPipe;
+  if (s == "interleaved") return pipeline::ScheduleKind::Interleaved1F1B;
+  return pipeline::ScheduleKind::OneFOneB;
+}
+}  // namespace
+
+Trainer::Trainer(TrainOptions o, const Context& ctx) : s_(std::make_unique<State>()) {
+  s_->o = std::move(o);
+  s_->ctx = ctx;
+  s_->device = ctx.device;
+  s_->build();
+}
+Trainer::~Trainer() = default;
+
+std::vector<ChunkParam> Trainer::State::params() const {
+  std::vector<ChunkParam> out;
+  for (auto c : chunks) {  // a holder copy: params() is not const
+    for (auto& p : c->params()) out.push_back(std::move(p));
+  }
+  return out;
+}
+
+void Trainer::State::build() {
+  useDevice(device);
+  mesh = std::make_unique<ProcessMesh>(ctx.world, o.dp, o.pp, o.tp);
+  const auto me = mesh->coord();
+  part = partitionGpt(o.cfg, o.pp, o.chunks, o.layersPerStage);
+  for (int c = 0; c < o.chunks; ++c) {
+    auto chunk = GptChunk(o.cfg, mesh->tpGroup(), part, part.stageOf(me.pp, c), o.sequenceParallel, o.seed);
+    chunk->to(device);
+    chunks.push_back(chunk);
+  }
+  const bool bf16 = o.precision == "bf16";
+  AdamWOptions ao;
+  ao.lr = o.lr;
+  ao.weightDecay = o.weightDecay;
+  if (o.dpMode == "fsdp") {
+    std::vector<FsdpUnitSpec> units;
+    for (auto& c : chunks) {
+      firstUnit.push_back(units.size());
+      for (auto& u : c->fsdpUnits()) units.push_back(std::move(u));
+    }
+    FsdpOptions fo;
+    fo.paramDtype = bf16 ? at::kBFloat16 : at::kFloat;
+    fo.prefetchBudgetBytes = static_cast<size_t>(o.fsdpPrefetchMiB) << 20;
+    fsdp = std::make_unique<FullyShardedDataParallel>(std::move(units), mesh->dpGroup(), fo);
+    shardedAdam = std::make_unique<ShardedAdamW>(*fsdp, ao);
+  } else {
+    DistributedDataParallel::Named named;
+    std::vector<at::Tensor> tensors;
+    for (const auto& p : params()) {
+      named.emplace_back(p.name, p.tensor);
+      tensors.push_back(p.tensor);
+    }
+    DdpOptions dopt;
+    dopt.gradientAsBucketView = true;
+    // Interleaved: the last backward runs chunk 0 only; the other chunks' parameters then
+    // contribute the gradients they accumulated (DDP's unused-parameter path).
+    dopt.findUnusedParameters = o.chunks > 1;
+    ddp = std::make_unique<DistributedDataParallel>(named, DistributedDataParallel::Named{}, mesh->dpGroup(), dopt);
+    adam = std::make_unique<ParamAdamW>(tensors, ao);
+  }
+
+  std::vector<pipeline::PipelineExecutor::ChunkFn> fns;
+  for (int c = 0; c < o.chunks; ++c) {
+    fns.push_back([this, c, bf16](const at::Tensor& x) {
+      Bf16Autocast autocast(bf16 && device.is_cuda());
+      auto parts = chunks[c]->parts();
+      at::Tensor h = x;
+      for (size_t k = 0; k < parts.size(); ++k) h = fsdp ? fsdp->runUnit(firstUnit[c] + k, h, parts[k]) : parts[k](h);
+      return h;
+    });
+  }
+  pipeline::ExecutorOptions eo;
+  eo.device = device;
+  eo.beforeBackward = [this](int, int, bool last) {
+    if (last) {  // gradients are reduced over dp in this backward
+      ddpNoSync.reset();
+      fsdpNoSync.reset();
+    }
+    if (o.breakdown) synchronizeDevice(device);
+    backwardStart = Clock::now();
+  };
+  eo.afterBackward = [this](int, int, bool last) {
+    if (o.breakdown) synchronizeDevice(device);
+    (last ? lastBackwardMs : (backwardMs.emplace_back(), backwardMs.back())) = msSince(backwardStart);
+  };
+  const int64_t vocab = o.cfg.vocab;
+  auto tpGroup = mesh->tpGroup();
+  exec = std::make_unique<pipeline::PipelineExecutor>(
+      mesh->ppGroup(), pipeline::makeSchedule(scheduleKind(o.schedule), o.pp, o.microBatches, o.chunks), fns,
+      [tpGroup, vocab](const at::Tensor& y, const at::Tensor& t) { return gptLoss(y, t, tpGroup, vocab); }, eo);
+}
+
+std::vector<GradPiece> Trainer::State::gradPieces() const {
+  std::vector<GradPiece> out;
+  const double repl = 1.0 / o.tp;
+  std::map<std::string, bool> replicated;
+  for (const auto& p : params()) replicated[p.name] = p.replicatedOverTp;
+  if (!fsdp) {
+    for (const auto& p : params()) out.push_back({p.tensor.grad(), p.replicatedOverTp ? repl : 1.0});
+    return out;
+  }
+  const int r = fsdp->shardRank();
+  for (size_t u = 0; u < fsdp->numUnits(); ++u) {
+    const auto& lay = fsdp->layout(u);
+    auto g = fsdp->gradShard(u);
+    const int64_t lo = r * lay.shardNumel, hi = lo + lay.shardNumel;
+    for (const auto& e : lay.entries) {
+      const int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + e.numel);
+      if (!e.trainable || a >= b) continue;
+      out.push_back({g.narrow(0, a - lo, b - a), replicated.at(e.name) ? repl : 1.0});
+    }
+  }
+  return out;
+}
+
+StepReport Trainer::State::step(int64_t s) {
+  StepReport rep;
+  rep.step = s + 1;
+  const int64_t local = o.batch / o.dp;
+  auto batch = batchRows(o.seed, s, o.batch, mesh->coord().dp * local, local, o.cfg.vocab, o.cfg.seqLen, device);
+  backwardMs.clear();
+  lastBackwardMs = 0;
+  synchronizeDevice(device);
+  const auto t0 = Clock::now();
+  if (ddp) ddpNoSync = std::make_unique<DistributedDataParallel::NoSync>(*ddp);
+  if (fsdp) fsdpNoSync = std::make_unique<FullyShardedDataParallel::NoSync>(*fsdp);
+  at::Tensor loss;
+  try {
+    loss = exec->step(firstPp() ? batch.tokens : at::Tensor(), lastPp() ? batch.targets : at::Tensor());
+  } catch (...) {
+    ddpNoSync.reset();
+    fsdpNoSync.reset();
+    throw;
+  }
+  TESSERA_CHECK(!ddpNoSync && !fsdpNoSync, "train_gpt: rank {} ran no backward in step {}", ctx.world->rank(), s);
+  synchronizeDevice(device);
+  rep.pipelineMs = msSince(t0);
+  const auto t1 = Clock::now();
+  std::vector<CommPtr> sumOver{mesh->tpGroup(), mesh->ppGroup()};
+  if (fsdp) sumOver.insert(sumOver.begin(), mesh->dpGroup());
+  rep.gradNorm = clipGlobalGradNorm(gradPieces(), sumOver, o.clip, device);
+  if (fsdp) {
+    shardedAdam->step();
+    shardedAdam->zeroGrad();
+  } else {
+    adam->step();
+    ddp->zeroGrad();
+  }
+  auto l = loss.reshape({1}).to(at::kFloat).clone();
+  if (mesh->dpSize() > 1) mesh->dpGroup()->allReduce(l, ReduceOp::Avg)->wait();
+  rep.loss = l.item<double>();
+  synchronizeDevice(device);
+  rep.optimizerMs = msSince(t1);
+  rep.stepMs = msSince(t0);
+
+  const int v = o.chunks, m = o.microBatches, p = o.pp;
+  rep.bubbleMsEst = rep.pipelineMs * (p - 1) / static_cast<double>(v * m + p - 1);
+  if (!backwardMs.empty()) {
+    double mean = 0;
+    for (double b : backwardMs) mean += b;
+    mean /= static_cast<double>(backwardMs.size());
+    rep.dpSyncMsEst = std::max(0.0, lastBackwardMs - mean);
+  }
+  rep.computeMsEst = rep.pipelineMs - rep.bubbleMsEst - std::max(0.0, rep.dpSyncMsEst);
+  const double tokens = static_cast<double>(o.batch * o.cfg.seqLen);
+  rep.tokensPerS = tokens / (rep.stepMs / 1e3);
+  if (o.peakTflops > 0) rep.mfu = rep.tokensPerS * flopsPerToken(o.cfg) / (ctx.world->size() * o.peakTflops * 1e12);
+  auto peak = at::full({1}, peakMemoryGiB(device), at::TensorOptions().dtype(at::kFloat).device(device));
+  ctx.world->allReduce(peak, ReduceOp::Max)->wait();  // the fullest rank's peak
+  rep.peakMemGiB = peak.item<double>();
+  return rep;
+}
+
+std::vector<StepReport> Trainer::run() {
+  auto& s = *s_;
+  s.openLog();
+  s.loadCheckpoint();
+  std::vector<StepReport> out;
+  for (int64_t i = s.startStep; i < s.o.steps; ++i) {
+    out.push_back(s.step(i));
+    s.logStep(out.back());
+    const bool every = s.o.checkpointEvery > 0 && (i + 1) % s.o.checkpointEvery == 0;
+    if (!s.o.checkpointDir.empty() && (every || i + 1 == s.o.steps)) s.saveCheckpoint(i + 1);
+  }
+  return out;
+}
+
+}  // namespace tessera::gpt

@@ -1,0 +1,43 @@
+#pragma once
+// The 3D training loop of train_gpt: a dp × pp × tp mesh (tp fastest), this rank's pipeline
+// chunks of the GPT (model.h) built from TP layers over its tp group, run by the pipeline
+// executor over its pp group, and DDP or FSDP over its dp group for each stage's own
+// parameters. Composition:
+// - Gradients are reduced over dp only, in each step's last backward on this rank (the
+//   executor's beforeBackward hook lifts DDP's / FSDP's noSync there), so the reduction
+//   overlaps that backward and the micro-batches before it accumulate locally.
+// - Global gradient-norm clipping over all three axes (parallel/grad_norm.h): TP-replicated
+//   parameters weighted 1/tp, FSDP shards summed over dp, DDP replicas not.
+// - Data: step s's global batch (data.h), dp rank d reading rows [d·B/dp, (d+1)·B/dp).
+// - The loss is the mean over the global batch, averaged over dp, reported once (rank 0).
+// Every rank constructs and runs the Trainer (collective over the world).
+#include <memory>
+#include <string>
+
+#include "comm/bootstrap/init.h"
+#include "options.h"
+
+namespace tessera::gpt {
+
+struct StepReport {
+  int64_t step = 0;
+  double loss = 0, gradNorm = 0;
+  double stepMs = 0, pipelineMs = 0, optimizerMs = 0;
+  double bubbleMsEst = 0, dpSyncMsEst = -1, computeMsEst = 0;  // dpSyncMsEst < 0: not measured
+  double tokensPerS = 0, mfu = -1, peakMemGiB = 0;
+};
+
+class Trainer {
+ public:
+  Trainer(TrainOptions o, const Context& ctx);
+  ~Trainer();
+  // Trains up to o.steps (from the checkpoint's step when <checkpointDir> holds one), logging
+  // on rank 0 and writing the JSONL log. Returns the reports of the steps it ran.
+  std::vector<StepReport> run();
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace tessera::gpt

@@ -1,0 +1,57 @@
+#pragma once
+// Trainer internals shared by trainer.cpp (setup, step) and trainer_io.cpp (log, checkpoints).
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include "model.h"
+#include "param_adamw.h"
+#include "parallel/ddp/ddp.h"
+#include "parallel/process_mesh.h"
+#include "pipeline/executor.h"
+#include "sharding/fsdp/fsdp.h"
+#include "sharding/fsdp/optimizer.h"
+#include "trainer.h"
+
+namespace tessera::gpt {
+
+struct Trainer::State {
+  TrainOptions o;
+  Context ctx;
+  at::Device device = at::kCPU;
+  std::unique_ptr<ProcessMesh> mesh;
+  pipeline::Partition part;
+  std::vector<GptChunk> chunks;  // this rank's chunks, chunk c = stage c · pp + pp rank
+  std::vector<size_t> firstUnit;  // FSDP: index of chunk c's first unit
+  std::unique_ptr<DistributedDataParallel> ddp;
+  std::unique_ptr<FullyShardedDataParallel> fsdp;
+  std::unique_ptr<ParamAdamW> adam;          // ddp mode
+  std::unique_ptr<ShardedAdamW> shardedAdam;  // fsdp mode
+  std::unique_ptr<pipeline::PipelineExecutor> exec;
+  // Gradient sync off until this rank's last backward of the step.
+  std::unique_ptr<DistributedDataParallel::NoSync> ddpNoSync;
+  std::unique_ptr<FullyShardedDataParallel::NoSync> fsdpNoSync;
+  // Backward timings of the current step (breakdown).
+  std::chrono::steady_clock::time_point backwardStart;
+  std::vector<double> backwardMs;
+  double lastBackwardMs = 0;
+  std::ofstream jsonl;
+  int64_t startStep = 0;
+
+  bool isLogger() const { return ctx.world->rank() == 0; }
+  bool firstPp() const { return mesh->coord().pp == 0; }
+  bool lastPp() const { return mesh->coord().pp == mesh->ppSize() - 1; }
+  std::vector<ChunkParam> params() const;
+
+  void build();
+  StepReport step(int64_t s);
+  std::vector<GradPiece> gradPieces() const;
+  // trainer_io.cpp
+  void openLog();
+  void logStep(const StepReport& r);
+  void saveCheckpoint(int64_t step);
+  bool loadCheckpoint();  // true when a checkpoint was found and loaded (sets startStep)
+};
+
+}  // namespace tessera::gpt

@@ -1,0 +1,57 @@
+#include "common/device.h"
+
+#include <sys/resource.h>
+#include <torch/cuda.h>
+
+#include "common/error.h"
+
+#ifdef TESSERA_TORCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+namespace tessera {
+
+namespace {
+[[noreturn]] void noCuda(const char* what) {
+  throw Error(fmt::format("{}: this tessera was built against a LibTorch without CUDA", what));
+}
+}  // namespace
+
+void useDevice(const at::Device& d) {
+  if (!d.is_cuda()) return;
+#ifdef TESSERA_TORCH_CUDA
+  c10::cuda::set_device(d.index());
+#else
+  noCuda("useDevice");
+#endif
+}
+
+void synchronizeDevice(const at::Device& d) {
+  if (d.is_cuda()) torch::cuda::synchronize(d.index());
+}
+
+void resetPeakMemory(const at::Device& d) {
+  if (!d.is_cuda()) return;
+#ifdef TESSERA_TORCH_CUDA
+  c10::cuda::CUDACachingAllocator::resetPeakStats(d.index());
+#else
+  noCuda("resetPeakMemory");
+#endif
+}
+
+double peakMemoryGiB(const at::Device& d) {
+  if (!d.is_cuda()) {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return static_cast<double>(u.ru_maxrss) * 1024.0 / (1ull << 30);  // ru_maxrss is in KiB on Linux
+  }
+#ifdef TESSERA_TORCH_CUDA
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
+  return static_cast<double>(stats.allocated_bytes[0].peak) / (1ull << 30);  // [0]: aggregate
+#else
+  noCuda("peakMemoryGiB");
+#endif
+}
+
+}  // namespace tessera

@@ -1,0 +1,33 @@
+#pragma once
+// Global gradient-norm clipping for a model whose gradients are spread over a process mesh
+// (Megatron's clip_grad_norm over tensor, pipeline and data-parallel shards).
+//
+// Each rank passes the gradient pieces it holds, each with a weight: 1 for a piece no other
+// rank in the summed groups holds (a TP shard, a PP stage's parameter, an FSDP shard), 1/k
+// for a piece held identically by k of them (a LayerNorm replicated over tp: weight 1/tp).
+// The squared norm is Σ over the ranks of `sumOver`'s groups of Σ weight·‖piece‖², so every
+// value of the whole model counts once. Replicas that are not summed (DDP's dp axis, whose
+// gradients are already identical) are simply left out of `sumOver`.
+//
+// Collective over every group in `sumOver` (in that order; all ranks of each must call). On
+// CUDA the norm is read back to the host once (one synchronisation). Returns the norm before
+// clipping; when maxNorm > 0 and c = maxNorm / (norm + 1e-6) < 1, every piece is scaled in place
+// by c, as torch::nn::utils::clip_grad_norm_. Pieces are fp32 or lower;
+// the sum is accumulated in fp32 on the pieces' device. No pieces: contributes 0.
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+#include "comm/communicator.h"
+
+namespace tessera {
+
+struct GradPiece {
+  at::Tensor grad;      // a view into the gradient (scaled in place)
+  double weight = 1.0;  // 1 / number of summed ranks holding the same values
+};
+
+double clipGlobalGradNorm(const std::vector<GradPiece>& pieces, const std::vector<CommPtr>& sumOver, double maxNorm,
+                          at::Device device);
+
+}  // namespace tessera

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# train_gpt against single-process training: the same model, seed and data on 1 rank (dp1 x
+# pp1 x tp1) and in a parallel layout must give the same loss curve over 5 steps. Also the
+# launchers (mpirun, srun --mpi=pmix), checkpoint resume (bitwise) and resharding on resume.
+# CPU and Gloo (TESSERA_BACKEND=gloo), fp32. Exit 0 pass, 1 fail, 77 skip.
+#
+#   train_gpt_test.sh <train_gpt> <scripts/slurm-local> <case> [nproc train_gpt-flags...]
+# cases: torchrun <nproc> <flags>   the layout under torchrun vs the 1-rank reference
+#        mpirun | srun               2x2x2 (ddp) under mpirun -np 8 / srun --mpi=pmix -n 8 (overcommitted:
+#                                    the local Slurm has as many CPUs as the machine)
+#        resume                      dp2 x tp2: 3 steps, then resumed to 5 = 5 straight, bitwise
+#        reshard                     saved at dp2 x tp2 after 3 steps, resumed at pp2 x tp2
+#        bad_layout                  --dp 3 on 4 ranks: every rank fails naming the numbers
+#
+# Tolerance: relative 1e-5 on each step's loss. The layouts compute the same sums in other
+# orders (TP splits the GEMMs' reductions, DP averages per-replica means, micro-batches
+# accumulate): float32 rounding, ~1e-7 relative per loss; Adam (lr 1e-2, 5 steps) carries
+# such gradient differences into the parameters without amplifying them much. Measured:
+# worst 9.5e-8 over the layouts of tests/examples/CMakeLists.txt (2026-11-22). A wrong
+# composition (a missing dp reduction, a double-counted replicated gradient in the clipping)
+# moves the loss by 1e-3 or more (the FSDP-under-pipeline bug this test found: 1e-2 at step 2).
+set -uo pipefail
+
+TRAIN=$1 SLURM_LOCAL=$2 CASE=$3
+shift 3
+LIMIT=${TESSERA_TRAIN_TEST_TIMEOUT_S:-240}
+export TESSERA_TIMEOUT_S=${TESSERA_TIMEOUT_S:-60} TESSERA_BACKEND=gloo OMP_NUM_THREADS=1
+SLURM_DIR=${TESSERA_SLURM_DIR:-/tmp/tessera-slurm}
+WORK=$(mktemp -d)
+OUT=$WORK/out.txt
+trap 'rm -rf "$WORK"' EXIT
+source "$(dirname "$0")/../launch/lib.sh"
+COMPARE=$(dirname "$0")/compare_losses.py
+RTOL=1e-5
+BASE=(--model tiny --batch 16 --steps 5 --lr 1e-2 --clip 0.3 --seed 7)
+
+# run_torchrun <log name> <nproc> <flags...>: train_gpt under torchrun, log in $WORK/<name>.jsonl
+run_torchrun() {
+  local name=$1 n=$2
+  shift 2
+  launch torchrun -r 1 -t 1 --master_port="$(free_port)" --nproc_per_node="$n" --no_python "$TRAIN" "${BASE[@]}" \
+    --log-jsonl "$WORK/$name.jsonl" "$@"
+  ((RC == 0)) || fail "train_gpt $* on $n ranks exited with $RC"
+}
+
+reference() {
+  run_torchrun ref 1 "$@"
+  # The clipping must act, or the 3-axis norm would go untested.
+  python3 -c 'import json,sys; n=[json.loads(l)["grad_norm"] for l in open(sys.argv[1]) if "\"step\"" in l];
+sys.exit(0 if max(n) > 0.3 else 1)' "$WORK/ref.jsonl" || fail "the reference's gradient norms stay below the clip (0.3)"
+}
+
+compare() {  # compare <log> [compare_losses options]
+  local log=$1
+  shift
+  python3 "$COMPARE" "$WORK/ref.jsonl" "$WORK/$log.jsonl" "$@" || fail "loss curve differs from the reference"
+  echo "PASS ($CASE)"
+}
+
+need torchrun
+case $CASE in
+  torchrun)
+    n=$1
+    shift
+    reference
+    run_torchrun got "$n" "$@"
+    compare got --rtol "$RTOL"
+    ;;
+  mpirun)
+    need mpirun
+    reference
+    launch mpirun --allow-run-as-root --oversubscribe -np 8 -x TESSERA_BACKEND -x OMP_NUM_THREADS "$TRAIN" "${BASE[@]}" \
+      --pp 2 --tp 2 --log-jsonl "$WORK/got.jsonl"
+    ((RC == 0)) || fail "mpirun exited with $RC"
+    grep -q "launcher=pmix\|pmix" "$OUT" || echo "note: no PMIx mention in the output"
+    compare got --rtol "$RTOL"
+    ;;
+  srun)
+    slurm_up
+    reference
+    launch srun -N 1 --overcommit --kill-on-bad-exit=1 --wait=30 --mpi=pmix -n 8 "$TRAIN" "${BASE[@]}" --pp 2 --tp 2 \
+      --log-jsonl "$WORK/got.jsonl"
+    ((RC == 0)) || fail "srun exited with $RC"
+    compare got --rtol "$RTOL"
+    ;;
+  resume)
+    run_torchrun ref 4 --tp 2 --checkpoint-dir "$WORK/straight"
+    run_torchrun first 4 --tp 2 --checkpoint-dir "$WORK/ckpt" --steps 3
+    run_torchrun got 4 --tp 2 --checkpoint-dir "$WORK/ckpt"
+    grep -q "resumed from .* at step 3" "$OUT" || fail "the second run did not resume at step 3"
+    compare got --bitwise --steps 4-5
+    ;;
+  reshard)
+    reference
+    run_torchrun first 4 --tp 2 --checkpoint-dir "$WORK/ckpt" --steps 3
+    run_torchrun got 4 --pp 2 --tp 2 --checkpoint-dir "$WORK/ckpt"
+    grep -q "resumed from .* at step 3 (saved as: dp 2 (ddp) x pp 1 x tp 2" "$OUT" ||
+      fail "the pp2 x tp2 run did not resume from the dp2 x tp2 checkpoint at step 3"
+    compare got --rtol "$RTOL" --steps 4-5
+    ;;
+  bad_layout)
+    launch torchrun -r 1 -t 1 --master_port="$(free_port)" --nproc_per_node=4 --no_python "$TRAIN" "${BASE[@]}" \
+      --dp 3 --log-jsonl ""
+    ((RC != 0)) || fail "train_gpt accepted dp 3 on 4 ranks"
+    n=$(grep -c "error: train_gpt: dp 3 x pp 1 x tp 1 = 3 ranks, but the world has 4" "$OUT")
+    ((n == 4)) || fail "$n of 4 ranks named the bad layout"
+    echo "PASS ($CASE): every rank failed with the layout's numbers"
+    ;;
+  *) fail "unknown case '$CASE'" ;;
+esac
