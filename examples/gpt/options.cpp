@@ -12,23 +12,22 @@
 namespace tessera::gpt {
 
 namespace {
-int64_t toInt(const std::string& flag, const std::string& v) {
+// The whole of `v` read by `read` (std::stoll / std::stod), else an error naming the flag.
+template <typename T, typename Read>
+T parseWhole(const std::string& flag, const std::string& v, const char* what, Read read) {
   try {
     size_t n = 0;
-    const int64_t x = std::stoll(v, &n);
+    const T x = read(v, &n);
     if (n == v.size()) return x;
   } catch (const std::exception&) {
   }
-  throw Error(fmt::format("train_gpt: {} expects an integer, got '{}'", flag, v));
+  throw Error(fmt::format("train_gpt: {} expects {}, got '{}'", flag, what, v));
+}
+int64_t toInt(const std::string& flag, const std::string& v) {
+  return parseWhole<int64_t>(flag, v, "an integer", [](const std::string& s, size_t* n) { return std::stoll(s, n); });
 }
 double toDouble(const std::string& flag, const std::string& v) {
-  try {
-    size_t n = 0;
-    const double x = std::stod(v, &n);
-    if (n == v.size()) return x;
-  } catch (const std::exception&) {
-  }
-  throw Error(fmt::format("train_gpt: {} expects a number, got '{}'", flag, v));
+  return parseWhole<double>(flag, v, "a number", [](const std::string& s, size_t* n) { return std::stod(s, n); });
 }
 std::vector<int> toList(const std::string& flag, const std::string& v) {
   std::vector<int> out;
@@ -39,7 +38,7 @@ std::vector<int> toList(const std::string& flag, const std::string& v) {
 }  // namespace
 
 std::string usage() {
-  return "usage: train_gpt [--dp N] [--pp N] [--tp N] [--dp-mode ddp|fsdp] [--micro-batches M]\n"
+  return "usage: train_gpt [--layout DPxPPxTP | --dp N --pp N --tp N] [--dp-mode ddp|fsdp] [--micro-batches M]\n"
          "  [--schedule 1f1b|gpipe|interleaved] [--chunks V] [--layers-per-stage a,b,...] [--sp]\n"
          "  [--model tiny|small|735m] [--d D] [--layers L] [--heads H] [--vocab V] [--seq-len T]\n"
          "  [--batch B] [--steps S] [--lr X] [--clip X] [--weight-decay X] [--precision fp32|bf16]\n"
@@ -82,6 +81,16 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
   auto i32 = [&](const char* n, int& x) { take(n, [&](const std::string& v) { x = static_cast<int>(toInt(n, v)); }); };
   auto dbl = [&](const char* n, double& x) { take(n, [&](const std::string& v) { x = toDouble(n, v); }); };
   auto str = [&](const char* n, std::string& x) { take(n, [&](const std::string& v) { x = v; }); };
+  take("--layout", [&](const std::string& v) {
+    int d = 0, p = 0, t = 0;
+    char x1 = 0, x2 = 0;
+    std::stringstream ss(v);
+    TESSERA_CHECK((ss >> d >> x1 >> p >> x2 >> t) && x1 == 'x' && x2 == 'x' && ss.eof(),
+                  "train_gpt: --layout expects DPxPPxTP (e.g. 2x2x2), got '{}'", v);
+    o.dp = d;
+    o.pp = p;
+    o.tp = t;
+  });
   i32("--dp", o.dp);
   i32("--pp", o.pp);
   i32("--tp", o.tp);

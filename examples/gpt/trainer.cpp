@@ -180,7 +180,8 @@ StepReport Trainer::State::step(int64_t s) {
 
   const int v = o.chunks, m = o.microBatches, p = o.pp;
   rep.bubbleMsEst = rep.pipelineMs * (p - 1) / static_cast<double>(v * m + p - 1);
-  if (!backwardMs.empty()) {
+  // Host clocks time a backward only when it blocks: always on the CPU, with --breakdown on GPUs.
+  if (!backwardMs.empty() && (!device.is_cuda() || o.breakdown)) {
     double mean = 0;
     for (double b : backwardMs) mean += b;
     mean /= static_cast<double>(backwardMs.size());

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# train_gpt (the C++ 3D trainer) against PyTorch on this machine's GPUs, on the anchors'
+# GPT-735M, bf16: each layout side by side with PyTorch's equivalent from bench/torch_anchor.py
+# and, for dp and fsdp, tessera's Python path (bench/train/tessera_py.py), in one run. Writes
+# bench/results/train_gpt_<N>gpu.{json,md} (bench/train/combine.py).
+#   bench/train/run.sh BUILD_DIR LOG_DIR [sections...]
+# Sections (default: dp fsdp tp pp), N = NPROC GPUs (default 2):
+#   single  pytorch-single, tessera-train-single (B=8, 1 GPU; the scaling references)
+#   dp      pytorch-ddp, tessera-train-ddp (--layout Nx1x1), tessera-py-ddp         B=8 per GPU
+#   fsdp    pytorch-fsdp, tessera-train-fsdp, tessera-py-fsdp                        B=8 per GPU
+#   tp      pytorch-tp, tessera-train-tp, tessera-train-tp-sp (--layout 1x1xN)       B=16 shared
+#   pp      pytorch-pp-mb16, tessera-train-pp-mb16 (--layout 1xNx1, 1F1B)           B=32, 16 micro
+#   mixed   (N=4) tessera-train 2x1x2 ddp, 2x1x2 fsdp, 1x2x2 (B=16 per replica; no PyTorch row)
+# Env: NPROC, RUN_TIMEOUT (s per run, 180), STEPS (timed steps, 10; 3 warm-ups more),
+# PYTHONPATH must reach the built module for the tessera-py rows (scripts/gpu-check sets it).
+set -uo pipefail
+BUILD=${1:?build dir}
+LOGS=${2:?log dir}
+shift 2
+HERE=$(cd "$(dirname "$0")" && pwd)
+SECTIONS=("$@")
+[ ${#SECTIONS[@]} -eq 0 ] && SECTIONS=(single dp fsdp tp pp)
+N=${NPROC:-2}
+RUN_TIMEOUT=${RUN_TIMEOUT:-180}
+export STEPS=${STEPS:-10}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+mkdir -p "$LOGS"
+TORCHRUN=(torchrun --standalone)
+rc=0
+logs=()
+run() {  # run NAME CMD...: under a timeout, output to LOGS/NAME.log
+  local name=$1
+  shift
+  echo "=== train bench: $name: $*"
+  local t0
+  t0=$(date +%s)
+  if timeout -k 15 "$RUN_TIMEOUT" "$@" >"$LOGS/$name.log" 2>&1; then
+    grep -E "RESULT" "$LOGS/$name.log" | cut -c1-400 | sed 's/^/  /' || true
+  else
+    local r=$?
+    echo "  $name FAILED (rc=$r); log tail:"
+    grep -vE "^\s*$" "$LOGS/$name.log" | tail -20 | sed 's/^/  | /'
+    rc=1
+  fi
+  echo "  ($(($(date +%s) - t0)) s)"
+  logs+=("$LOGS/$name.log")
+}
+torch_run() { local name=$1 n=$2 mode=$3; run "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" "$HERE/../torch_anchor.py" "$mode"; }
+train() {  # train NAME NPROC train_gpt-flags...: then its RESULT line from the JSONL log
+  local name=$1 n=$2
+  shift 2
+  run "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" --no-python "$BUILD/examples/train_gpt" --model 735m \
+    --precision bf16 --steps $((STEPS + 3)) --log-jsonl "$LOGS/$name.jsonl" "$@"
+  python3 "$HERE/jsonl_result.py" "$LOGS/$name.jsonl" "$name" >>"$LOGS/$name.log" && grep RESULT "$LOGS/$name.log" | cut -c1-300
+}
+py_run() { local name=$1 mode=$2; run "$name" "${TORCHRUN[@]}" --nproc_per_node="$N" "$HERE/tessera_py.py" "$mode"; }
+
+for s in "${SECTIONS[@]}"; do
+  case $s in
+    single)
+      B=8 torch_run pytorch-single 1 single
+      train tessera-train-single 1 --layout 1x1x1 --batch 8 ;;
+    dp)
+      B=8 torch_run pytorch-ddp "$N" ddp
+      train tessera-train-ddp "$N" --layout "${N}x1x1" --batch $((8 * N))
+      B=8 py_run tessera-py-ddp ddp ;;
+    fsdp)
+      B=8 torch_run pytorch-fsdp "$N" fsdp
+      train tessera-train-fsdp "$N" --layout "${N}x1x1" --dp-mode fsdp --batch $((8 * N))
+      B=8 py_run tessera-py-fsdp fsdp ;;
+    tp)
+      B=16 torch_run pytorch-tp "$N" tp
+      train tessera-train-tp "$N" --layout "1x1x${N}" --batch 16
+      train tessera-train-tp-sp "$N" --layout "1x1x${N}" --batch 16 --sp ;;
+    pp)
+      B=32 MB=16 torch_run pytorch-pp-mb16 "$N" pp
+      train tessera-train-pp-mb16 "$N" --layout "1x${N}x1" --batch 32 --micro-batches 16 ;;
+    mixed)
+      train tessera-train-2x1x2-ddp 4 --layout 2x1x2 --batch 32
+      train tessera-train-2x1x2-fsdp 4 --layout 2x1x2 --dp-mode fsdp --batch 32
+      train tessera-train-1x2x2 4 --layout 1x2x2 --batch 32 --micro-batches 8 ;;
+    *) echo "run.sh: unknown section $s" >&2; exit 2 ;;
+  esac
+done
+
+gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//;s/,/ driver/' | paste -sd';' || true)
+machine="${gpus:-no GPU} ($N used); torch $(python3 -c 'import torch;print(torch.__version__)' 2>/dev/null)"
+python3 "$HERE/combine.py" "${logs[@]}" --gpus "$N" --machine "$machine" \
+  --command "NPROC=$N bench/train/run.sh $BUILD $LOGS $*" --results "${RESULTS:-$HERE/../results}" || rc=1
+exit $rc
