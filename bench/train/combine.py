@@ -5,7 +5,8 @@ Each log (LOG_DIR/<system>.log) holds one RESULT line; the file name names the r
   scaling = tokens/s over (GPUs x the 1-GPU tokens/s of the same model: pytorch-single for the
             PyTorch and tessera-py rows (the anchor's Python GPT), tessera-train-single for train_gpt)
             when the single runs are in the same set of logs
-  vs_pytorch = tokens/s over the PyTorch row of the same layout (dp, fsdp, tp, pp)
+  vs_pytorch = tokens/s over the PyTorch row of the same layout (single, dp, fsdp, tp, pp); none for
+               layouts PyTorch's anchor has no equivalent of (the mixed dp x tp, pp x tp rows)
 """
 import argparse
 import datetime
@@ -16,7 +17,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from result_lines import read_results  # noqa: E402
 
-LAYOUT_OF = {"ddp": "dp", "py-ddp": "dp", "fsdp": "fsdp", "py-fsdp": "fsdp", "tp": "tp", "tp-sp": "tp", "pp": "pp"}
+LAYOUT_OF = {"single": "single", "ddp": "dp", "py-ddp": "dp", "fsdp": "fsdp", "py-fsdp": "fsdp", "tp": "tp", "tp-sp": "tp", "pp": "pp"}
 
 
 def layout(system):
@@ -52,7 +53,7 @@ def main():
             r["scaling"] = round(r["tokens_per_s"] / (r["gpus"] * single["tokens_per_s"]), 3)
         lay = layout(r["system"])
         ref = next((x for x in rows if x["system"].startswith("pytorch-") and layout(x["system"]) == lay), None)
-        if ref and not r["system"].startswith("pytorch-"):
+        if lay and ref and not r["system"].startswith("pytorch-"):
             r["vs_pytorch"] = round(r["tokens_per_s"] / ref["tokens_per_s"], 3)
     out = dict(name=f"train_gpt_{a.gpus}gpu", date=datetime.date.today().isoformat(), machine=a.machine,
                command=a.command, rows=rows)
