@@ -152,9 +152,6 @@ void resolveLayout(TrainOptions& o, int world) {
                 "train_gpt: --dp-mode fsdp with --schedule interleaved is not supported (FSDP reduces a unit's "
                 "gradients in the last backward that runs it, which interleaving splits across chunks); use 1f1b or "
                 "gpipe");
-  TESSERA_CHECK(!(o.dpMode == "fsdp" && !o.checkpointDir.empty()),
-                "train_gpt: --checkpoint-dir with --dp-mode fsdp is not implemented yet (FSDP's flat shards have no "
-                "per-parameter checkpoint pieces); use --dp-mode ddp");
 }
 
 std::string describe(const TrainOptions& o) {

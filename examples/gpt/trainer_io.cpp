@@ -1,11 +1,7 @@
-// train_gpt's progress log (rank 0: a line per step and a JSONL record) and checkpoints.
+// train_gpt's progress log (rank 0: a line per step and a JSONL record).
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include <filesystem>
-
-#include "checkpoint/checkpoint.h"
-#include "common/device.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "trainer_state.h"
@@ -51,60 +47,6 @@ void Trainer::State::logStep(const StepReport& r) {
                r.step, r.loss, r.gradNorm, r.stepMs, r.tokensPerS, jsonNumber(r.mfu), r.peakMemGiB, r.pipelineMs,
                r.optimizerMs, r.computeMsEst, jsonNumber(r.dpSyncMsEst), r.bubbleMsEst)
         << std::endl;
-}
-
-namespace {
-// The optimizer state's view matching a parameter piece (a view of `param`).
-at::Tensor stateView(const at::Tensor& piece, const at::Tensor& param, const at::Tensor& state) {
-  return state.as_strided(piece.sizes(), piece.strides(),
-                          state.storage_offset() + (piece.storage_offset() - param.storage_offset()));
-}
-
-std::vector<checkpoint::Piece> trainingPieces(const std::vector<GptChunk>& chunks, const ParamAdamW& adam) {
-  std::vector<checkpoint::Piece> out;
-  for (auto c : chunks) {  // a holder copy: pieces() is not const
-    for (auto& p : c->pieces()) out.push_back(p);
-  }
-  const size_t nParams = out.size();
-  const auto& params = adam.params();
-  for (size_t i = 0; i < nParams; ++i) {
-    const auto piece = out[i];
-    size_t k = 0;
-    while (k < params.size() && !piece.local.is_alias_of(params[k])) ++k;
-    TESSERA_CHECK(k < params.size(), "train_gpt: checkpoint piece '{}' is no parameter's view", piece.name);
-    for (const auto& [prefix, state] : {std::make_pair("optim.exp_avg.", &adam.expAvg()),
-                                        std::make_pair("optim.exp_avg_sq.", &adam.expAvgSq())}) {
-      out.push_back({prefix + piece.name, piece.globalShape, piece.offset,
-                     stateView(piece.local, params[k], (*state)[k])});
-    }
-  }
-  return out;
-}
-}  // namespace
-
-void Trainer::State::saveCheckpoint(int64_t step) {
-  TESSERA_CHECK(adam, "train_gpt: checkpoints of --dp-mode fsdp runs are not implemented yet (use ddp)");
-  auto pieces = trainingPieces(chunks, *adam);
-  synchronizeDevice(device);
-  checkpoint::save(o.checkpointDir, pieces, *ctx.world, step, {{"layout", describe(o)}, {"data_position", std::to_string(step)}});
-  if (isLogger()) log::info("train_gpt: checkpoint of step {} saved to {}", step, o.checkpointDir);
-}
-
-bool Trainer::State::loadCheckpoint() {
-  if (o.checkpointDir.empty() || !std::filesystem::exists(std::filesystem::path(o.checkpointDir) / "metadata.pt")) {
-    return false;
-  }
-  TESSERA_CHECK(adam, "train_gpt: checkpoints of --dp-mode fsdp runs are not implemented yet (use ddp)");
-  auto pieces = trainingPieces(chunks, *adam);
-  at::NoGradGuard ng;
-  const auto meta = checkpoint::load(o.checkpointDir, pieces);
-  startStep = meta.step;
-  adam->setSteps(meta.step);
-  if (isLogger()) {
-    log::info("train_gpt: resumed from {} at step {} (saved as: {})", o.checkpointDir, meta.step,
-              meta.extra.count("layout") ? meta.extra.at("layout") : "?");
-  }
-  return true;
 }
 
 }  // namespace tessera::gpt

@@ -1,5 +1,6 @@
 #pragma once
-// Trainer internals shared by trainer.cpp (setup, step) and trainer_io.cpp (log, checkpoints).
+// Trainer internals shared by trainer.cpp (setup, step), trainer_io.cpp (log) and
+// trainer_checkpoint.cpp (checkpoints).
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -47,7 +48,7 @@ struct Trainer::State {
   void build();
   StepReport step(int64_t s);
   std::vector<GradPiece> gradPieces() const;
-  // trainer_io.cpp
+  // trainer_io.cpp, trainer_checkpoint.cpp
   void openLog();
   void logStep(const StepReport& r);
   void saveCheckpoint(int64_t step);

@@ -8,8 +8,8 @@
 # cases: torchrun <nproc> <flags>   the layout under torchrun vs the 1-rank reference
 #        mpirun | srun               2x2x2 (ddp) under mpirun -np 8 / srun --mpi=pmix -n 8 (overcommitted:
 #                                    the local Slurm has as many CPUs as the machine)
-#        resume                      dp2 x tp2: 3 steps, then resumed to 5 = 5 straight, bitwise
-#        reshard                     saved at dp2 x tp2 after 3 steps, resumed at pp2 x tp2
+#        resume <nproc> <flags>      3 steps, then resumed to 5 = 5 straight, bitwise
+#        reshard <n> <flags> -- <n> <flags>   saved by one layout after 3 steps, resumed by another
 #        bad_layout                  --dp 3 on 4 ranks: every rank fails naming the numbers
 #
 # Tolerance: relative 1e-5 on each step's loss. The layouts compute the same sums in other
@@ -83,19 +83,23 @@ case $CASE in
     ((RC == 0)) || fail "srun exited with $RC"
     compare got --rtol "$RTOL"
     ;;
-  resume)
-    run_torchrun ref 4 --tp 2 --checkpoint-dir "$WORK/straight"
-    run_torchrun first 4 --tp 2 --checkpoint-dir "$WORK/ckpt" --steps 3
-    run_torchrun got 4 --tp 2 --checkpoint-dir "$WORK/ckpt"
+  resume)  # resume <nproc> <flags...>
+    n=$1
+    shift
+    run_torchrun ref "$n" "$@" --checkpoint-dir "$WORK/straight"
+    run_torchrun first "$n" "$@" --checkpoint-dir "$WORK/ckpt" --steps 3
+    run_torchrun got "$n" "$@" --checkpoint-dir "$WORK/ckpt"
     grep -q "resumed from .* at step 3" "$OUT" || fail "the second run did not resume at step 3"
     compare got --bitwise --steps 4-5
     ;;
-  reshard)
+  reshard)  # reshard <nproc> <flags...> -- <nproc> <flags...>: saved by the first layout, resumed by the second
+    a=()
+    while (($# > 0)) && [[ $1 != -- ]]; do a+=("$1"); shift; done
+    shift
     reference
-    run_torchrun first 4 --tp 2 --checkpoint-dir "$WORK/ckpt" --steps 3
-    run_torchrun got 4 --pp 2 --tp 2 --checkpoint-dir "$WORK/ckpt"
-    grep -q "resumed from .* at step 3 (saved as: dp 2 (ddp) x pp 1 x tp 2" "$OUT" ||
-      fail "the pp2 x tp2 run did not resume from the dp2 x tp2 checkpoint at step 3"
+    run_torchrun first "${a[@]}" --checkpoint-dir "$WORK/ckpt" --steps 3
+    run_torchrun got "$@" --checkpoint-dir "$WORK/ckpt"
+    grep -q "resumed from .* at step 3" "$OUT" || fail "the second layout did not resume at step 3"
     compare got --rtol "$RTOL" --steps 4-5
     ;;
   bad_layout)

@@ -1,0 +1,198 @@
+// train_gpt's checkpoints (src/checkpoint): every parameter under the unsharded model's name
+// (tp::blockPieces & co. place this rank's TP shard in the full tensor), and AdamW's exp_avg /
+// exp_avg_sq in the same boxes ("optim.exp_avg.<name>", "optim.exp_avg_sq.<name>"), so a
+// checkpoint loads into any dp / pp / tp layout and either data-parallel mode.
+// - DDP: the pieces are views of the parameters and of ParamAdamW's state.
+// - FSDP: each unit's flat master / exp_avg / exp_avg_sq shards are all-gathered over dp into
+//   full flat buffers (collective over dp), and the pieces are views of those, shaped as the
+//   parameters' pieces; on load the pieces fill fresh full buffers and each rank keeps its shard.
+// Saving is collective over the world (checkpoint::save); replicas write once.
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+
+#include "checkpoint/checkpoint.h"
+#include "common/device.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "trainer_state.h"
+
+namespace tessera::gpt {
+
+namespace {
+// `local` (a view of `param`) re-aimed at the same elements of `base`, whose element
+// `baseOffset` corresponds to param's first element.
+at::Tensor sameBox(const at::Tensor& local, const at::Tensor& param, const at::Tensor& base, int64_t baseOffset) {
+  return base.as_strided(local.sizes(), local.strides(),
+                         base.storage_offset() + baseOffset + (local.storage_offset() - param.storage_offset()));
+}
+
+// (piece, index of its parameter in `params`, what: 0 value, 1 exp_avg, 2 exp_avg_sq) -> tensor.
+using ViewFn = std::function<at::Tensor(const checkpoint::Piece&, size_t, int)>;
+
+// FSDP: per unit, full flat buffers [paddedNumel] of master, exp_avg, exp_avg_sq, and where each
+// parameter starts in them.
+struct FlatFull {
+  std::vector<std::array<at::Tensor, 3>> flat;  // per unit
+  std::map<std::string, std::pair<size_t, int64_t>> where;  // param name -> (unit, offset)
+};
+
+FlatFull fsdpFull(FullyShardedDataParallel& fsdp, const ShardedAdamW& adam, bool gather) {
+  FlatFull f;
+  const auto sd = adam.stateDict();
+  const auto& dp = fsdp.shardGroup();
+  for (size_t u = 0; u < fsdp.numUnits(); ++u) {
+    const auto& lay = fsdp.layout(u);
+    for (const auto& e : lay.entries) f.where[e.name] = {u, e.offset};
+    const auto opts = fsdp.masterShard(u).options();
+    std::array<at::Tensor, 3> full;
+    int i = 0;
+    for (const auto& shard : {fsdp.masterShard(u), sd.at(fsdp.unitName(u) + ".exp_avg"),
+                              sd.at(fsdp.unitName(u) + ".exp_avg_sq")}) {
+      auto& out = full[i++];
+      out = at::zeros({lay.paddedNumel}, opts);
+      if (!gather) continue;
+      auto mine = at::zeros({lay.shardNumel}, opts);
+      mine.narrow(0, 0, shard.numel()).copy_(shard);
+      if (dp->size() == 1) {
+        out.copy_(mine);
+      } else {
+        dp->allGather(out, mine)->wait();
+      }
+    }
+    f.flat.push_back(full);
+  }
+  return f;
+}
+
+// While alive: every parameter's data is its place in the unit's full master buffer (FSDP's
+// sharded parameters have no storage to take views of), so the pieces are views of that.
+class BoundToFull {
+ public:
+  BoundToFull(const std::vector<ChunkParam>& ps, const FlatFull& f) : ps_(ps) {
+    for (const auto& p : ps_) {
+      saved_.push_back(p.tensor.data());
+      const auto& [u, offset] = f.where.at(p.name);
+      at::Tensor t = p.tensor;
+      t.set_data(f.flat[u][0].narrow(0, offset, p.tensor.numel()).view(p.tensor.sizes()));
+    }
+  }
+  ~BoundToFull() {
+    for (size_t i = 0; i < ps_.size(); ++i) {
+      at::Tensor t = ps_[i].tensor;
+      t.set_data(saved_[i]);
+    }
+  }
+  BoundToFull(const BoundToFull&) = delete;
+
+ private:
+  const std::vector<ChunkParam>& ps_;
+  std::vector<at::Tensor> saved_;
+};
+
+// `full` (FSDP): the parameters are bound to their place in the full master buffers meanwhile.
+std::vector<checkpoint::Piece> trainingPieces(std::vector<GptChunk> chunks, const std::vector<ChunkParam>& params,
+                                              const ViewFn& view, const FlatFull* full) {
+  std::optional<BoundToFull> bound;
+  if (full) bound.emplace(params, *full);
+  std::vector<checkpoint::Piece> pieces;
+  for (auto& c : chunks) {
+    for (auto& p : c->pieces()) pieces.push_back(p);
+  }
+  std::vector<checkpoint::Piece> out;
+  for (const auto& piece : pieces) {
+    size_t k = 0;
+    auto inside = [&](const at::Tensor& P) {  // FSDP's parameters share one storage: compare ranges too
+      const int64_t o = piece.local.storage_offset();
+      return piece.local.is_alias_of(P) && o >= P.storage_offset() && o < P.storage_offset() + P.numel();
+    };
+    while (k < params.size() && !inside(params[k].tensor)) ++k;
+    TESSERA_CHECK(k < params.size(), "train_gpt: checkpoint piece '{}' is no parameter's view", piece.name);
+    int what = 0;
+    for (const char* prefix : {"", "optim.exp_avg.", "optim.exp_avg_sq."}) {
+      out.push_back({prefix + piece.name, piece.globalShape, piece.offset, view(piece, k, what++)});
+    }
+  }
+  return out;
+}
+
+ViewFn fsdpView(const FlatFull& f, const std::vector<ChunkParam>& params) {
+  return [&f, &params](const checkpoint::Piece& piece, size_t k, int what) {
+    if (what == 0) return piece.local;  // already a view of the full master buffer (BoundToFull)
+    const auto& [u, offset] = f.where.at(params[k].name);
+    return sameBox(piece.local, params[k].tensor, f.flat[u][what], offset);
+  };
+}
+
+// FSDP load: this rank's shard of each full flat buffer back into FSDP and the optimizer.
+void keepShards(FullyShardedDataParallel& fsdp, ShardedAdamW& adam, const FlatFull& f, int64_t step) {
+  auto model = fsdp.shardedStateDict();
+  auto opt = adam.stateDict();
+  const int r = fsdp.shardRank();
+  for (size_t u = 0; u < fsdp.numUnits(); ++u) {
+    const auto& lay = fsdp.layout(u);
+    const auto& name = fsdp.unitName(u);
+    auto shard = [&](int what, int64_t n) { return f.flat[u][what].narrow(0, r * lay.shardNumel, n); };
+    model[name + ".flat_shard"] = shard(0, lay.shardNumel);
+    opt[name + ".exp_avg"] = shard(1, lay.trainableInShard(r));
+    opt[name + ".exp_avg_sq"] = shard(2, lay.trainableInShard(r));
+  }
+  opt["step"] = at::tensor(step, at::kLong);
+  fsdp.loadShardedStateDict(model);
+  adam.loadStateDict(opt);
+}
+
+ViewFn ddpView(const std::vector<ChunkParam>& params, const ParamAdamW& adam) {
+  return [&params, &adam](const checkpoint::Piece& piece, size_t k, int what) {
+    if (what == 0) return piece.local;
+    const auto& state = what == 1 ? adam.expAvg()[k] : adam.expAvgSq()[k];
+    return sameBox(piece.local, params[k].tensor, state, 0);
+  };
+}
+}  // namespace
+
+void Trainer::State::saveCheckpoint(int64_t step) {
+  const auto ps = params();
+  FlatFull full;
+  std::vector<checkpoint::Piece> pieces;
+  if (fsdp) {
+    full = fsdpFull(*fsdp, *shardedAdam, /*gather=*/true);
+    pieces = trainingPieces(chunks, ps, fsdpView(full, ps), &full);
+  } else {
+    pieces = trainingPieces(chunks, ps, ddpView(ps, *adam), nullptr);
+  }
+  synchronizeDevice(device);
+  checkpoint::save(o.checkpointDir, pieces, *ctx.world, step,
+                   {{"layout", describe(o)}, {"data_position", std::to_string(step)}});
+  if (isLogger()) log::info("train_gpt: checkpoint of step {} saved to {}", step, o.checkpointDir);
+}
+
+bool Trainer::State::loadCheckpoint() {
+  if (o.checkpointDir.empty() || !std::filesystem::exists(std::filesystem::path(o.checkpointDir) / "metadata.pt")) {
+    return false;
+  }
+  at::NoGradGuard ng;
+  const auto ps = params();
+  checkpoint::Metadata meta;
+  if (fsdp) {
+    auto full = fsdpFull(*fsdp, *shardedAdam, /*gather=*/false);
+    auto pieces = trainingPieces(chunks, ps, fsdpView(full, ps), &full);
+    meta = checkpoint::load(o.checkpointDir, pieces);
+    keepShards(*fsdp, *shardedAdam, full, meta.step);
+  } else {
+    auto pieces = trainingPieces(chunks, ps, ddpView(ps, *adam), nullptr);
+    meta = checkpoint::load(o.checkpointDir, pieces);
+    adam->setSteps(meta.step);
+  }
+  startStep = meta.step;
+  if (isLogger()) {
+    log::info("train_gpt: resumed from {} at step {} (saved as: {})", o.checkpointDir, meta.step,
+              meta.extra.count("layout") ? meta.extra.at("layout") : "?");
+  }
+  return true;
+}
+
+}  // namespace tessera::gpt
