@@ -4,8 +4,9 @@
 // checkpoint loads into any dp / pp / tp layout and either data-parallel mode.
 // - DDP: the pieces are views of the parameters and of ParamAdamW's state.
 // - FSDP: each unit's flat master / exp_avg / exp_avg_sq shards are all-gathered over dp into
-//   full flat buffers (collective over dp), and the pieces are views of those, shaped as the
-//   parameters' pieces; on load the pieces fill fresh full buffers and each rank keeps its shard.
+//   full fp32 flat buffers (collective over dp), and the pieces are views of those, in the boxes
+//   the parameters' pieces have (worked out while the units are gathered); on load the pieces
+//   fill fresh full buffers and each rank keeps its shard.
 // Saving is collective over the world (checkpoint::save); replicas write once.
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -68,36 +69,23 @@ FlatFull fsdpFull(FullyShardedDataParallel& fsdp, const ShardedAdamW& adam, bool
   return f;
 }
 
-// While alive: every parameter's data is its place in the unit's full master buffer (FSDP's
-// sharded parameters have no storage to take views of), so the pieces are views of that.
-class BoundToFull {
+// While alive (FSDP): every unit gathered, so the parameters have storage to take the pieces'
+// views of (their values are not read: the pieces are re-aimed at the full buffers, fsdpView).
+class Unsharded {
  public:
-  BoundToFull(const std::vector<ChunkParam>& ps, const FlatFull& f) : ps_(ps) {
-    for (const auto& p : ps_) {
-      saved_.push_back(p.tensor.data());
-      const auto& [u, offset] = f.where.at(p.name);
-      at::Tensor t = p.tensor;
-      t.set_data(f.flat[u][0].narrow(0, offset, p.tensor.numel()).view(p.tensor.sizes()));
-    }
-  }
-  ~BoundToFull() {
-    for (size_t i = 0; i < ps_.size(); ++i) {
-      at::Tensor t = ps_[i].tensor;
-      t.set_data(saved_[i]);
-    }
-  }
-  BoundToFull(const BoundToFull&) = delete;
+  explicit Unsharded(FullyShardedDataParallel& f) : f_(f) { f_.unshardAll(); }
+  ~Unsharded() { f_.reshardAll(); }
+  Unsharded(const Unsharded&) = delete;
 
  private:
-  const std::vector<ChunkParam>& ps_;
-  std::vector<at::Tensor> saved_;
+  FullyShardedDataParallel& f_;
 };
 
-// `full` (FSDP): the parameters are bound to their place in the full master buffers meanwhile.
+// `fsdp`: its units are gathered meanwhile (collective over dp).
 std::vector<checkpoint::Piece> trainingPieces(std::vector<GptChunk> chunks, const std::vector<ChunkParam>& params,
-                                              const ViewFn& view, const FlatFull* full) {
-  std::optional<BoundToFull> bound;
-  if (full) bound.emplace(params, *full);
+                                              const ViewFn& view, FullyShardedDataParallel* fsdp) {
+  std::optional<Unsharded> gathered;
+  if (fsdp) gathered.emplace(*fsdp);
   std::vector<checkpoint::Piece> pieces;
   for (auto& c : chunks) {
     for (auto& p : c->pieces()) pieces.push_back(p);
@@ -121,7 +109,6 @@ std::vector<checkpoint::Piece> trainingPieces(std::vector<GptChunk> chunks, cons
 
 ViewFn fsdpView(const FlatFull& f, const std::vector<ChunkParam>& params) {
   return [&f, &params](const checkpoint::Piece& piece, size_t k, int what) {
-    if (what == 0) return piece.local;  // already a view of the full master buffer (BoundToFull)
     const auto& [u, offset] = f.where.at(params[k].name);
     return sameBox(piece.local, params[k].tensor, f.flat[u][what], offset);
   };
@@ -160,7 +147,7 @@ void Trainer::State::saveCheckpoint(int64_t step) {
   std::vector<checkpoint::Piece> pieces;
   if (fsdp) {
     full = fsdpFull(*fsdp, *shardedAdam, /*gather=*/true);
-    pieces = trainingPieces(chunks, ps, fsdpView(full, ps), &full);
+    pieces = trainingPieces(chunks, ps, fsdpView(full, ps), fsdp.get());
   } else {
     pieces = trainingPieces(chunks, ps, ddpView(ps, *adam), nullptr);
   }
@@ -179,7 +166,7 @@ bool Trainer::State::loadCheckpoint() {
   checkpoint::Metadata meta;
   if (fsdp) {
     auto full = fsdpFull(*fsdp, *shardedAdam, /*gather=*/false);
-    auto pieces = trainingPieces(chunks, ps, fsdpView(full, ps), &full);
+    auto pieces = trainingPieces(chunks, ps, fsdpView(full, ps), fsdp.get());
     meta = checkpoint::load(o.checkpointDir, pieces);
     keepShards(*fsdp, *shardedAdam, full, meta.step);
   } else {

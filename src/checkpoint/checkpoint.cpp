@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/csrc/jit/serialization/pickle.h>
@@ -23,6 +25,18 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int64_t kVersion = 1;
+
+// rm -r with POSIX nftw instead of std::filesystem::remove_all: on the GPU image (CUDA LibTorch
+// 2.11) remove_all of a non-empty directory crashed the process (SIGSEGV, 2026-11-22: every save
+// that replaced an existing checkpoint), presumably a second std::filesystem implementation
+// interposed by a loaded library. A missing path is fine; other failures are tessera::Error.
+void removeTree(const fs::path& p) {
+  struct stat st{};
+  if (::lstat(p.c_str(), &st) != 0) return;  // nothing there
+  auto rm = [](const char* path, const struct stat*, int, FTW*) { return ::remove(path); };
+  TESSERA_CHECK(::nftw(p.c_str(), rm, 16, FTW_DEPTH | FTW_PHYS) == 0, "checkpoint: cannot remove {}: {}", p.string(),
+                std::strerror(errno));
+}
 
 uint64_t fnv1a(const std::vector<char>& b) {
   uint64_t h = 1469598103934665603ull;
@@ -148,7 +162,7 @@ void save(const std::string& dirName, const std::vector<Piece>& pieces, Communic
   for (const auto& p : pieces) checkPiece(p, "save");
   const fs::path dir(dirName), tmp(dirName + ".tmp"), old(dirName + ".old");
   if (comm.rank() == 0) {
-    fs::remove_all(tmp);
+    removeTree(tmp);
     fs::create_directories(tmp);
   }
   comm.barrier()->synchronize();
@@ -231,11 +245,11 @@ void save(const std::string& dirName, const std::vector<Piece>& pieces, Communic
     writeDurably(tmp / "metadata.pt", torch::jit::pickle_save(meta));
     syncDir(tmp);
     // The previous checkpoint stays complete at <dir> or <dir>.old at every instant.
-    fs::remove_all(old);
+    removeTree(old);
     if (fs::exists(dir)) fs::rename(dir, old);
     fs::rename(tmp, dir);
     syncDir(dir.parent_path().empty() ? fs::path(".") : dir.parent_path());
-    fs::remove_all(old);
+    removeTree(old);
     log::info("checkpoint: saved step {} to {} ({} ranks)", step, dir.string(), comm.size());
   }
   comm.barrier()->synchronize();

@@ -231,6 +231,13 @@ void FullyShardedDataParallel::reshardAll() {
   if (!inBackward_) passOpen_ = false;  // e.g. after an eval forward: the next run starts a pass
 }
 
+void FullyShardedDataParallel::unshardAll() {
+  TESSERA_CHECK(!passOpen_ && !inBackward_ && running_ < 0,
+                "FullyShardedDataParallel::unshardAll: called inside a forward/backward pass");
+  for (size_t u = 0; u < units_.size(); ++u) gather(static_cast<int>(u), false);
+  for (size_t u = 0; u < units_.size(); ++u) waitGathered(static_cast<int>(u));
+}
+
 void FullyShardedDataParallel::prefetchAfter(const std::vector<int>& order, int u) {
   fsdp::PrefetchPlanner planner(opts_.prefetchBudgetBytes);
   for (int p : planner.pick(order, u, unitBytes_, alive_, stats_.unshardedBytes)) gather(p, true);

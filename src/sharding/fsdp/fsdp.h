@@ -104,6 +104,10 @@ class FullyShardedDataParallel {
   // backward, e.g. evaluation under torch::NoGradGuard, which leaves non-resharding units
   // such as the root gathered).
   void reshardAll();
+  // Collective over the shard group: gathers every unit (in paramDtype), so that the parameters
+  // hold their full values outside forward and backward (as FSDP's summon_full_params), e.g. to
+  // take views of them for a checkpoint. Call reshardAll() afterwards. Not inside a pass.
+  void unshardAll();
 
   class NoSync {
    public:
