@@ -16,7 +16,7 @@
 # orders (TP splits the GEMMs' reductions, DP averages per-replica means, micro-batches
 # accumulate): float32 rounding, ~1e-7 relative per loss; Adam (lr 1e-2, 5 steps) carries
 # such gradient differences into the parameters without amplifying them much. Measured:
-# worst 9.5e-8 over the layouts of tests/examples/CMakeLists.txt (2026-11-22). A wrong
+# worst 1.9e-7 over the layouts of tests/examples/CMakeLists.txt (2026-11-22). A wrong
 # composition (a missing dp reduction, a double-counted replicated gradient in the clipping)
 # moves the loss by 1e-3 or more (the FSDP-under-pipeline bug this test found: 1e-2 at step 2).
 set -uo pipefail
@@ -32,7 +32,8 @@ trap 'rm -rf "$WORK"' EXIT
 source "$(dirname "$0")/../launch/lib.sh"
 COMPARE=$(dirname "$0")/compare_losses.py
 RTOL=1e-5
-BASE=(--model tiny --batch 16 --steps 5 --lr 1e-2 --clip 0.3 --seed 7)
+# 8 heads: tp 8 divides them (the tiny preset has 4).
+BASE=(--model tiny --heads 8 --batch 16 --steps 5 --lr 1e-2 --clip 0.3 --seed 7)
 
 # run_torchrun <log name> <nproc> <flags...>: train_gpt under torchrun, log in $WORK/<name>.jsonl
 run_torchrun() {
@@ -91,6 +92,21 @@ case $CASE in
     run_torchrun got "$n" "$@" --checkpoint-dir "$WORK/ckpt"
     grep -q "resumed from .* at step 3" "$OUT" || fail "the second run did not resume at step 3"
     compare got --bitwise --steps 4-5
+    # Both runs saved at step 5: every tensor (parameters, AdamW state) must be bitwise equal.
+    "${TESSERA_PYTHON:-/usr/bin/python3}" - "$WORK/straight" "$WORK/ckpt" <<'PY' || fail "the step-5 checkpoints differ"
+import glob, os, sys, torch
+a, b = sys.argv[1], sys.argv[2]
+files = sorted(os.path.basename(f) for f in glob.glob(os.path.join(a, "rank-*.pt")))
+assert files and files == sorted(os.path.basename(f) for f in glob.glob(os.path.join(b, "rank-*.pt"))), files
+n = 0
+for f in files:
+    x, y = torch.load(os.path.join(a, f)), torch.load(os.path.join(b, f))
+    assert x.keys() == y.keys(), f
+    for k in x:
+        assert torch.equal(x[k], y[k]), f"{f}: {k} differs"
+        n += 1
+print(f"step-5 checkpoints: {n} tensors in {len(files)} rank files bitwise equal")
+PY
     ;;
   reshard)  # reshard <nproc> <flags...> -- <nproc> <flags...>: saved by the first layout, resumed by the second
     a=()
