@@ -1,5 +1,7 @@
-# PyTorch's side of the tp/pp/fsdp benchmarks (bench/parallel.sh): a verbatim copy of
-# ../shared/anchors/torch_anchor.py, the anchors' script (../shared does not travel to the GPU machine).
+# PyTorch's side of the tp/pp/fsdp benchmarks (bench/parallel.sh): a copy of
+# ../shared/anchors/torch_anchor.py, the anchors' script (../shared does not travel to the GPU machine),
+# plus two host-side memory readings (no synchronisation, no effect on the timing): the memory
+# allocated right before the last step's backward and the peak up to then, for the FSDP comparison.
 # Launch: torchrun --nproc_per_node=N torch_anchor.py MODE   (MODE: single ddp fsdp tp pp)
 import os, sys, time, json, math
 import torch, torch.nn as nn, torch.nn.functional as F
@@ -96,6 +98,7 @@ def main():
             with autocast:
                 out = model(x)
                 loss = F.cross_entropy(out.flatten(0, 1).float(), y.flatten())
+            mem_before_backward = torch.cuda.memory_allocated(dev); peak_forward = torch.cuda.max_memory_allocated(dev)
             loss.backward()
         opt.step(); opt.zero_grad(set_to_none=True)
         torch.cuda.synchronize(); times.append(time.perf_counter() - t0)
@@ -105,6 +108,9 @@ def main():
     res = dict(mode=mode, world=world, params_M=round(n_params() / 1e6, 1), step_ms=round(med * 1e3, 2),
                tokens_per_s=round(tps), mfu_vs_989=round(mfu, 3),
                peak_mem_GiB=round(torch.cuda.max_memory_allocated(dev) / 2**30, 2))
+    if mode != "pp":
+        res.update(mem_before_backward_GiB=round(mem_before_backward / 2**30, 2),
+                   peak_through_forward_GiB=round(peak_forward / 2**30, 2))
     if rank == 0: print("RESULT", json.dumps(res), flush=True)
     dist.barrier(); dist.destroy_process_group()
 

@@ -26,12 +26,14 @@ BenchBlockImpl::BenchBlockImpl(int64_t d, int64_t h) : heads(h) {
   fc2 = register_module("fc2", torch::nn::Linear(4 * d, d));
 }
 
+torch::Tensor linear(const torch::nn::Linear& l, const torch::Tensor& x) { return at::linear(x, l->weight, l->bias); }
+
 torch::Tensor BenchBlockImpl::forward(const torch::Tensor& x) {
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
-  auto parts = qkv->forward(ln1->forward(x)).view({b, t, 3, heads, d / heads}).unbind(2);
+  auto parts = linear(qkv, ln1->forward(x)).view({b, t, 3, heads, d / heads}).unbind(2);
   auto a = causalSelfAttention(parts[0].transpose(1, 2), parts[1].transpose(1, 2), parts[2].transpose(1, 2));
-  auto y = x + proj->forward(a.transpose(1, 2).reshape({b, t, d}));
-  return y + fc2->forward(torch::gelu(fc1->forward(ln2->forward(y))));
+  auto y = x + linear(proj, a.transpose(1, 2).reshape({b, t, d}));
+  return y + linear(fc2, torch::gelu(linear(fc1, ln2->forward(y))));
 }
 
 BenchGptImpl::BenchGptImpl(const GptConfig& c) : cfg(c) {
@@ -45,7 +47,7 @@ BenchGptImpl::BenchGptImpl(const GptConfig& c) : cfg(c) {
 torch::Tensor BenchGptImpl::forward(const torch::Tensor& tokens) {
   auto x = emb->forward(tokens);
   for (const auto& blk : *blocks) x = blk->as<BenchBlock>()->forward(x);
-  return head->forward(lnf->forward(x));
+  return linear(head, lnf->forward(x));
 }
 
 torch::Tensor gptLoss(const torch::Tensor& logits, const torch::Tensor& targets) {

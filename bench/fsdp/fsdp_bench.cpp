@@ -8,7 +8,8 @@
 // --prefetch-mib: FsdpOptions::prefetchBudgetBytes in MiB (default 512: the root unit and
 // about two bf16 blocks of this model); 0 turns prefetch off.
 // Rank 0 prints RESULT {json} (common/timing.h) with the budget and the peak number and bytes
-// of unsharded units alive at once (FsdpStats) on rank 0.
+// of unsharded units alive at once (FsdpStats) on rank 0, and the memory allocated right before
+// the last step's backward and the peak up to then (where the step's memory goes).
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -74,15 +75,17 @@ int main(int argc, char** argv) try {
   auto x = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(device);
   auto y = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(device);
 
-  double lastLoss = 0;
+  double lastLoss = 0, memBeforeBackward = 0, peakForward = 0;
   bench::resetPeakMemory(device);
   fsdp.resetStats();
   auto times = bench::timeSteps(bench::kWarmSteps, steps, device, [&] {
     auto h = fsdp.runUnit(0, x, [&](const at::Tensor& t) { return model->emb->forward(t); });
     for (size_t i = 0; i < model->blocks->size(); ++i)
       h = fsdp.runUnit(1 + i, h, [&](const at::Tensor& v) { return model->blocks[i]->as<bench::BenchBlock>()->forward(v); });
-    auto logits = fsdp.runUnit(0, h, [&](const at::Tensor& v) { return model->head->forward(model->lnf->forward(v)); });
+    auto logits = fsdp.runUnit(0, h, [&](const at::Tensor& v) { return bench::linear(model->head, model->lnf->forward(v)); });
     auto loss = bench::gptLoss(logits, y);
+    memBeforeBackward = tessera::allocatedMemoryGiB(device);
+    peakForward = bench::peakMemoryGiB(device);
     loss.backward();
     opt.step();
     opt.zeroGrad();
@@ -92,9 +95,11 @@ int main(int argc, char** argv) try {
   bench::BenchResult r{fmt::format("tessera-fsdp-prefetch{}", budgetMib), "fsdp", world->size(),
                        static_cast<double>(batch * cfg.seqLen * world->size()), times, bench::peakMemoryGiB(device),
                        fmt::format("\"batch\": {}, \"prefetch_budget_MiB\": {}, \"peak_unsharded_units\": {}, "
-                                   "\"peak_unsharded_GiB\": {:.2f}, \"last_loss\": {:.6f}",
+                                   "\"peak_unsharded_GiB\": {:.2f}, \"last_loss\": {:.6f}, \"mem_before_backward_GiB\": {:.2f}, "
+                                   "\"peak_through_forward_GiB\": {:.2f}",
                                    batch, budgetMib, st.peakUnshardedUnits,
-                                   static_cast<double>(st.peakUnshardedBytes) / (1ull << 30), lastLoss)};
+                                   static_cast<double>(st.peakUnshardedBytes) / (1ull << 30), lastLoss,
+                                   memBeforeBackward, peakForward)};
   if (world->rank() == 0) std::cout << bench::resultLine(cfg, r) << std::endl;
   world->barrier()->wait();
   bench::synchronize(device);

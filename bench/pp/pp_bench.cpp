@@ -44,7 +44,7 @@ struct GptHeadImpl : torch::nn::Module {
     lnf = register_module("lnf", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d})));
     head = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(c.d, c.vocab).bias(false)));
   }
-  at::Tensor forward(const at::Tensor& x) { return head->forward(lnf->forward(x)); }
+  at::Tensor forward(const at::Tensor& x) { return bench::linear(head, lnf->forward(x)); }
   torch::nn::LayerNorm lnf{nullptr};
   torch::nn::Linear head{nullptr};
 };

@@ -9,6 +9,7 @@
 #include "common/device.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/profiler.h"
 #include "data.h"
 #include "parallel/grad_norm.h"
 #include "pipeline/schedule.h"
@@ -202,8 +203,11 @@ std::vector<StepReport> Trainer::run() {
   s.openLog();
   s.loadCheckpoint();
   std::vector<StepReport> out;
+  StepProfiler profiler(s.ctx.world->rank());  // TESSERA_PROFILE=PATH[:FIRST[:COUNT]]
   for (int64_t i = s.startStep; i < s.o.steps; ++i) {
+    profiler.beginStep(i);
     out.push_back(s.step(i));
+    profiler.endStep(i);
     s.logStep(out.back());
     const bool every = s.o.checkpointEvery > 0 && (i + 1) % s.o.checkpointEvery == 0;
     if (!s.o.checkpointDir.empty() && (every || i + 1 == s.o.steps)) s.saveCheckpoint(i + 1);

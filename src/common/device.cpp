@@ -54,4 +54,14 @@ double peakMemoryGiB(const at::Device& d) {
 #endif
 }
 
+double allocatedMemoryGiB(const at::Device& d) {
+  if (!d.is_cuda()) return 0.0;
+#ifdef TESSERA_TORCH_CUDA
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
+  return static_cast<double>(stats.allocated_bytes[0].current) / (1ull << 30);
+#else
+  noCuda("allocatedMemoryGiB");
+#endif
+}
+
 }  // namespace tessera

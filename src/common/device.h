@@ -5,6 +5,7 @@
 // - resetPeakMemory / peakMemoryGiB: CUDA: the caching allocator's peak of allocated bytes
 //   since the last reset (what torch.cuda.max_memory_allocated reports). CPU: the process's
 //   peak resident set size (getrusage; the reset does nothing).
+// - allocatedMemoryGiB: CUDA: bytes allocated now (torch.cuda.memory_allocated); CPU: 0.
 // CUDA needs a CUDA LibTorch (builds where TESSERA_TORCH_CUDA is set); otherwise a CUDA
 // device is a tessera::Error.
 #include <c10/core/Device.h>
@@ -15,5 +16,6 @@ void useDevice(const at::Device& d);
 void synchronizeDevice(const at::Device& d);
 void resetPeakMemory(const at::Device& d);
 double peakMemoryGiB(const at::Device& d);
+double allocatedMemoryGiB(const at::Device& d);
 
 }  // namespace tessera

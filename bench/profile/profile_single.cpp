@@ -1,0 +1,66 @@
+// Where one GPU's training step goes: the anchors' GPT-735M trained as bench/ddp's single mode
+// (bf16 autocast, fused AdamW, batch B), profiled with LibTorch's Kineto profiler over PROFILE_STEPS
+// (2) steps after 3 warm-ups (tessera's StepProfiler, common/profiler.h); the Chrome trace goes to the
+// path given. bench/profile/summarize.py
+// turns it (and torch_profile.py's trace of PyTorch's own model) into a table of GPU kernels.
+//   tessera_bench_profile TRACE.json
+// Built only against LibTorch 2.x with CUDA (the profiler's C++ API); a diagnostic, not a benchmark.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include <iostream>
+#include <cstdlib>
+#include <string>
+
+#include "common/error.h"
+#include "common/profiler.h"
+#include "gpt.h"
+#include "timing.h"
+
+namespace bench = tessera::bench;
+
+int main(int argc, char** argv) try {
+  TESSERA_CHECK(argc == 2, "usage: {} TRACE.json", argv[0]);
+  const bench::GptConfig cfg = bench::gptConfigFromEnv();
+  const int64_t batch = bench::envInt("B", 8);
+  const int steps = static_cast<int>(bench::envInt("PROFILE_STEPS", 2));
+  torch::Device device = bench::singleProcessDevice();
+  TESSERA_CHECK(device.is_cuda(), "profile_single: needs a GPU");
+  bench::useDevice(device);
+  torch::manual_seed(0);
+  bench::BenchGpt model(cfg);
+  model->to(device);
+  bench::FusedAdamW opt(model->parameters());
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
+  auto x = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(device);
+  auto y = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(device);
+  auto step = [&] {
+    torch::Tensor loss;
+    {
+      bench::Bf16Autocast autocast(true);
+      loss = bench::gptLoss(model->forward(x), y);
+    }
+    loss.backward();
+    opt.step();
+    opt.zeroGrad(/*setToNone=*/true);
+  };
+  auto times = bench::timeSteps(bench::kWarmSteps, 5, device, step);
+  std::cout << "profile_single: step ms (unprofiled, median of 5) " << bench::median(times) * 1e3 << std::endl;
+
+  // Steps 0..PROFILE_STEPS-1 of what follows, through tessera's StepProfiler (common/profiler.h).
+  setenv("TESSERA_PROFILE", fmt::format("{}:0:{}", argv[1], steps).c_str(), 1);
+  tessera::StepProfiler profiler(0);
+  TESSERA_CHECK(profiler.enabled(), "profile_single: this build has no Kineto profiler");
+  for (int i = 0; i < steps; ++i) {
+    profiler.beginStep(i);
+    step();
+    bench::synchronize(device);
+    profiler.endStep(i);
+  }
+  std::cout << "profile_single: " << steps << " steps traced to " << argv[1] << std::endl;
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "profile_single: error: " << e.what() << std::endl;
+  return 1;
+}

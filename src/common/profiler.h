@@ -1,0 +1,30 @@
+#pragma once
+// Kineto traces of chosen steps of a training loop, for finding where a step's GPU time goes.
+//
+//   TESSERA_PROFILE=PATH[:FIRST[:COUNT]]   trace steps FIRST .. FIRST+COUNT-1 (defaults 3 and 2)
+//
+// StepProfiler reads the variable once; beginStep(s) starts LibTorch's Kineto profiler (CPU ops
+// and CUDA kernels) at step FIRST, endStep(s) stops it after the last traced step and writes a
+// Chrome trace (chrome://tracing, Perfetto; bench/profile/summarize.py tabulates its kernels) to
+// PATH, or to PATH with ".rank<r>" before the extension on ranks other than 0.
+// Local to one process; call both from the thread that runs the steps. Needs LibTorch 2.x with
+// CUDA; elsewhere a set variable is reported once (log::warn) and nothing is traced. Unset: no cost.
+#include <cstdint>
+#include <string>
+
+namespace tessera {
+
+class StepProfiler {
+ public:
+  explicit StepProfiler(int rank);
+  void beginStep(int64_t step);
+  void endStep(int64_t step);
+  bool enabled() const { return !path_.empty(); }
+
+ private:
+  std::string path_;
+  int64_t first_ = 3, count_ = 2;
+  bool active_ = false;
+};
+
+}  // namespace tessera
