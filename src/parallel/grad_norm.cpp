@@ -1,30 +1,66 @@
 #include "parallel/grad_norm.h"
 
 #include <ATen/ATen.h>
+#include <torch/version.h>
 
 #include <cmath>
+#include <map>
 
 namespace tessera {
+
+namespace {
+
+// Σ ‖t‖² over `ts` (fp32 accumulation) as a 1-element fp32 tensor on `device`. LibTorch 2.x: one
+// multi-tensor norm kernel for the float32 pieces (instead of a square and a sum per piece).
+at::Tensor sumOfSquares(const std::vector<at::Tensor>& ts, at::Device device) {
+  auto sq = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
+  std::vector<at::Tensor> f32;
+  for (const auto& t : ts) {
+    if (t.scalar_type() == at::kFloat) {
+      f32.push_back(t);
+    } else {
+      sq.add_(at::norm(t.to(at::kFloat)).pow(2));
+    }
+  }
+#if TORCH_VERSION_MAJOR >= 2
+  if (!f32.empty()) sq.add_(at::stack(at::_foreach_norm(f32, 2)).pow(2).sum());
+#else
+  for (const auto& t : f32) sq.add_(at::norm(t).pow(2));
+#endif
+  return sq;
+}
+
+}  // namespace
 
 double clipGlobalGradNorm(const std::vector<GradPiece>& pieces, const std::vector<CommPtr>& sumOver, double maxNorm,
                           at::Device device) {
   at::NoGradGuard ng;
-  auto sq = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
+  std::map<double, std::vector<at::Tensor>> byWeight;
+  std::vector<at::Tensor> grads;
   for (const auto& p : pieces) {
     if (!p.grad.defined() || p.grad.numel() == 0) continue;
-    sq.add_(p.grad.to(at::kFloat).pow(2).sum().mul(p.weight));
+    byWeight[p.weight].push_back(p.grad);
+    grads.push_back(p.grad);
   }
+  auto sq = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
+  for (const auto& [w, ts] : byWeight) sq.add_(sumOfSquares(ts, device).mul(w));
   for (const auto& g : sumOver) {
     if (g && g->size() > 1) g->allReduce(sq, ReduceOp::Sum)->wait();
   }
-  const double norm = std::sqrt(sq.item<double>());
-  const double coef = maxNorm / (norm + 1e-6);
-  if (maxNorm > 0 && coef < 1) {
-    for (const auto& p : pieces) {
-      if (p.grad.defined()) p.grad.mul_(coef);
+  auto norm = sq.sqrt();
+  if (maxNorm > 0 && !grads.empty()) {
+#if TORCH_VERSION_MAJOR >= 2
+    // Scaled by min(1, c) on the device: no host round trip before the optimizer's kernels.
+    auto coef = (maxNorm / (norm + 1e-6)).clamp_max(1.0);
+    at::_foreach_mul_(grads, coef);
+#else
+    const double coef = maxNorm / (norm.item<double>() + 1e-6);
+    if (coef < 1) {
+      for (auto& g : grads) g.mul_(coef);
     }
+#endif
   }
-  return norm;
+  return norm.item<double>();
 }
 
 }  // namespace tessera

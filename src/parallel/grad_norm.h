@@ -10,9 +10,11 @@
 // gradients are already identical) are simply left out of `sumOver`.
 //
 // Collective over every group in `sumOver` (in that order; all ranks of each must call). On
-// CUDA the norm is read back to the host once (one synchronisation). Returns the norm before
-// clipping; when maxNorm > 0 and c = maxNorm / (norm + 1e-6) < 1, every piece is scaled in place
-// by c, as torch::nn::utils::clip_grad_norm_. Pieces are fp32 or lower;
+// CUDA the norm is read back to the host once, after the scaling is queued (one
+// synchronisation). Returns the norm before clipping; when maxNorm > 0 and
+// c = maxNorm / (norm + 1e-6) < 1, every piece is scaled in place by c, as
+// torch::nn::utils::clip_grad_norm_ (LibTorch 2.x: every piece is multiplied by min(1, c) on the
+// device, one multi-tensor kernel; ×1 leaves a value unchanged). Pieces are fp32 or lower;
 // the sum is accumulated in fp32 on the pieces' device. No pieces: contributes 0.
 #include <ATen/core/Tensor.h>
 

@@ -25,6 +25,8 @@
 // - Every synchronised backward must produce a gradient for every parameter with
 //   requires_grad, unless findUnusedParameters: otherwise tessera::Error names the
 //   parameters that got none (on the rank that saw it).
+// - A group of one (comm->size() == 1) communicates nothing: no buckets, no hooks, .grad as
+//   autograd left it (options that shape buckets or communication have no effect).
 // - Not thread-safe: one backward at a time per DDP object. The DDP object must outlive
 //   every backward pass over its parameters.
 #include <ATen/core/Tensor.h>
@@ -37,6 +39,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "common/sm_carveout.h"
 
 namespace tessera {
 
@@ -60,6 +63,10 @@ struct DdpOptions {
   bool broadcastBuffers = true;
   // Rebuild buckets in the observed ready order after the first synchronised backward.
   bool rebuildBuckets = true;
+  // SMs that backward's GEMMs leave free for the all-reduces from the first bucket's launch
+  // to the end of backward (common/sm_carveout.h; GPUs with LibTorch >= 2.7, else ignored).
+  // 0: GEMMs use every SM. Default: TESSERA_OVERLAP_SM_CARVEOUT.
+  int smCarveout = defaultSmCarveout();
 };
 
 class Reducer;

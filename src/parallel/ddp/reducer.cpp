@@ -7,6 +7,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/version.h>
 
 #include <algorithm>
 
@@ -49,6 +50,12 @@ Reducer::Reducer(DistributedDataParallel::Named named, CommPtr comm, DdpOptions 
   TESSERA_CHECK(opts_.bucketCapBytes > 0 && opts_.firstBucketCapBytes > 0,
                 "DistributedDataParallel: bucket caps must be positive (bucketCapBytes {}, firstBucketCapBytes {})",
                 opts_.bucketCapBytes, opts_.firstBucketCapBytes);
+
+  TESSERA_CHECK(opts_.smCarveout >= 0, "DistributedDataParallel: smCarveout {} is negative (a number of SMs)",
+                opts_.smCarveout);
+
+  // A group of one: each gradient already is the average. No buckets, hooks or collectives.
+  if (comm_->size() == 1) return;
 
   std::vector<int> reverse(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) reverse[i] = static_cast<int>(params_.size() - 1 - i);
@@ -115,9 +122,15 @@ std::vector<std::vector<std::string>> Reducer::layout() const {
 }
 
 void Reducer::zeroGrad() {
+  std::vector<at::Tensor> grads;
   for (auto& p : params_) {
-    if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
+    if (p.tensor.grad().defined()) grads.push_back(p.tensor.mutable_grad());
   }
+#if TORCH_VERSION_MAJOR >= 2
+  if (!grads.empty()) at::_foreach_zero_(grads);  // one multi-tensor kernel
+#else
+  for (auto& g : grads) g.zero_();
+#endif
 }
 
 void Reducer::onGradReady(int i) {
@@ -142,6 +155,7 @@ void Reducer::launchReady() {
 }
 
 void Reducer::launch(Bucket& b) {
+  if (!carveout_ && opts_.smCarveout > 0) carveout_ = std::make_unique<SmCarveoutGuard>(opts_.smCarveout);
   if (viewMode()) {
     for (size_t k = 0; k < b.params.size(); ++k) {
       auto& p = params_[b.params[k]];
@@ -245,6 +259,7 @@ void Reducer::resetIteration() {
   }
   nextLaunch_ = 0;
   inBackward_ = false;
+  carveout_.reset();  // later GEMMs are stream-ordered after the all-reduces: all SMs again
 }
 
 }  // namespace tessera

@@ -12,6 +12,8 @@
 //   no gradient, launches what is left, waits on every bucket (CUDA: stream-ordered), copies
 //   back (kernels::unflattenCast) and, after the first iteration, rebuilds the buckets in
 //   the order rank 0 saw gradients become ready.
+//   From the first launch to finalize(), options.smCarveout SMs are kept free of GEMMs
+//   (common/sm_carveout.h), so backward's GEMMs fit beside the running all-reduces.
 #include <ATen/core/Tensor.h>
 
 #include <memory>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "common/sm_carveout.h"
 #include "parallel/ddp/ddp.h"
 
 namespace torch::autograd {
@@ -75,6 +78,7 @@ class Reducer {
   size_t nextLaunch_ = 0;
   bool rebuilt_ = false;
   std::vector<int> readyOrder_;
+  std::unique_ptr<SmCarveoutGuard> carveout_;  // while buckets are in flight in backward
 };
 
 }  // namespace tessera

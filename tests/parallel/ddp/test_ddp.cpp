@@ -107,10 +107,13 @@ TESSERA_WORKER(ddp_train) {
   if (get("comm", "fp32") == "bf16") o.commDtype = at::kBFloat16;
   if (a.count("cap")) o.bucketCapBytes = o.firstBucketCapBytes = std::stoul(a["cap"]);
   o.findUnusedParameters = unused;
+  o.smCarveout = std::stoi(get("carve", "0"));
 
   // Every rank starts from a different init: DDP must broadcast rank 0's (seed 100).
   auto task = makeTask(model, 100 + w.rank, unused, dev);
   DistributedDataParallel ddp(namedParameters(*task.module), namedBuffers(*task.module), ctx.world, o);
+  // A group of one communicates nothing: no buckets (the gradients are the average already).
+  WCHECK((w.world == 1) == ddp.bucketLayout().empty(), "world {}: {} buckets", w.world, ddp.bucketLayout().size());
   auto opt = sgd(*task.module);
   for (int step = 0; step < kSteps; ++step) {
     ddp.zeroGrad();
@@ -173,7 +176,8 @@ TEST_P(DdpTraining, MatchesSingleProcessAndRanksAgreeOnGpus) {
 INSTANTIATE_TEST_SUITE_P(
     Gpu, DdpTraining,
     ::testing::Values(DdpCase{2, "model=gpt"}, DdpCase{2, "model=gpt;view=1"}, DdpCase{2, "model=gpt;comm=bf16"},
-                      DdpCase{2, "model=gpt;cap=512;accum=2"}, DdpCase{2, "model=mlp;unused=1"}));
+                      DdpCase{2, "model=gpt;cap=512;accum=2"}, DdpCase{2, "model=mlp;unused=1"},
+                      DdpCase{2, "model=gpt;carve=16"}, DdpCase{2, "model=gpt;cap=512;carve=24;view=1"}));
 #else
 TEST_P(DdpTraining, MatchesSingleProcessAndRanksAgree) {
   auto c = GetParam();
@@ -182,7 +186,7 @@ TEST_P(DdpTraining, MatchesSingleProcessAndRanksAgree) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, DdpTraining,
-    ::testing::Values(DdpCase{2, "model=mlp"}, DdpCase{4, "model=mlp"}, DdpCase{2, "model=gpt"},
+    ::testing::Values(DdpCase{1, "model=gpt"}, DdpCase{2, "model=mlp"}, DdpCase{4, "model=mlp"}, DdpCase{2, "model=gpt"},
                       DdpCase{4, "model=gpt"}, DdpCase{2, "model=gpt;view=1"}, DdpCase{2, "model=gpt;comm=bf16"},
                       DdpCase{3, "model=gpt;cap=512"}, DdpCase{2, "model=mlp;accum=3"},
                       DdpCase{2, "model=gpt;accum=2;view=1"}, DdpCase{2, "model=mlp;unused=1"},
