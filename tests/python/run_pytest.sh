@@ -14,6 +14,14 @@ PY=$1 NPROC=$2 EXPECT=$3 FILE=$4
 LIMIT=${TESSERA_PYTEST_TIMEOUT_S:-240}
 export TESSERA_TIMEOUT_S=${TESSERA_TIMEOUT_S:-60}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# A GPU file (TESSERA_PYTEST_NEED_GPUS=n): skipped (exit 77, ctest SKIP) where fewer GPUs are visible.
+if [[ -n ${TESSERA_PYTEST_NEED_GPUS:-} ]]; then
+  have=$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+  if ((have < TESSERA_PYTEST_NEED_GPUS)); then
+    echo "SKIP ($(basename "$FILE")): needs $TESSERA_PYTEST_NEED_GPUS GPUs, $have visible"
+    exit 77
+  fi
+fi
 OUT=$(mktemp)
 trap 'rm -f "$OUT"' EXIT
 fail() { echo "FAIL ($(basename "$FILE") on $NPROC ranks): $*"; exit 1; }
