@@ -4,8 +4,10 @@
 #include <fmt/ranges.h>
 #include <torch/nn/modules/linear.h>
 
+#include "common/autocast.h"
 #include "common/error.h"
 #include "parallel/tensor/mappings.h"
+#include "parallel/tensor/row_linear.h"
 
 namespace tessera::tp {
 namespace {
@@ -84,7 +86,7 @@ at::Tensor columnParallelLinear(const at::Tensor& x, const at::Tensor& weight, c
                 opts.name, x.dim() ? x.size(-1) : 0, in);
   at::Tensor y;
   if (opts.overlapGradReduce) {
-    y = columnLinearAsyncGrad(x, weight, bias, tp, opts.sequenceParallel, opts.backwardTrace);
+    y = columnLinearAsyncGrad(x, weight, bias, tp, opts.sequenceParallel, opts.overlap, opts.backwardTrace);
   } else {
     y = at::linear(opts.sequenceParallel ? gatherSeq(x, tp) : copyToRegion(x, tp), weight, bias);
   }
@@ -101,16 +103,19 @@ at::Tensor rowParallelLinear(const at::Tensor& x, const at::Tensor& weight, cons
   TESSERA_CHECK(input.dim() >= 1 && input.size(-1) == local,
                 "tp layer '{}' (row-parallel): input shard has {} features, expects in/tp = {}/{} = {}", opts.name,
                 input.dim() ? input.size(-1) : 0, in, tp->size(), local);
-  auto partial = at::linear(input, weight);
-  const bool hasBias = bias.defined();
-  if (!opts.sequenceParallel) {
-    auto y = reduceFromRegion(partial, tp);
-    return hasBias ? y + bias : y;
+  if (tp->size() == 1) return at::linear(input, weight, bias);  // a group of one: no communication
+  TESSERA_CHECK(!opts.sequenceParallel || (input.dim() >= 2 && input.size(0) % tp->size() == 0),
+                "tp layer '{}' (row-parallel, sequence parallel): {} tokens (dimension 0) are not divisible by the "
+                "tensor-parallel size {}",
+                opts.name, input.size(0), tp->size());
+  return rowLinearReduce(castForCudaAutocast(input), weight, bias, tp, opts.sequenceParallel, opts.overlap);
+}
+
+void setOverlap(torch::nn::Module& root, const LinearOverlap& overlap) {
+  for (const auto& m : root.modules(/*include_self=*/true)) {
+    if (auto* c = dynamic_cast<ColumnParallelLinearImpl*>(m.get())) c->opts.overlap = overlap;
+    if (auto* r = dynamic_cast<RowParallelLinearImpl*>(m.get())) r->opts.overlap = overlap;
   }
-  // Sequence parallel: each rank adds the (replicated) bias to its own tokens only, so its
-  // gradient must be summed over tp: f's backward (an all-reduce) does exactly that.
-  auto y = reduceScatterSeq(partial, tp);
-  return hasBias ? y + copyToRegion(bias, tp) : y;
 }
 
 }  // namespace tessera::tp

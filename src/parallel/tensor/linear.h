@@ -33,6 +33,10 @@ struct ParallelLinearOptions {
   bool overlapGradReduce = true;
   // Column with overlapGradReduce: called at each step of the overlapped backward (tests).
   LinearBackwardTrace backwardTrace;
+  // Forward pieces and SM carveout (linear_overlap.h; defaults TESSERA_TP_FORWARD_CHUNKS and
+  // TESSERA_OVERLAP_SM_CARVEOUT): a row layer reduces its output piece by piece while the next
+  // piece's GEMM runs; a column layer with sequenceParallel gathers its input piece by piece.
+  LinearOverlap overlap;
 };
 
 // y = x W^T + b with W split by output features: rank r holds rows [r·out/tp, (r+1)·out/tp).
@@ -52,8 +56,8 @@ TORCH_MODULE(ColumnParallelLinear);
 
 // y = x W^T + b with W split by input features: rank r holds columns [r·in/tp, (r+1)·in/tp).
 // The partial products are summed over tp (or reduce-scattered along dim 0 with
-// sequenceParallel); the bias is added once, after the reduction (with sequenceParallel its
-// gradient is all-reduced over tp, since each rank adds it to its own tokens only).
+// sequenceParallel) in one autograd op (row_linear.h); the bias is added once (by rank 0,
+// before the sum). Under CUDA autocast the output is in the autocast dtype, as at::linear's.
 class RowParallelLinearImpl : public torch::nn::Module {
  public:
   RowParallelLinearImpl(CommPtr tp, int64_t in, int64_t out, ParallelLinearOptions o = {});
@@ -75,5 +79,9 @@ at::Tensor columnParallelLinear(const at::Tensor& x, const at::Tensor& weight, c
                                 const CommPtr& tp, const ParallelLinearOptions& opts);
 at::Tensor rowParallelLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                              const CommPtr& tp, const ParallelLinearOptions& opts);
+
+// Local: sets `overlap` on every Column/RowParallelLinear inside `root` (itself included), e.g.
+// to try other forward pieces or SM carveouts on a built model.
+void setOverlap(torch::nn::Module& root, const LinearOverlap& overlap);
 
 }  // namespace tessera::tp

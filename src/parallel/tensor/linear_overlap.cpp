@@ -5,7 +5,9 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "common/autocast.h"
+#include "common/env.h"
 #include "common/error.h"
+#include "parallel/tensor/seq_chunks.h"
 
 namespace tessera::tp {
 namespace {
@@ -15,9 +17,11 @@ using torch::autograd::variable_list;
 
 // What backward needs besides the saved tensors; rides in the autograd context.
 struct OverlapState : torch::CustomClassHolder {
-  OverlapState(CommPtr c, bool s, LinearBackwardTrace t) : comm(std::move(c)), sp(s), trace(std::move(t)) {}
+  OverlapState(CommPtr c, bool s, LinearOverlap o, LinearBackwardTrace t)
+      : comm(std::move(c)), sp(s), overlap(o), trace(std::move(t)) {}
   CommPtr comm;
   bool sp;
+  LinearOverlap overlap;
   LinearBackwardTrace trace;
   void note(const char* e) const {
     if (trace) trace(e);
@@ -41,13 +45,32 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
     ctx->save_for_backward({x, weight});
     ctx->saved_data["state"] = c10::IValue::make_capsule(st);
     ctx->saved_data["bias"] = bias.has_value();
-    at::Tensor total = x;
-    if (st->sp) {
+    if (!st->sp) return at::linear(x, weight, bias);
+    if (st->overlap.forwardChunks <= 1) {
       auto [gathered, work] = launchGatherSeq(x, st->comm);
       work->wait();
-      total = gathered;
+      return at::linear(gathered, weight, bias);
     }
-    return at::linear(total, weight, bias);
+    // The gather in pieces, each piece's GEMMs while the next piece is gathered.
+    const auto dt = x.scalar_type();
+    const int64_t in = weight.size(1), outLocal = weight.size(0);
+    auto local = x.reshape({-1, in}).contiguous();
+    auto wt = weight.to(dt).t();
+    auto b = bias ? bias->to(dt) : at::Tensor();
+    auto y = at::empty({local.size(0) * st->comm->size(), outLocal}, local.options());
+    forEachGatheredBlock(local, st->comm, st->overlap.forwardChunks, st->overlap.smCarveout,
+                         [&](const at::Tensor& block, int64_t row0) {
+                           auto o = y.narrow(0, row0, block.size(0));
+                           if (b.defined()) {
+                             at::addmm_out(o, b, block, wt);
+                           } else {
+                             at::mm_out(o, block, wt);
+                           }
+                         });
+    auto shape = x.sizes().vec();
+    shape[0] *= st->comm->size();
+    shape.back() = outLocal;
+    return y.view(shape);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -90,6 +113,8 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
     if (gather) gather->wait();
 
     at::Tensor gw, gb;
+    // The weight GEMM runs beside the input-gradient collective: leave it its SMs.
+    SmCarveoutGuard carve(reduce ? st->overlap.smCarveout : 0);
     if (needW) gw = gy2.t().mm(total.reshape({-1, in}).to(dt)).to(w.scalar_type());
     if (needB) gb = gy2.sum(0);
     if (needW || needB) st->note("grad_weight");
@@ -103,8 +128,18 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
 
 }  // namespace
 
+int defaultForwardChunks() {
+  static const int value = [] {
+    auto v = env::getInt("TESSERA_TP_FORWARD_CHUNKS").value_or(1);
+    TESSERA_CHECK(v >= 1 && v <= 64, "TESSERA_TP_FORWARD_CHUNKS={} is not a number of pieces (1 to 64)", v);
+    return static_cast<int>(v);
+  }();
+  return value;
+}
+
 at::Tensor columnLinearAsyncGrad(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                                 const CommPtr& tp, bool sequenceParallel, LinearBackwardTrace trace) {
+                                 const CommPtr& tp, bool sequenceParallel, LinearOverlap overlap,
+                                 LinearBackwardTrace trace) {
   TESSERA_CHECK(tp, "tp::column_linear_async_grad: no tensor-parallel communicator given");
   TESSERA_CHECK(x.dim() >= 1, "tp::column_linear_async_grad: input must have at least one dimension");
   if (tp->size() == 1) return at::linear(x, weight, bias);  // a group of one: no communication
@@ -112,7 +147,7 @@ at::Tensor columnLinearAsyncGrad(const at::Tensor& x, const at::Tensor& weight, 
   // as at::linear would cast it anyway: half the bytes of an fp32 LayerNorm output.
   return ColumnLinearAsyncGrad::apply(castForCudaAutocast(x), weight,
                                       bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt,
-                                      c10::make_intrusive<OverlapState>(tp, sequenceParallel, std::move(trace)));
+                                      c10::make_intrusive<OverlapState>(tp, sequenceParallel, overlap, std::move(trace)));
 }
 
 }  // namespace tessera::tp

@@ -9,7 +9,10 @@
 //
 // With sequenceParallel only this rank's token shard of x is saved; backward re-gathers it
 // (launched before the grad-input GEMM, awaited before the weight GEMM), so the gathered
-// input is not kept between forward and backward.
+// input is not kept between forward and backward. With sequenceParallel and
+// overlap.forwardChunks > 1 the forward all-gather goes in pieces (seq_chunks.h), each
+// piece's GEMMs running while the next piece is gathered. overlap.smCarveout SMs are kept free
+// of the GEMMs that run beside a collective (common/sm_carveout.h).
 //
 // Collective over tp in forward (sequenceParallel only) and in backward: every rank of the
 // group runs the same forward and the same backward. A group of one is a plain at::linear.
@@ -24,6 +27,7 @@
 #include <functional>
 
 #include "comm/communicator.h"
+#include "common/sm_carveout.h"
 
 namespace tessera::tp {
 
@@ -32,10 +36,24 @@ namespace tessera::tp {
 // For tests and profiling; may be empty.
 using LinearBackwardTrace = std::function<void(const char* event)>;
 
+// TESSERA_TP_FORWARD_CHUNKS, read once (default 1; a malformed value is a tessera::Error).
+int defaultForwardChunks();
+
+// How a tensor-parallel linear overlaps its collectives with its GEMMs.
+struct LinearOverlap {
+  // Forward pieces: a row-parallel layer computes its output in this many pieces and starts
+  // each piece's all-reduce (reduce-scatter) at once; a column-parallel layer with sequence
+  // parallel gathers its input in this many pieces. 1: one GEMM then one collective.
+  int forwardChunks = defaultForwardChunks();
+  // SMs kept free of GEMMs that run beside a collective (GPUs, LibTorch >= 2.7; 0: none).
+  int smCarveout = defaultSmCarveout();
+};
+
 // x: [..., in] replicated over tp, or [tokens/tp, ..., in] with sequenceParallel;
 // weight: [outLocal, in]; bias: [outLocal] or undefined. Returns [..., outLocal]
 // ([tokens, ..., outLocal] with sequenceParallel).
 at::Tensor columnLinearAsyncGrad(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                                 const CommPtr& tp, bool sequenceParallel, LinearBackwardTrace trace = {});
+                                 const CommPtr& tp, bool sequenceParallel, LinearOverlap overlap = {},
+                                 LinearBackwardTrace trace = {});
 
 }  // namespace tessera::tp

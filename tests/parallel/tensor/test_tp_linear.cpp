@@ -3,12 +3,18 @@
 // gradient), for column, row, the Megatron MLP pair, and the pair in sequence-parallel mode.
 // Tolerance: fp32; the only difference is the summation order of the row-parallel inner
 // products (tp partial sums), a few ulps on values of order 1: rtol 1e-5, atol 1e-6.
+// A mode "<case>_chunks<N>" runs the same case with the forward in N pieces (row layers reduce
+// piece by piece; with sequence parallel the column layer gathers and the row layer's backward
+// gathers piece by piece): the results must not change.
 #include <ATen/ATen.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "harness/multiprocess.h"
+#ifdef TESSERA_TP_LINEAR_GPU_SUITE
+#include "comm/gpu/gpu_test_util.h"
+#endif
 #include "parallel/tensor/linear.h"
 #include "parallel/tensor/mappings.h"
 
@@ -18,7 +24,8 @@ using namespace tessera::testing;
 namespace {
 constexpr int64_t IN = 8, H = 16, OUT = 12, S = 8, B = 3;
 
-void expectClose(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+void expectClose(const at::Tensor& gotAnywhere, const at::Tensor& want, const std::string& what) {
+  auto got = gotAnywhere.cpu();
   WCHECK(got.sizes() == want.sizes(), "{}: shape [{}] vs [{}]", what, fmt::join(got.sizes(), ","),
          fmt::join(want.sizes(), ","));
   double d = (got - want).abs().max().item<double>();
@@ -33,10 +40,25 @@ at::Tensor seeded(std::vector<int64_t> shape, int seed) {
 }
 }  // namespace
 
+// arg: [cuda:]<mode>[_chunks<N>][:carve<N>] — cuda: NCCL and CUDA tensors (the GPU suite).
 TESSERA_WORKER(tp_linear) {
-  auto ctx = initWorker(w);
+  std::string mode = w.arg;
+  const bool cuda = mode.rfind("cuda:", 0) == 0;
+  if (cuda) mode = mode.substr(5);
+  tp::LinearOverlap overlap;
+  overlap.forwardChunks = 1;
+  overlap.smCarveout = 0;
+  if (auto pos = mode.find(":carve"); pos != std::string::npos) {
+    overlap.smCarveout = std::stoi(mode.substr(pos + 6));
+    mode = mode.substr(0, pos);
+  }
+  if (auto pos = mode.find("_chunks"); pos != std::string::npos) {
+    overlap.forwardChunks = std::stoi(mode.substr(pos + 7));
+    mode = mode.substr(0, pos);
+  }
+  auto ctx = initWorker(w, cuda ? Backend::Nccl : Backend::Gloo);
   const auto& tp = ctx.world;
-  const std::string mode = w.arg;
+  const at::Device dev = ctx.device;
 
   torch::manual_seed(7);
   torch::nn::Linear ref1(IN, H), ref2(H, OUT);
@@ -44,6 +66,7 @@ TESSERA_WORKER(tp_linear) {
   tp::ParallelLinearOptions co, ro;
   co.name = "fc1";
   ro.name = "fc2";
+  co.overlap = ro.overlap = overlap;
   co.gatherOutput = mode == "column_gather";
   co.sequenceParallel = ro.sequenceParallel = mode == "mlp_seq";
   tp::ColumnParallelLinear col(tp, IN, H, co);
@@ -53,11 +76,13 @@ TESSERA_WORKER(tp_linear) {
          "column init is not the shard of the unsharded init");
   WCHECK(row->weight.equal(shard(ref2->weight, 1, tp)) && row->bias.equal(ref2->bias),
          "row init is not the shard of the unsharded init");
+  col->to(dev);
+  row->to(dev);
 
   auto xFull = seeded({S, B, IN}, 11);
   auto xRef = xFull.clone().requires_grad_();
   const bool seq = mode == "mlp_seq";
-  auto x = (seq ? shard(xFull, 0, tp) : xFull).clone().requires_grad_();
+  auto x = (seq ? shard(xFull, 0, tp) : xFull).clone().to(dev).requires_grad_();
 
   at::Tensor y, yRef;
   if (mode == "column" || mode == "column_gather") {
@@ -66,22 +91,24 @@ TESSERA_WORKER(tp_linear) {
     auto want = mode == "column" ? shard(yRef, -1, tp) : yRef;
     expectClose(y, want.detach(), mode + " output");
     auto g = seeded(yRef.sizes().vec(), 12);
-    (y * (mode == "column" ? shard(g, -1, tp) : g)).sum().backward();
+    (y * (mode == "column" ? shard(g, -1, tp) : g).to(dev)).sum().backward();
     (yRef * g).sum().backward();
   } else if (mode == "row") {
     tp::ParallelLinearOptions o;
     o.inputIsParallel = false;
     o.name = "fc2";
+    o.overlap = overlap;
     torch::manual_seed(7);
     torch::nn::Linear r(H, OUT);
     torch::manual_seed(7);
     tp::RowParallelLinear rp(tp, H, OUT, o);
+    rp->to(dev);
     auto xh = seeded({S, B, H}, 13);
-    auto a = xh.clone().requires_grad_(), aRef = xh.clone().requires_grad_();
+    auto a = xh.clone().to(dev).requires_grad_(), aRef = xh.clone().requires_grad_();
     auto out = rp->forward(a), outRef = r->forward(aRef);
     expectClose(out, outRef.detach(), "row output");
     auto g = seeded(outRef.sizes().vec(), 14);
-    (out * g).sum().backward();
+    (out * g.to(dev)).sum().backward();
     (outRef * g).sum().backward();
     expectClose(a.grad(), aRef.grad(), "row input grad");
     expectClose(rp->weight.grad(), shard(r->weight.grad(), 1, tp), "row weight grad");
@@ -92,7 +119,7 @@ TESSERA_WORKER(tp_linear) {
     yRef = ref2->forward(at::gelu(ref1->forward(xRef)));
     expectClose(y, (seq ? shard(yRef, 0, tp) : yRef).detach(), mode + " output");
     auto g = seeded(yRef.sizes().vec(), 15);
-    (y * (seq ? shard(g, 0, tp) : g)).sum().backward();
+    (y * (seq ? shard(g, 0, tp) : g).to(dev)).sum().backward();
     (yRef * g).sum().backward();
     expectClose(row->weight.grad(), shard(ref2->weight.grad(), 1, tp), mode + " fc2 weight grad");
     expectClose(row->bias.grad(), ref2->bias.grad(), mode + " fc2 bias grad");
@@ -115,10 +142,28 @@ TEST_P(TpLinear, MatchesUnshardedLayers) {
   expectAllOk(runWorkers("tp_linear", {.ranks = c.ranks, .arg = c.mode}));
 }
 
+#ifdef TESSERA_TP_LINEAR_GPU_SUITE
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(TpLinear);
+// The same checks on NCCL and CUDA tensors (fp32), with the forward in pieces and SMs carved out
+// of the GEMMs that run beside a collective (the carveout is applied where LibTorch has it).
+class TpLinearGpu : public ::testing::TestWithParam<const char*> {};
+TEST_P(TpLinearGpu, MatchesUnshardedLayersOnNccl) {
+  TESSERA_REQUIRE_GPUS(2);
+  auto o = gpuRun(180);
+  o.arg = std::string("cuda:") + GetParam();
+  expectAllOk(runWorkers("tp_linear", o));
+}
+INSTANTIATE_TEST_SUITE_P(Cases, TpLinearGpu,
+                         ::testing::Values("column", "row", "mlp", "mlp_seq", "row_chunks3:carve16", "mlp_chunks2:carve16",
+                                           "mlp_seq_chunks2", "mlp_seq_chunks3:carve16"));
+#else
 INSTANTIATE_TEST_SUITE_P(Cases, TpLinear,
                          ::testing::Values(TpCase{2, "column"}, TpCase{4, "column"}, TpCase{2, "column_gather"},
                                            TpCase{2, "row"}, TpCase{4, "row"}, TpCase{2, "mlp"}, TpCase{4, "mlp"},
-                                           TpCase{2, "mlp_seq"}, TpCase{4, "mlp_seq"}, TpCase{1, "mlp"}));
+                                           TpCase{2, "mlp_seq"}, TpCase{4, "mlp_seq"}, TpCase{1, "mlp"},
+                                           TpCase{2, "row_chunks3"}, TpCase{2, "mlp_chunks2"},
+                                           TpCase{4, "mlp_seq_chunks2"}, TpCase{2, "mlp_seq_chunks3"}));
+#endif
 
 TESSERA_WORKER(tp_bad_sizes) {
   auto ctx = initWorker(w);
@@ -133,6 +178,12 @@ TESSERA_WORKER(tp_bad_sizes) {
   tp::ColumnParallelLinear c(ctx.world, 8, 8, o);
   expectErrorContaining([&] { c->forward(at::ones({2, 7})); }, {"'blocks.0.qkv'", "input has 7 features, expects 8"});
   expectErrorContaining([&] { c->loadFull(at::ones({8, 9}), at::ones({8})); }, {"full weight has shape [8, 9]"});
+  o.sequenceParallel = true;
+  tp::RowParallelLinear rs(ctx.world, 8, 4, o);
+  expectErrorContaining([&] { rs->forward(at::ones({6, 2, 2})); },
+                        {"'blocks.0.qkv'", "sequence parallel", "6 tokens", "tensor-parallel size 4"});
 }
 
+#ifndef TESSERA_TP_LINEAR_GPU_SUITE  // Gloo (CPU) ranks; the GPU image's LibTorch has no Gloo
 TEST(TpLinear, SizesNotDivisibleAreClearErrors) { expectAllOk(runWorkers("tp_bad_sizes", {.ranks = 4})); }
+#endif

@@ -1,0 +1,147 @@
+// The row-parallel linear with its reduction (contract in row_linear.h).
+#include "parallel/tensor/row_linear.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <optional>
+
+#include "common/error.h"
+#include "common/sm_carveout.h"
+#include "parallel/tensor/seq_chunks.h"
+
+namespace tessera::tp {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct RowState : torch::CustomClassHolder {
+  RowState(CommPtr c, bool s, LinearOverlap o) : comm(std::move(c)), sp(s), overlap(o) {}
+  CommPtr comm;
+  bool sp;
+  LinearOverlap overlap;
+};
+
+// Rows of out = x wtᵀ (+ b) in pieces, each piece all-reduced in place as soon as its GEMM is queued.
+void allReduceRows(const at::Tensor& x2, const at::Tensor& wt, const at::Tensor& b, const at::Tensor& out,
+                   const RowState& st) {
+  std::vector<WorkPtr> works;
+  std::optional<SmCarveoutGuard> carve;
+  int64_t r0 = 0;
+  for (int64_t rows : pieceSizes(x2.size(0), st.overlap.forwardChunks)) {
+    auto o = out.narrow(0, r0, rows);
+    auto xi = x2.narrow(0, r0, rows);
+    if (b.defined()) {
+      at::addmm_out(o, b, xi, wt);
+    } else {
+      at::mm_out(o, xi, wt);
+    }
+    works.push_back(st.comm->allReduce(o));
+    if (!carve) carve.emplace(st.overlap.smCarveout);  // later pieces run beside a collective
+    r0 += rows;
+  }
+  carve.reset();
+  for (auto& w : works) w->wait();
+}
+
+// Column pieces of x wtᵀ (+ b), each reduce-scattered along dim 0 at once; this rank's rows.
+at::Tensor reduceScatterColumns(const at::Tensor& x2, const at::Tensor& wt, const at::Tensor& b,
+                                const RowState& st) {
+  const int64_t mLocal = x2.size(0) / st.comm->size();
+  std::vector<at::Tensor> parts;
+  std::vector<WorkPtr> works;
+  std::optional<SmCarveoutGuard> carve;
+  int64_t c0 = 0;
+  for (int64_t cols : pieceSizes(wt.size(1), st.overlap.forwardChunks)) {
+    auto wi = wt.narrow(1, c0, cols);
+    auto full = b.defined() ? at::addmm(b.narrow(0, c0, cols), x2, wi) : at::mm(x2, wi);
+    parts.push_back(at::empty({mLocal, cols}, full.options()));
+    works.push_back(st.comm->reduceScatter(parts.back(), full));
+    if (!carve) carve.emplace(st.overlap.smCarveout);
+    c0 += cols;
+  }
+  carve.reset();
+  for (auto& w : works) w->wait();
+  return parts.size() == 1 ? parts[0] : at::cat(parts, 1);
+}
+
+struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
+  // bias is optional: an undefined tensor may not be an input of a custom Function in 1.13.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const c10::optional<at::Tensor>& bias, c10::intrusive_ptr<RowState> st) {
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    ctx->saved_data["bias"] = bias.has_value();
+    const auto dt = x.scalar_type();
+    const int64_t out = weight.size(0);
+    auto x2 = x.reshape({-1, weight.size(1)}).contiguous();
+    auto wt = weight.to(dt).t();
+    // The bias once: rank 0 adds it before the sum (every rank's shard then has it once).
+    auto b = bias && st->comm->rank() == 0 ? bias->to(dt) : at::Tensor();
+    auto shape = x.sizes().vec();
+    shape.back() = out;
+    if (!st->sp) {
+      auto y = at::empty({x2.size(0), out}, x2.options());
+      allReduceRows(x2, wt, b, y, *st);
+      return y.view(shape);
+    }
+    shape[0] /= st->comm->size();
+    return reduceScatterColumns(x2, wt, b, *st).view(shape);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor x = saved[0], w = saved[1];
+    auto st = c10::static_intrusive_pointer_cast<RowState>(ctx->saved_data["state"].toCapsule());
+    const bool needX = ctx->needs_input_grad(0), needW = ctx->needs_input_grad(1);
+    const bool needB = ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2);
+    const auto dt = x.scalar_type();
+    const int64_t out = w.size(0), in = w.size(1);
+    auto gy = grads[0].reshape({-1, out}).to(dt).contiguous();
+    auto x2 = x.reshape({-1, in});
+    auto wd = w.to(dt);
+    at::Tensor gx, gw, gb;
+    if (!st->sp) {
+      if (needX) gx = gy.mm(wd).view(x.sizes());
+      if (needW) gw = gy.t().mm(x2).to(w.scalar_type());
+      if (needB) gb = gy.sum(0).to(w.scalar_type());
+      return {gx, gw, gb, at::Tensor()};
+    }
+    // Sequence parallel: gy's token shards gathered in pieces, each piece's GEMMs meanwhile.
+    if (needX) gx = at::empty({x2.size(0), in}, x2.options());
+    if (needB) gb = at::zeros({out}, gy.options().dtype(at::kFloat));
+    forEachGatheredBlock(gy, st->comm, st->overlap.forwardChunks, st->overlap.smCarveout,
+                         [&](const at::Tensor& block, int64_t row0) {
+                           const int64_t rows = block.size(0);
+                           if (needX) {
+                             auto rowsOut = gx.narrow(0, row0, rows);
+                             at::mm_out(rowsOut, block, wd);
+                           }
+                           if (needW) {  // pieces summed in float32
+                             auto part = block.t().mm(x2.narrow(0, row0, rows));
+                             gw = gw.defined() ? gw.add_(part) : part.to(at::kFloat);
+                           }
+                           if (needB) gb.add_(block.sum(0).to(at::kFloat));
+                         });
+    if (gx.defined()) gx = gx.view(x.sizes());
+    if (gw.defined()) gw = gw.to(w.scalar_type());
+    if (gb.defined()) gb = gb.to(w.scalar_type());
+    return {gx, gw, gb, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor rowLinearReduce(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const CommPtr& tp,
+                           bool sequenceParallel, LinearOverlap overlap) {
+  TESSERA_CHECK(tp && tp->size() > 1, "tp::row_linear_reduce: needs a tensor-parallel group of two or more ranks");
+  TESSERA_CHECK(!sequenceParallel || (x.dim() >= 2 && x.size(0) % tp->size() == 0),
+                "tp::row_linear_reduce: with sequence parallel, dimension 0 of the input (size {}) must be divisible "
+                "by the tensor-parallel size {} (rank {})",
+                x.dim() ? x.size(0) : 0, tp->size(), tp->rank());
+  return RowLinearReduce::apply(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt,
+                                c10::make_intrusive<RowState>(tp, sequenceParallel, overlap));
+}
+
+}  // namespace tessera::tp

@@ -1,0 +1,33 @@
+#pragma once
+// The row-parallel linear as one autograd op (Megatron's RowParallelLinear with its "g"
+// reduction folded in):
+//
+//   fwd: y = Σ_tp x_r W_rᵀ (+ b, added once: by rank 0 inside its GEMM, before the sum)
+//        — the sum an all-reduce over tp, or with sequenceParallel a reduce-scatter along
+//        dim 0 (each rank keeps its token shard);
+//   bwd: (sequenceParallel: all-gather gy along dim 0)  gx = gy W_r, gW = gyᵀ x_r, gb = Σ gy.
+//
+// overlap.forwardChunks > 1 computes the output in pieces (rows; output features with
+// sequenceParallel) and starts each piece's collective as soon as its GEMM is queued, so the
+// collectives run beside the next pieces' GEMMs; with sequenceParallel the backward gathers
+// gy in pieces likewise (seq_chunks.h). overlap.smCarveout SMs are kept free of the GEMMs
+// that run beside a collective. The output is written in place and reduced in place: no copy.
+//
+// Collective over tp in forward and (sequenceParallel) backward: every rank runs the same
+// calls. x: [..., in/tp] (this rank's input features), or [tokens, ..., in/tp] with
+// sequenceParallel (tokens divisible by tp); weight [out, in/tp]; bias [out] or undefined.
+// Returns [..., out] ([tokens/tp, ..., out] with sequenceParallel) in x's dtype: under CUDA
+// autocast the caller passes x in the autocast dtype (common/autocast.h), and W and b are cast
+// to it, as at::linear under autocast does. A group of one must not call it (use at::linear).
+// Streams as linear_overlap.h: collectives on the communicator's stream, ordered by events.
+#include <ATen/core/Tensor.h>
+
+#include "comm/communicator.h"
+#include "parallel/tensor/linear_overlap.h"
+
+namespace tessera::tp {
+
+at::Tensor rowLinearReduce(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const CommPtr& tp,
+                           bool sequenceParallel, LinearOverlap overlap);
+
+}  // namespace tessera::tp
