@@ -23,8 +23,13 @@ SINGLE_BATCH = 8
 
 def parse(path):
     system = os.path.splitext(os.path.basename(path))[0]
-    # The run's name (its log file) names the row.
-    return [dict(r, system=system) for r in read_results(path)]
+    # The run's name (its log file) names the row; a run of several in-process variants
+    # (RESULT lines with "variant") gets a row per variant, <run>-<variant> ("base"/"default": <run>).
+    rows = []
+    for r in read_results(path):
+        v = r.get("variant")
+        rows.append(dict(r, system=system if v in (None, "base", "default") else "%s-%s" % (system, v)))
+    return rows
 
 
 def section_of(system):
@@ -71,7 +76,8 @@ def main():
                 row["overhead_ms"] = round(r["step_ms"] - ideal, 2)
             for k in ("sequence_parallel", "overlap", "micro_batches", "schedule", "partition", "peak_mem_GiB_per_rank",
                       "peak_in_flight_per_rank", "prefetch_budget_MiB", "peak_unsharded_units", "peak_unsharded_GiB",
-                      "last_loss", "step_ms_all"):
+                      "last_loss", "step_ms_all", "variant", "forward_chunks", "sm_carveout",
+                      "mem_before_backward_GiB", "peak_through_forward_GiB"):
                 if k in r:
                     row[k] = r[k]
             rows.append(row)
@@ -89,8 +95,10 @@ def main():
             json.dump(doc, f, indent=1)
         cols = ["system", "gpus", "batch", "tokens_per_s", "step_ms", "scaling", "scaling_vs_pytorch_single", "mfu",
                 "peak_mem_gib"]
-        extra = {"tp": ["overhead_ms"], "pp": ["peak_mem_GiB_per_rank", "peak_in_flight_per_rank"],
-                 "fsdp": ["prefetch_budget_MiB", "peak_unsharded_units", "peak_unsharded_GiB"]}[sec]
+        extra = {"tp": ["overhead_ms", "forward_chunks", "sm_carveout"],
+                 "pp": ["peak_mem_GiB_per_rank", "peak_in_flight_per_rank"],
+                 "fsdp": ["prefetch_budget_MiB", "peak_unsharded_units", "peak_unsharded_GiB",
+                          "mem_before_backward_GiB", "peak_through_forward_GiB"]}[sec]
         cols += extra
         lines = ["# %s" % TITLES[sec], "", "- date: %s" % date, "- machine: %s" % a.machine,
                  "- command: `%s`" % a.command, "- config: %s" % a.config, "- method: %s" % doc["method"], "",

@@ -7,7 +7,8 @@
 #   bench/parallel.sh BUILD_DIR LOG_DIR --smoke [tp] [pp] [fsdp]
 # Runs, in order, each under `timeout` (a failed run leaves its row out, the rest go on):
 #   pytorch-single, tessera-single (B=8, 1 GPU; the scaling reference of each system);
-#   tp:   pytorch-tp, tessera-tp, tessera-tp-sp, tessera-tp-nooverlap (B=16 shared by NPROC GPUs);
+#   tp:   pytorch-tp, tessera-tp, tessera-tp-sp (each with the in-process variants TP_VARIANTS:
+#         forward pieces chunksN, SM carveouts carveN), tessera-tp-nooverlap (B=16 shared by NPROC GPUs);
 #   pp:   pytorch-pp-mb8 (B=16), pytorch-pp-mb16 (B=32), tessera-pp-1F1B-mb8, -mb16 (stages balanced
 #         by compute), -mb16-paramsplit (by parameters, as PyTorch's 6 + 6), interleaved-1F1B-mb16;
 #   fsdp: pytorch-fsdp, tessera-fsdp-prefetch{0,256,512,1024,2048} (B=8 per GPU; MiB of budget).
@@ -31,6 +32,7 @@ for a in "$@"; do
 done
 [ ${#SECTIONS[@]} -eq 0 ] && SECTIONS=(tp pp fsdp)
 NPROC=${NPROC:-2}
+TP_VARIANTS=${TP_VARIANTS:-base,chunks2,chunks4,carve16,carve24,chunks2+carve16,chunks4+carve16,chunks2+carve24}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 RESULTS=${RESULTS:-$HERE/results}
 if [ $SMOKE = 1 ]; then
@@ -69,8 +71,10 @@ for s in "${SECTIONS[@]}"; do
   case $s in
     tp)
       B=16 torch_run pytorch-tp "$NPROC" tp
-      B=16 tessera_run tessera-tp tessera_bench_tp
-      B=16 tessera_run tessera-tp-sp tessera_bench_tp --sp
+      # In-process variants (tp_bench.cpp): forward in pieces (chunksN), SMs kept free of the
+      # GEMMs beside a collective (carveN).
+      B=16 tessera_run tessera-tp tessera_bench_tp --variants "$TP_VARIANTS"
+      B=16 tessera_run tessera-tp-sp tessera_bench_tp --sp --variants "$TP_VARIANTS"
       B=16 tessera_run tessera-tp-nooverlap tessera_bench_tp --no-overlap ;;
     pp)
       B=16 MB=8 torch_run pytorch-pp-mb8 "$NPROC" pp

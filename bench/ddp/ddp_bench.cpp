@@ -5,6 +5,12 @@
 //   single : one process, no DDP          (torchrun --nproc_per_node=1 --no-python BIN single)
 //   tessera: tessera::DistributedDataParallel over tessera::init()'s world, default options
 //            (torchrun --nproc_per_node=2 --no-python BIN tessera [--bucket-view])
+// --variants LIST runs several configurations one after the other in the same process (same
+// model and data; a fresh DDP and optimizer each): a comma-separated list of "base" or
+// '+'-joined parts "view" (bucket views), "bf16" (bf16 gradient communication), "carve<N>" (N SMs
+// kept free of backward's GEMMs while buckets are in flight, common/sm_carveout.h; in single
+// mode over the whole step). Each prints its own RESULT line, its system named
+// <tessera-ddp|tessera-single|BENCH_SYSTEM>-<variant> ("base": no suffix).
 // --bucket-view sets DdpOptions::gradientAsBucketView (gradients then zeroed in place; without
 // it gradients are set to None after each step, as the anchor's zero_grad(set_to_none=True)).
 // Env as the anchor: B, STEPS, D, L, V, T (a smaller model for a smoke test).
@@ -27,21 +33,81 @@
 #include "comm/bootstrap/init.h"
 #include "common/error.h"
 #include "gpt.h"
+#include "common/sm_carveout.h"
 #include "parallel/ddp/ddp.h"
 #include "timing.h"
 
 namespace bench = tessera::bench;
 
+namespace {
+
+// One configuration of a run: "base", or '+'-joined parts "view" (gradientAsBucketView),
+// "bf16" (commDtype bf16), "carve<N>" (N SMs kept free of GEMMs while buckets are in flight;
+// in single mode: during the whole step, to see what the carveout itself costs).
+struct Variant {
+  std::string name;
+  bool bucketView = false, commBf16 = false;
+  int carveout = 0;
+};
+
+Variant parseVariant(const std::string& spec) {
+  Variant v{spec};
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t next = spec.find('+', pos);
+    std::string part = spec.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+    if (part == "view") {
+      v.bucketView = true;
+    } else if (part == "bf16") {
+      v.commBf16 = true;
+    } else if (part.rfind("carve", 0) == 0 && part.size() > 5) {
+      v.carveout = std::stoi(part.substr(5));
+    } else {
+      TESSERA_CHECK(part == "base", "ddp_bench: unknown variant part '{}' in '{}' (base, view, bf16, carve<N>)", part,
+                    spec);
+    }
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  return v;
+}
+
+std::vector<Variant> parseVariants(const std::string& list) {
+  std::vector<Variant> out;
+  size_t pos = 0;
+  while (true) {
+    size_t next = list.find(',', pos);
+    out.push_back(parseVariant(list.substr(pos, next == std::string::npos ? std::string::npos : next - pos)));
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) try {
   std::string mode = argc > 1 ? argv[1] : "";
   bool bucketView = false, commBf16 = false;
+  std::string variantList;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
+    if (a == "--variants" && i + 1 < argc) {
+      variantList = argv[++i];
+      continue;
+    }
     TESSERA_CHECK(a == "--bucket-view" || a == "--comm-bf16", "ddp_bench: unknown argument {}", a);
     (a == "--bucket-view" ? bucketView : commBf16) = true;
   }
-  TESSERA_CHECK(mode == "single" || mode == "tessera", "usage: {} single|tessera [--bucket-view] [--comm-bf16]",
+  TESSERA_CHECK(mode == "single" || mode == "tessera",
+                "usage: {} single|tessera [--bucket-view] [--comm-bf16] [--variants base,view,bf16,carve8,...]",
                 argv[0]);
+  std::vector<Variant> variants;
+  if (variantList.empty()) {
+    variants.push_back(Variant{"base", bucketView, commBf16, 0});
+  } else {
+    variants = parseVariants(variantList);
+  }
   const bench::GptConfig cfg = bench::gptConfigFromEnv();
   const int64_t batch = bench::envInt("B", 8);
   const int steps = static_cast<int>(bench::envInt("STEPS", 10));
@@ -63,68 +129,82 @@ int main(int argc, char** argv) try {
   torch::manual_seed(0);
   bench::BenchGpt model(cfg);
   model->to(device);
-  std::unique_ptr<tessera::DistributedDataParallel> ddp;
-  if (mode == "tessera") {
-    tessera::DdpOptions o;
-    o.gradientAsBucketView = bucketView;
-    if (commBf16) o.commDtype = at::kBFloat16;
-    tessera::DistributedDataParallel::Named params, buffers;
-    for (auto& p : model->named_parameters(true)) params.emplace_back(p.key(), p.value());
-    for (auto& b : model->named_buffers(true)) buffers.emplace_back(b.key(), b.value());
-    ddp = std::make_unique<tessera::DistributedDataParallel>(params, buffers, ctx.world, o);
-  }
-  bench::FusedAdamW opt(model->parameters());
-  const bool setToNone = !bucketView;
 
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1234 + rank);
   auto x = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(device);
   auto y = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(device);
 
-  bench::resetPeakMemory(device);
-  auto times = bench::timeSteps(bench::kWarmSteps, steps, device, [&] {
-    torch::Tensor loss;
-    {
-      bench::Bf16Autocast autocast(gpu);
-      loss = bench::gptLoss(model->forward(x), y);
+  std::string baseName = mode == "single" ? "tessera-single" : "tessera-ddp";
+  if (variantList.empty() && bucketView) baseName = "tessera-ddp-bucketview";
+  if (auto name = std::getenv("BENCH_SYSTEM")) baseName = name;  // variants of one mode (run.sh)
+  bool firstVariant = true;
+  for (const auto& v : variants) {
+    std::unique_ptr<tessera::DistributedDataParallel> ddp;
+    if (mode == "tessera") {
+      tessera::DdpOptions o;
+      o.gradientAsBucketView = v.bucketView;
+      if (v.commBf16) o.commDtype = at::kBFloat16;
+      o.smCarveout = v.carveout;
+      tessera::DistributedDataParallel::Named params, buffers;
+      for (auto& p : model->named_parameters(true)) params.emplace_back(p.key(), p.value());
+      for (auto& b : model->named_buffers(true)) buffers.emplace_back(b.key(), b.value());
+      ddp = std::make_unique<tessera::DistributedDataParallel>(params, buffers, ctx.world, o);
     }
-    loss.backward();
-    opt.step();
-    if (ddp && !setToNone) ddp->zeroGrad();
-    else opt.zeroGrad(setToNone);
-  });
-  const double peakGiB = bench::peakMemoryGiB(device);
+    bench::FusedAdamW opt(model->parameters());
+    const bool setToNone = !v.bucketView;
 
-  // The gradients' all-reduce alone, bucket by bucket as the reducer lays them out.
-  double allreduceMs = 0;
-  size_t nBuckets = 0;
-  std::string bucketMib;
-  if (ddp) {
-    std::map<std::string, int64_t> numel;
-    for (auto& p : model->named_parameters(true)) numel[p.key()] = p.value().numel();
-    std::vector<at::Tensor> bufs;
-    for (const auto& names : ddp->bucketLayout()) {
-      int64_t n = 0;
-      for (const auto& nm : names) n += numel.at(nm);
-      bufs.push_back(at::zeros({n}, at::TensorOptions().device(device).dtype(at::kFloat)));
-      bucketMib += fmt::format("{}{:.1f}", bucketMib.empty() ? "" : ",", n * 4.0 / (1 << 20));
-    }
-    nBuckets = bufs.size();
-    auto arTimes = bench::timeSteps(bench::kWarmSteps, 10, device, [&] {
-      std::vector<tessera::WorkPtr> works;
-      for (auto& b : bufs) works.push_back(ctx.world->allReduce(b));
-      for (auto& w : works) w->wait();
+    bench::resetPeakMemory(device);
+    auto times = bench::timeSteps(bench::kWarmSteps, steps, device, [&] {
+      // Single mode: the carveout over the whole step (its cost without any communication).
+      tessera::SmCarveoutGuard carve(ddp ? 0 : v.carveout);
+      torch::Tensor loss;
+      {
+        bench::Bf16Autocast autocast(gpu);
+        loss = bench::gptLoss(model->forward(x), y);
+      }
+      loss.backward();
+      opt.step();
+      if (ddp && !setToNone) ddp->zeroGrad();
+      else opt.zeroGrad(setToNone);
     });
-    allreduceMs = bench::median(arTimes) * 1e3;
-  }
+    const double peakGiB = bench::peakMemoryGiB(device);
 
-  std::string system = mode == "single" ? "tessera-single" : bucketView ? "tessera-ddp-bucketview" : "tessera-ddp";
-  if (auto name = std::getenv("BENCH_SYSTEM")) system = name;  // variants of one mode (run.sh)
-  bench::BenchResult r{system, mode, world, static_cast<double>(batch * cfg.seqLen * world), times, peakGiB,
-                       fmt::format("\"allreduce_ms\": {:.2f}, \"buckets\": {}, \"bucket_mib\": \"{}\", \"zero_grad\": \"{}\"",
-                                   allreduceMs, nBuckets, bucketMib,
-                                   setToNone ? "set_to_none" : "ddp.zeroGrad (in place)")};
-  if (rank == 0) std::cout << bench::resultLine(cfg, r) << std::endl;
-  if (ddp) ctx.world->barrier()->wait();
+    // The gradients' all-reduce alone, bucket by bucket as the reducer lays them out (once).
+    double allreduceMs = 0;
+    size_t nBuckets = 0;
+    std::string bucketMib;
+    if (ddp && firstVariant) {
+      std::map<std::string, int64_t> numel;
+      for (auto& p : model->named_parameters(true)) numel[p.key()] = p.value().numel();
+      std::vector<at::Tensor> bufs;
+      for (const auto& names : ddp->bucketLayout()) {
+        int64_t n = 0;
+        for (const auto& nm : names) n += numel.at(nm);
+        bufs.push_back(at::zeros({n}, at::TensorOptions().device(device).dtype(at::kFloat)));
+        bucketMib += fmt::format("{}{:.1f}", bucketMib.empty() ? "" : ",", n * 4.0 / (1 << 20));
+      }
+      nBuckets = bufs.size();
+      auto arTimes = bench::timeSteps(bench::kWarmSteps, 10, device, [&] {
+        std::vector<tessera::WorkPtr> works;
+        for (auto& b : bufs) works.push_back(ctx.world->allReduce(b));
+        for (auto& w : works) w->wait();
+      });
+      allreduceMs = bench::median(arTimes) * 1e3;
+    }
+    firstVariant = false;
+
+    std::string system = v.name == "base" ? baseName : baseName + "-" + v.name;
+    std::string extra = fmt::format("\"variant\": \"{}\", \"sm_carveout\": {}, \"zero_grad\": \"{}\"", v.name,
+                                    v.carveout, setToNone ? "set_to_none" : "ddp.zeroGrad (in place)");
+    if (allreduceMs > 0) {
+      extra += fmt::format(", \"allreduce_ms\": {:.2f}, \"buckets\": {}, \"bucket_mib\": \"{}\"", allreduceMs,
+                           nBuckets, bucketMib);
+    }
+    bench::BenchResult r{system, mode, world, static_cast<double>(batch * cfg.seqLen * world), times, peakGiB, extra};
+    if (rank == 0) std::cout << bench::resultLine(cfg, r) << std::endl;
+    opt.zeroGrad(/*setToNone=*/true);  // the next variant starts without gradients or bucket views
+  }
+  if (mode == "tessera") ctx.world->barrier()->wait();
   bench::synchronize(device);
   return 0;
 } catch (const std::exception& e) {

@@ -5,9 +5,11 @@
 # Runs, in order (each under `timeout`, a failed run leaves its row out and the rest go on):
 #   pytorch-single (torchrun -n1 torch_ddp.py single), tessera-single (tessera_bench_ddp single),
 #   pytorch-ddp (torchrun -n2 torch_ddp.py ddp), tessera-ddp (torchrun -n2 tessera_bench_ddp
-#   tessera), tessera-ddp-bucketview (the same with --bucket-view); then combine.py.
+#   tessera --variants ...: bucket views, bf16, SM carveouts), then PyTorch and tessera with NCCL
+#   limited to CTAS (8 16) CTAs; then combine.py.
 # About 20-40 s per run on 2 x H200 (model init on the CPU dominates), ~2-3 min in all.
-# Env: NPROC (2), RUN_TIMEOUT (s per run, 90; 5 runs fit in gpu-check's DDP_TIMEOUT 480), B/STEPS/D/L/V/T passed through (smoke tests:
+# Env: SINGLE_VARIANTS / DDP_VARIANTS (the in-process variant lists, see ddp_bench.cpp), CTAS,
+# NPROC (2), RUN_TIMEOUT (s per run, 90; 5 runs fit in gpu-check's DDP_TIMEOUT 480), B/STEPS/D/L/V/T passed through (smoke tests:
 # e.g. L=2 STEPS=3), RESULTS (dir for ddp.json/md, default bench/results).
 # Exit status: 0 when every run produced its row, 1 otherwise (the results hold what ran).
 set -euo pipefail
@@ -42,18 +44,22 @@ run() {
 }
 
 run pytorch-single torchrun --nproc_per_node=1 --standalone "$HERE/torch_ddp.py" single
-run tessera-single "$BIN" single
+# tessera's 1-GPU reference, and (in the same process) the same step with SMs carved out of its
+# GEMMs: what the carveout costs where nothing runs beside them.
+run tessera-single "$BIN" single --variants "${SINGLE_VARIANTS:-base,carve8,carve16,carve24}"
 run pytorch-ddp torchrun --nproc_per_node="$NPROC" --standalone "$HERE/torch_ddp.py" ddp
-run tessera-ddp torchrun --nproc_per_node="$NPROC" --standalone --no-python "$BIN" tessera
-run tessera-ddp-bucketview torchrun --nproc_per_node="$NPROC" --standalone --no-python "$BIN" tessera --bucket-view
-# Variants (VARIANTS=0 skips them): NCCL limited to 8 CTAs, so the all-reduce takes fewer SMs
-# from backward's GEMMs (PyTorch too, for a fair row), and bf16 gradient communication.
-if [ "${VARIANTS:-1}" = 1 ]; then
-  BENCH_SYSTEM=pytorch-ddp-ctas8 NCCL_MAX_CTAS=8 run pytorch-ddp-ctas8 torchrun --nproc_per_node="$NPROC" --standalone "$HERE/torch_ddp.py" ddp
-  BENCH_SYSTEM=tessera-ddp-ctas8 NCCL_MAX_CTAS=8 run tessera-ddp-ctas8 torchrun --nproc_per_node="$NPROC" --standalone --no-python "$BIN" tessera
-  BENCH_SYSTEM=tessera-ddp-bf16 run tessera-ddp-bf16 torchrun --nproc_per_node="$NPROC" --standalone --no-python "$BIN" tessera --comm-bf16
-  BENCH_SYSTEM=tessera-ddp-bf16-ctas8 NCCL_MAX_CTAS=8 run tessera-ddp-bf16-ctas8 torchrun --nproc_per_node="$NPROC" --standalone --no-python "$BIN" tessera --comm-bf16
-fi
+# tessera DDP and its variants, one process (same model and data, a fresh DDP each): bucket views,
+# bf16 gradients, and N SMs kept free of backward's GEMMs while buckets are in flight (carveN).
+run tessera-ddp torchrun --nproc_per_node="$NPROC" --standalone --no-python "$BIN" tessera \
+  --variants "${DDP_VARIANTS:-base,view,bf16,carve8,carve16,carve24,carve32,bf16+carve16,view+carve16}"
+# NCCL limited to N CTAs (NCCL_MAX_CTAS, so the all-reduce takes fewer SMs; PyTorch too, for a fair
+# row), with the matching carveout (CTAS=0 skips these).
+for c in ${CTAS:-8 16}; do
+  [ "$c" = 0 ] && continue
+  BENCH_SYSTEM=pytorch-ddp-ctas$c NCCL_MAX_CTAS=$c run pytorch-ddp-ctas$c torchrun --nproc_per_node="$NPROC" --standalone "$HERE/torch_ddp.py" ddp
+  BENCH_SYSTEM=tessera-ddp-ctas$c NCCL_MAX_CTAS=$c run tessera-ddp-ctas$c torchrun --nproc_per_node="$NPROC" --standalone --no-python "$BIN" tessera \
+    --variants "base,carve$c,bf16+carve$c"
+done
 
 gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//;s/,/ driver/' | paste -sd';' || true)
 topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}' || true)

@@ -11,6 +11,11 @@
 // --sp: sequence parallel (LayerNorms and residuals on T/tp tokens, all-gather/reduce-scatter
 // in place of the all-reduces). --no-overlap: the column layers' input-gradient collective runs
 // after the weight-gradient GEMM instead of beside it.
+// --variants LIST (comma-separated): run these overlap settings one after the other on the same
+// model (a fresh optimizer each): "base" (one GEMM then one collective, no carveout), or
+// '+'-joined "chunks<N>" (forward in N pieces) and "carve<N>" (N SMs kept free of GEMMs that
+// run beside a collective); each prints its own RESULT line named tessera-tp[-sp]-<variant>.
+// Without it, one run with the layers' defaults (TESSERA_TP_FORWARD_CHUNKS, ..._SM_CARVEOUT).
 // Rank 0 prints RESULT {json} (common/timing.h) with tp, sequence_parallel, overlap.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -21,6 +26,8 @@
 
 #include <iostream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/bootstrap/init.h"
 #include "common/error.h"
@@ -81,11 +88,47 @@ TORCH_MODULE(TpGpt);
 
 }  // namespace
 
+// A variant: "base", or '+'-joined "chunks<N>" (forward pieces) and "carve<N>" (SMs kept free
+// of GEMMs beside a collective); see tp::LinearOverlap.
+std::pair<std::string, tp::LinearOverlap> parseVariant(const std::string& spec) {
+  tp::LinearOverlap o;
+  o.forwardChunks = 1;
+  o.smCarveout = 0;
+  size_t pos = 0;
+  while (true) {
+    size_t next = spec.find('+', pos);
+    std::string part = spec.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+    if (part.rfind("chunks", 0) == 0 && part.size() > 6) {
+      o.forwardChunks = std::stoi(part.substr(6));
+    } else if (part.rfind("carve", 0) == 0 && part.size() > 5) {
+      o.smCarveout = std::stoi(part.substr(5));
+    } else {
+      TESSERA_CHECK(part == "base", "tp_bench: unknown variant part '{}' in '{}' (base, chunks<N>, carve<N>)", part,
+                    spec);
+    }
+    if (next == std::string::npos) break;
+    pos = next + 1;
+  }
+  return {spec, o};
+}
+
 int main(int argc, char** argv) try {
   bool sp = false, overlap = true;
+  std::vector<std::string> variants;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    TESSERA_CHECK(a == "--sp" || a == "--no-overlap", "usage: {} [--sp] [--no-overlap] (got {})", argv[0], a);
+    if (a == "--variants" && i + 1 < argc) {
+      std::string list = argv[++i];
+      for (size_t pos = 0;;) {
+        size_t next = list.find(',', pos);
+        variants.push_back(list.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
+        if (next == std::string::npos) break;
+        pos = next + 1;
+      }
+      continue;
+    }
+    TESSERA_CHECK(a == "--sp" || a == "--no-overlap", "usage: {} [--sp] [--no-overlap] [--variants LIST] (got {})",
+                  argv[0], a);
     (a == "--sp" ? sp : overlap) = (a == "--sp");
   }
   const bench::GptConfig cfg = bench::gptConfigFromEnv();
@@ -101,33 +144,43 @@ int main(int argc, char** argv) try {
   torch::manual_seed(0);  // the same full weights on every rank; each keeps its shards
   TpGpt model(cfg, world, sp, overlap);
   model->to(device);
-  bench::FusedAdamW opt(model->parameters());
 
   // The same batch on every rank (tensor parallelism shares it), as the anchor's tp mode.
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
   auto x = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(device);
   auto y = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(device);
 
-  double lastLoss = 0;
-  bench::resetPeakMemory(device);
-  auto times = bench::timeSteps(bench::kWarmSteps, steps, device, [&] {
-    at::Tensor loss;
-    {
-      bench::Bf16Autocast autocast(device.is_cuda());
-      loss = model->loss(x, y);
-    }
-    loss.backward();
-    opt.step();
-    opt.zeroGrad(/*setToNone=*/true);
-    lastLoss = loss.item<double>();
-  });
-  std::string system = std::string("tessera-tp") + (sp ? "-sp" : "") + (overlap ? "" : "-nooverlap");
-  bench::BenchResult r{system, "tp", world->size(), static_cast<double>(batch * cfg.seqLen), times,
-                       bench::peakMemoryGiB(device),
-                       fmt::format("\"tp\": {}, \"batch\": {}, \"sequence_parallel\": {}, \"overlap\": {}, "
-                                   "\"last_loss\": {:.6f}",
-                                   world->size(), batch, sp, overlap, lastLoss)};
-  if (world->rank() == 0) std::cout << bench::resultLine(cfg, r) << std::endl;
+  const std::string baseName = std::string("tessera-tp") + (sp ? "-sp" : "") + (overlap ? "" : "-nooverlap");
+  const bool explicitVariants = !variants.empty();
+  if (!explicitVariants) variants.push_back("default");  // the layers' defaults (environment)
+  for (const auto& spec : variants) {
+    tp::LinearOverlap ov;  // TESSERA_TP_FORWARD_CHUNKS / TESSERA_OVERLAP_SM_CARVEOUT for "default"
+    if (spec != "default") ov = parseVariant(spec).second;
+    tp::setOverlap(*model, ov);
+    bench::FusedAdamW opt(model->parameters());
+    double lastLoss = 0;
+    bench::resetPeakMemory(device);
+    auto times = bench::timeSteps(bench::kWarmSteps, steps, device, [&] {
+      at::Tensor loss;
+      {
+        bench::Bf16Autocast autocast(device.is_cuda());
+        loss = model->loss(x, y);
+      }
+      loss.backward();
+      opt.step();
+      opt.zeroGrad(/*setToNone=*/true);
+      lastLoss = loss.item<double>();
+    });
+    std::string system = spec == "default" || spec == "base" ? baseName : baseName + "-" + spec;
+    bench::BenchResult r{system, "tp", world->size(), static_cast<double>(batch * cfg.seqLen), times,
+                         bench::peakMemoryGiB(device),
+                         fmt::format("\"tp\": {}, \"batch\": {}, \"sequence_parallel\": {}, \"overlap\": {}, "
+                                     "\"variant\": \"{}\", \"forward_chunks\": {}, \"sm_carveout\": {}, "
+                                     "\"last_loss\": {:.6f}",
+                                     world->size(), batch, sp, overlap, spec, ov.forwardChunks, ov.smCarveout,
+                                     lastLoss)};
+    if (world->rank() == 0) std::cout << bench::resultLine(cfg, r) << std::endl;
+  }
   world->barrier()->wait();
   bench::synchronize(device);
   return 0;

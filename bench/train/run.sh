@@ -11,7 +11,8 @@
 #   tp      pytorch-tp, tessera-train-tp, tessera-train-tp-sp (--layout 1x1xN)       B=16 shared
 #   pp      pytorch-pp-mb16, tessera-train-pp-mb16 (--layout 1xNx1, 1F1B)           B=32, 16 micro
 #   mixed   (N=4) tessera-train 2x1x2 ddp, 2x1x2 fsdp, 1x2x2 (B=16 per replica; no PyTorch row)
-# Env: NPROC, RUN_TIMEOUT (s per run, 180), STEPS (timed steps, 10; 3 warm-ups more),
+# Env: TESSERA_OVERLAP_SM_CARVEOUT / TESSERA_TP_FORWARD_CHUNKS reach every tessera run (recorded in
+# the results' command); NPROC, RUN_TIMEOUT (s per run, 180), STEPS (timed steps, 10; 3 warm-ups more),
 # PYTHONPATH must reach the built module for the tessera-py rows (scripts/gpu-check sets it).
 set -uo pipefail
 BUILD=${1:?build dir}
@@ -86,5 +87,6 @@ done
 gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//;s/,/ driver/' | paste -sd';' || true)
 machine="${gpus:-no GPU} ($N used); torch $(python3 -c 'import torch;print(torch.__version__)' 2>/dev/null)"
 python3 "$HERE/combine.py" "${logs[@]}" --gpus "$N" --machine "$machine" \
-  --command "NPROC=$N bench/train/run.sh $BUILD $LOGS $*" --results "${RESULTS:-$HERE/../results}" || rc=1
+  --command "$(env | grep -E '^TESSERA_(OVERLAP_SM_CARVEOUT|TP_FORWARD_CHUNKS)=' | sort | tr '\n' ' ')NPROC=$N bench/train/run.sh $BUILD $LOGS $*" \
+  --results "${RESULTS:-$HERE/../results}" || rc=1
 exit $rc

@@ -2,7 +2,8 @@
 # The benchmark binaries on a tiny GPT (CPU and Gloo here, 2 ranks under torchrun), checked
 # against each other: variants of one parallelism train the same model on the same data, so
 # after STEPS steps their losses must agree:
-#   tp:  plain, sequence parallel, no backward overlap          (same full weights, same batch)
+#   tp:  plain, sequence parallel, no backward overlap, forward in pieces (plain and sequence
+#        parallel)                                               (same full weights, same batch)
 #   pp:  1F1B split by compute, 1F1B split by parameters, GPipe, interleaved 1F1B
 #   fsdp: prefetch off and prefetch with a budget
 # A variant that fails, prints no RESULT or disagrees (relative 1e-5; the sums run in other
@@ -47,7 +48,9 @@ PY
 a=$(loss tp B=4 -- tessera_bench_tp)
 b=$(loss tp-sp B=4 -- tessera_bench_tp --sp)
 c=$(loss tp-nooverlap B=4 -- tessera_bench_tp --no-overlap)
-same "tp: plain / sequence parallel / no overlap" "$a" "$b" "$c"
+d=$(loss tp-chunks3 B=4 -- tessera_bench_tp --variants chunks3+carve8)
+e=$(loss tp-sp-chunks2 B=4 -- tessera_bench_tp --sp --variants chunks2)
+same "tp: plain / sequence parallel / no overlap / forward in pieces (plain, sp)" "$a" "$b" "$c" "$d" "$e"
 a=$(loss pp-1f1b B=8 MB=4 -- tessera_bench_pp)
 b=$(loss pp-paramsplit B=8 MB=4 PARTITION=params -- tessera_bench_pp)
 c=$(loss pp-gpipe B=8 MB=4 -- tessera_bench_pp --gpipe)
