@@ -51,7 +51,7 @@ double clipGlobalGradNorm(const std::vector<GradPiece>& pieces, const std::vecto
   if (maxNorm > 0 && !grads.empty()) {
 #if TORCH_VERSION_MAJOR >= 2
     // Scaled by min(1, c) on the device: no host round trip before the optimizer's kernels.
-    auto coef = (maxNorm / (norm + 1e-6)).clamp_max(1.0);
+    auto coef = (maxNorm / (norm + 1e-6)).clamp_max(1.0).reshape({});  // 0-dim, as _foreach_mul_ wants
     at::_foreach_mul_(grads, coef);
 #else
     const double coef = maxNorm / (norm.item<double>() + 1e-6);
