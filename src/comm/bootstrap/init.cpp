@@ -1,5 +1,10 @@
 #include "comm/bootstrap/init.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+
 #include <signal.h>
 
 #include "comm/backends.h"
@@ -62,11 +67,37 @@ CommPtr makeWorldCommunicator(Backend backend, const StorePtr& store, int rank, 
   return makeGlooCommunicator(store, rank, worldSize, "world", timeout);
 }
 
+namespace {
+std::terminate_handler previousTerminate = nullptr;
+
+// An exception that escapes a library's own thread (seen: LibTorch 1.13's TCPStore client thread
+// when the store's host dies during start-up, "Connection reset by peer") would end the process
+// with std::abort and a bare "terminate called": name it and exit 1 like any other failure.
+[[noreturn]] void terminateWithMessage() {
+  if (auto e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "tessera: fatal: uncaught exception in a thread (a peer or the rendezvous store may have "
+                           "gone away): %s\n", ex.what());
+    } catch (...) {
+      std::fprintf(stderr, "tessera: fatal: uncaught exception of an unknown type in a thread\n");
+    }
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  if (previousTerminate) previousTerminate();
+  std::abort();
+}
+}  // namespace
+
 Context init(const InitOptions& o) {
   // A peer that dies leaves sockets (store, Gloo) that fail on write; with SIGPIPE's default
   // action that write would kill this process silently instead of raising a clear error.
   struct sigaction current {};
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+  static std::once_flag terminateOnce;
+  std::call_once(terminateOnce, [] { previousTerminate = std::set_terminate(terminateWithMessage); });
   Context c;
   c.launch = detect(o);
   const auto& l = c.launch;

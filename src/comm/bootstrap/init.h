@@ -21,6 +21,10 @@
 // Device: local rank modulo the visible CUDA devices (after CUDA_VISIBLE_DEVICES), or CPU.
 // Backend: TESSERA_BACKEND (gloo|nccl) or InitOptions::backend; default NCCL when built
 // with it and a CUDA device is visible, else Gloo.
+// Uncaught exceptions: the first init() installs a std::terminate handler that prints the
+// exception's message ("tessera: fatal: ...") and exits 1 instead of aborting, so a library
+// thread that dies of a lost connection ends the rank with a clear error (the previous handler
+// still runs for std::terminate without an exception).
 // Signals: SIGPIPE is ignored when it has its default action, so a write to a dead peer's
 // socket raises a clear error instead of killing the process.
 #include <ATen/core/Tensor.h>
