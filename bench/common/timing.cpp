@@ -16,6 +16,21 @@ int64_t envInt(const char* name, int64_t dflt) {
   return v && *v ? std::stoll(v) : dflt;
 }
 
+std::vector<std::string> splitList(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  for (size_t pos = 0;;) {
+    size_t next = s.find(sep, pos);
+    out.push_back(s.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
+    if (next == std::string::npos) return out;
+    pos = next + 1;
+  }
+}
+
+std::optional<int> numberedPart(const std::string& part, const std::string& prefix) {
+  if (part.size() <= prefix.size() || part.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+  return std::stoi(part.substr(prefix.size()));
+}
+
 GptConfig gptConfigFromEnv() {
   GptConfig c;
   c.d = envInt("D", 2048);

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,10 @@ namespace tessera::bench {
 constexpr int kWarmSteps = 3;
 
 int64_t envInt(const char* name, int64_t dflt);
+// "a,b,c" → {"a", "b", "c"} (split at every `sep`; an empty string gives {""}).
+std::vector<std::string> splitList(const std::string& s, char sep);
+// A variant's numbered part: "carve16" with prefix "carve" → 16; no such prefix → nullopt.
+std::optional<int> numberedPart(const std::string& part, const std::string& prefix);
 GptConfig gptConfigFromEnv();
 double median(std::vector<double> v);
 

@@ -52,36 +52,19 @@ struct Variant {
 
 Variant parseVariant(const std::string& spec) {
   Variant v{spec};
-  size_t pos = 0;
-  while (pos <= spec.size()) {
-    size_t next = spec.find('+', pos);
-    std::string part = spec.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+  for (const auto& part : bench::splitList(spec, '+')) {
     if (part == "view") {
       v.bucketView = true;
     } else if (part == "bf16") {
       v.commBf16 = true;
-    } else if (part.rfind("carve", 0) == 0 && part.size() > 5) {
-      v.carveout = std::stoi(part.substr(5));
+    } else if (auto n = bench::numberedPart(part, "carve")) {
+      v.carveout = *n;
     } else {
       TESSERA_CHECK(part == "base", "ddp_bench: unknown variant part '{}' in '{}' (base, view, bf16, carve<N>)", part,
                     spec);
     }
-    if (next == std::string::npos) break;
-    pos = next + 1;
   }
   return v;
-}
-
-std::vector<Variant> parseVariants(const std::string& list) {
-  std::vector<Variant> out;
-  size_t pos = 0;
-  while (true) {
-    size_t next = list.find(',', pos);
-    out.push_back(parseVariant(list.substr(pos, next == std::string::npos ? std::string::npos : next - pos)));
-    if (next == std::string::npos) break;
-    pos = next + 1;
-  }
-  return out;
 }
 
 }  // namespace
@@ -106,7 +89,7 @@ int main(int argc, char** argv) try {
   if (variantList.empty()) {
     variants.push_back(Variant{"base", bucketView, commBf16, 0});
   } else {
-    variants = parseVariants(variantList);
+    for (const auto& spec : bench::splitList(variantList, ',')) variants.push_back(parseVariant(spec));
   }
   const bench::GptConfig cfg = bench::gptConfigFromEnv();
   const int64_t batch = bench::envInt("B", 8);

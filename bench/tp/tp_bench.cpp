@@ -90,26 +90,21 @@ TORCH_MODULE(TpGpt);
 
 // A variant: "base", or '+'-joined "chunks<N>" (forward pieces) and "carve<N>" (SMs kept free
 // of GEMMs beside a collective); see tp::LinearOverlap.
-std::pair<std::string, tp::LinearOverlap> parseVariant(const std::string& spec) {
+tp::LinearOverlap parseVariant(const std::string& spec) {
   tp::LinearOverlap o;
   o.forwardChunks = 1;
   o.smCarveout = 0;
-  size_t pos = 0;
-  while (true) {
-    size_t next = spec.find('+', pos);
-    std::string part = spec.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
-    if (part.rfind("chunks", 0) == 0 && part.size() > 6) {
-      o.forwardChunks = std::stoi(part.substr(6));
-    } else if (part.rfind("carve", 0) == 0 && part.size() > 5) {
-      o.smCarveout = std::stoi(part.substr(5));
+  for (const auto& part : bench::splitList(spec, '+')) {
+    if (auto n = bench::numberedPart(part, "chunks")) {
+      o.forwardChunks = *n;
+    } else if (auto c = bench::numberedPart(part, "carve")) {
+      o.smCarveout = *c;
     } else {
       TESSERA_CHECK(part == "base", "tp_bench: unknown variant part '{}' in '{}' (base, chunks<N>, carve<N>)", part,
                     spec);
     }
-    if (next == std::string::npos) break;
-    pos = next + 1;
   }
-  return {spec, o};
+  return o;
 }
 
 int main(int argc, char** argv) try {
@@ -118,13 +113,7 @@ int main(int argc, char** argv) try {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--variants" && i + 1 < argc) {
-      std::string list = argv[++i];
-      for (size_t pos = 0;;) {
-        size_t next = list.find(',', pos);
-        variants.push_back(list.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
-        if (next == std::string::npos) break;
-        pos = next + 1;
-      }
+      variants = bench::splitList(argv[++i], ',');
       continue;
     }
     TESSERA_CHECK(a == "--sp" || a == "--no-overlap", "usage: {} [--sp] [--no-overlap] [--variants LIST] (got {})",
@@ -155,7 +144,7 @@ int main(int argc, char** argv) try {
   if (!explicitVariants) variants.push_back("default");  // the layers' defaults (environment)
   for (const auto& spec : variants) {
     tp::LinearOverlap ov;  // TESSERA_TP_FORWARD_CHUNKS / TESSERA_OVERLAP_SM_CARVEOUT for "default"
-    if (spec != "default") ov = parseVariant(spec).second;
+    if (spec != "default") ov = parseVariant(spec);
     tp::setOverlap(*model, ov);
     bench::FusedAdamW opt(model->parameters());
     double lastLoss = 0;
