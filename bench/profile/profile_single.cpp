@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 
 #include <iostream>
-#include <cstdlib>
 #include <string>
 
 #include "common/error.h"
@@ -49,8 +48,7 @@ int main(int argc, char** argv) try {
   std::cout << "profile_single: step ms (unprofiled, median of 5) " << bench::median(times) * 1e3 << std::endl;
 
   // Steps 0..PROFILE_STEPS-1 of what follows, through tessera's StepProfiler (common/profiler.h).
-  setenv("TESSERA_PROFILE", fmt::format("{}:0:{}", argv[1], steps).c_str(), 1);
-  tessera::StepProfiler profiler(0);
+  tessera::StepProfiler profiler(0, fmt::format("{}:0:{}", argv[1], steps));
   TESSERA_CHECK(profiler.enabled(), "profile_single: this build has no Kineto profiler");
   for (int i = 0; i < steps; ++i) {
     profiler.beginStep(i);

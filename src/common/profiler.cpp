@@ -15,10 +15,10 @@
 
 namespace tessera {
 
-StepProfiler::StepProfiler(int rank) {
-  auto v = env::get("TESSERA_PROFILE");
-  if (!v || v->empty()) return;
-  std::string spec = *v;
+StepProfiler::StepProfiler(int rank) : StepProfiler(rank, env::get("TESSERA_PROFILE").value_or("")) {}
+
+StepProfiler::StepProfiler(int rank, const std::string& spec) {
+  if (spec.empty()) return;
   auto c1 = spec.find(':');
   path_ = spec.substr(0, c1);
   try {

@@ -16,7 +16,10 @@ namespace tessera {
 
 class StepProfiler {
  public:
+  // From TESSERA_PROFILE.
   explicit StepProfiler(int rank);
+  // From `spec` (the same PATH[:FIRST[:COUNT]]; empty: nothing traced).
+  StepProfiler(int rank, const std::string& spec);
   void beginStep(int64_t step);
   void endStep(int64_t step);
   bool enabled() const { return !path_.empty(); }

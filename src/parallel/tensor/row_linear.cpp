@@ -28,8 +28,9 @@ void allReduceRows(const at::Tensor& x2, const at::Tensor& wt, const at::Tensor&
                    const RowState& st) {
   std::vector<WorkPtr> works;
   std::optional<SmCarveoutGuard> carve;
+  const auto pieces = pieceSizes(x2.size(0), st.overlap.forwardChunks);
   int64_t r0 = 0;
-  for (int64_t rows : pieceSizes(x2.size(0), st.overlap.forwardChunks)) {
+  for (int64_t rows : pieces) {
     auto o = out.narrow(0, r0, rows);
     auto xi = x2.narrow(0, r0, rows);
     if (b.defined()) {
@@ -38,7 +39,7 @@ void allReduceRows(const at::Tensor& x2, const at::Tensor& wt, const at::Tensor&
       at::mm_out(o, xi, wt);
     }
     works.push_back(st.comm->allReduce(o));
-    if (!carve) carve.emplace(st.overlap.smCarveout);  // later pieces run beside a collective
+    if (!carve && pieces.size() > 1) carve.emplace(st.overlap.smCarveout);  // later pieces run beside it
     r0 += rows;
   }
   carve.reset();
@@ -52,13 +53,14 @@ at::Tensor reduceScatterColumns(const at::Tensor& x2, const at::Tensor& wt, cons
   std::vector<at::Tensor> parts;
   std::vector<WorkPtr> works;
   std::optional<SmCarveoutGuard> carve;
+  const auto pieces = pieceSizes(wt.size(1), st.overlap.forwardChunks);
   int64_t c0 = 0;
-  for (int64_t cols : pieceSizes(wt.size(1), st.overlap.forwardChunks)) {
+  for (int64_t cols : pieces) {
     auto wi = wt.narrow(1, c0, cols);
     auto full = b.defined() ? at::addmm(b.narrow(0, c0, cols), x2, wi) : at::mm(x2, wi);
     parts.push_back(at::empty({mLocal, cols}, full.options()));
     works.push_back(st.comm->reduceScatter(parts.back(), full));
-    if (!carve) carve.emplace(st.overlap.smCarveout);
+    if (!carve && pieces.size() > 1) carve.emplace(st.overlap.smCarveout);
     c0 += cols;
   }
   carve.reset();
