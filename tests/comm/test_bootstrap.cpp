@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <map>
+#include <stdexcept>
+#include <thread>
 
 #include "harness/multiprocess.h"
 
@@ -148,4 +150,19 @@ TEST(Bootstrap, StoreHostDyingDuringStartUpEndsEveryRank) {
     EXPECT_NE(res[r].output.find("tessera"), std::string::npos) << res[r].output;
     EXPECT_EQ(res[r].output.find("finished init"), std::string::npos) << res[r].output;
   }
+}
+
+// An exception escaping a thread after init() (as a library's socket thread does when a peer
+// vanishes) ends the process with exit 1 and the exception's message, not a bare abort.
+TESSERA_WORKER(thread_throws) {
+  auto ctx = initWorker(w);
+  std::thread([] { throw std::runtime_error("peer went away (injected by the test)"); }).join();
+  WCHECK(false, "the process survived an exception escaping its thread");
+}
+TEST(Bootstrap, ExceptionEscapingAThreadEndsTheRankWithItsMessage) {
+  auto res = runWorkers("thread_throws", {.ranks = 1, .timeout = std::chrono::seconds(60)});
+  EXPECT_EQ(res[0].signal, 0) << res[0].output;
+  EXPECT_EQ(res[0].exitCode, 1) << res[0].output;
+  EXPECT_NE(res[0].output.find("tessera: fatal: uncaught exception in a thread"), std::string::npos) << res[0].output;
+  EXPECT_NE(res[0].output.find("peer went away (injected by the test)"), std::string::npos) << res[0].output;
 }

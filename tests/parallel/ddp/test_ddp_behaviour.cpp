@@ -58,6 +58,10 @@ TESSERA_WORKER(ddp_bad_options) {
   o.commDtype = at::kInt;
   expectErrorContaining([&] { DistributedDataParallel ddp(namedParameters(*m), {}, ctx.world, o); },
                         {"commDtype int32"});
+  o = DdpOptions{};
+  o.smCarveout = -4;
+  expectErrorContaining([&] { DistributedDataParallel ddp(namedParameters(*m), {}, ctx.world, o); },
+                        {"smCarveout -4 is negative"});
 }
 
 TEST(Ddp, ContradictoryOptionsAreRejected) { expectAllOk(runWorkers("ddp_bad_options", {.ranks = 2})); }
