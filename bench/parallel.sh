@@ -15,6 +15,7 @@
 # --smoke: tiny model (D=256 L=4 V=512 T=64 STEPS=2) on whatever is there (CPU and Gloo without
 # GPUs), tessera's runs only, results to LOG_DIR: checks that the binaries run end to end.
 # Env: NPROC (2), RUN_TIMEOUT (s per run, 120), FSDP_BUDGETS ("0 256 512 1024 2048"),
+# PP_RUNS ("mb8 mb16 paramsplit interleaved": which pp runs; mb8/mb16 are PyTorch's and tessera's),
 # RESULTS (dir for the results, default bench/results), D/L/V/T/STEPS passed through.
 # Exit status: 0 when every run produced its row, 1 otherwise (the results hold what ran).
 set -uo pipefail
@@ -32,6 +33,7 @@ for a in "$@"; do
 done
 [ ${#SECTIONS[@]} -eq 0 ] && SECTIONS=(tp pp fsdp)
 NPROC=${NPROC:-2}
+PP_RUNS=${PP_RUNS:-mb8 mb16 paramsplit interleaved}
 TP_VARIANTS=${TP_VARIANTS:-base,chunks2,chunks4,carve16,carve24,chunks2+carve16,chunks4+carve16,chunks2+carve24}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 RESULTS=${RESULTS:-$HERE/results}
@@ -77,12 +79,17 @@ for s in "${SECTIONS[@]}"; do
       B=16 tessera_run tessera-tp-sp tessera_bench_tp --sp --variants "$TP_VARIANTS"
       B=16 tessera_run tessera-tp-nooverlap tessera_bench_tp --no-overlap ;;
     pp)
-      B=16 MB=8 torch_run pytorch-pp-mb8 "$NPROC" pp
-      B=32 MB=16 torch_run pytorch-pp-mb16 "$NPROC" pp
-      B=16 MB=8 tessera_run tessera-pp-1F1B-mb8 tessera_bench_pp
-      B=32 MB=16 tessera_run tessera-pp-1F1B-mb16 tessera_bench_pp
-      B=32 MB=16 PARTITION=params tessera_run tessera-pp-1F1B-mb16-paramsplit tessera_bench_pp
-      B=32 MB=16 tessera_run tessera-pp-interleaved-1F1B-mb16 tessera_bench_pp --interleaved ;;
+      for p in $PP_RUNS; do
+        case $p in
+          mb8) B=16 MB=8 torch_run pytorch-pp-mb8 "$NPROC" pp
+               B=16 MB=8 tessera_run tessera-pp-1F1B-mb8 tessera_bench_pp ;;
+          mb16) B=32 MB=16 torch_run pytorch-pp-mb16 "$NPROC" pp
+                B=32 MB=16 tessera_run tessera-pp-1F1B-mb16 tessera_bench_pp ;;
+          paramsplit) B=32 MB=16 PARTITION=params tessera_run tessera-pp-1F1B-mb16-paramsplit tessera_bench_pp ;;
+          interleaved) B=32 MB=16 tessera_run tessera-pp-interleaved-1F1B-mb16 tessera_bench_pp --interleaved ;;
+          *) echo "parallel.sh: unknown PP_RUNS entry $p" >&2; rc=1 ;;
+        esac
+      done ;;
     fsdp)
       B=8 torch_run pytorch-fsdp "$NPROC" fsdp
       for m in ${FSDP_BUDGETS:-0 256 512 1024 2048}; do

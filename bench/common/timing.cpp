@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "common/profiler.h"
 
 namespace tessera::bench {
 
@@ -55,12 +56,17 @@ void synchronize(const at::Device& d) { synchronizeDevice(d); }
 
 std::vector<double> timeSteps(int warm, int steps, const at::Device& d, const std::function<void()>& fn) {
   std::vector<double> times;
+  // TESSERA_PROFILE=PATH[:FIRST[:COUNT]] traces chosen steps (warm-ups count; a traced step's time
+  // includes the profiler's cost, so a profiled run's timing is not a result).
+  StepProfiler profiler(static_cast<int>(envInt("RANK", 0)));
   for (int i = 0; i < warm + steps; ++i) {
     synchronize(d);
+    profiler.beginStep(i);
     auto t0 = std::chrono::steady_clock::now();
     fn();
     synchronize(d);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    profiler.endStep(i);
     if (i >= warm) times.push_back(s);
   }
   return times;

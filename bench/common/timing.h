@@ -40,6 +40,8 @@ using tessera::peakMemoryGiB;
 using tessera::resetPeakMemory;
 using tessera::useDevice;
 void synchronize(const at::Device& d);
+// Runs fn warm + steps times, the device synchronised around each; returns the last `steps`
+// durations (s). TESSERA_PROFILE (common/profiler.h) traces chosen steps, RANK naming the file.
 std::vector<double> timeSteps(int warm, int steps, const at::Device& d, const std::function<void()>& fn);
 
 struct BenchResult {
