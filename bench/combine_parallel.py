@@ -77,7 +77,7 @@ def main():
             for k in ("sequence_parallel", "overlap", "micro_batches", "schedule", "partition", "peak_mem_GiB_per_rank",
                       "peak_in_flight_per_rank", "prefetch_budget_MiB", "peak_unsharded_units", "peak_unsharded_GiB",
                       "last_loss", "step_ms_all", "variant", "forward_chunks", "sm_carveout",
-                      "mem_before_backward_GiB", "peak_through_forward_GiB"):
+                      "mem_before_backward_GiB", "peak_through_forward_GiB", "fused_wgrad"):
                 if k in r:
                     row[k] = r[k]
             rows.append(row)
@@ -96,7 +96,7 @@ def main():
         cols = ["system", "gpus", "batch", "tokens_per_s", "step_ms", "scaling", "scaling_vs_pytorch_single", "mfu",
                 "peak_mem_gib"]
         extra = {"tp": ["overhead_ms", "forward_chunks", "sm_carveout"],
-                 "pp": ["peak_mem_GiB_per_rank", "peak_in_flight_per_rank"],
+                 "pp": ["fused_wgrad", "peak_mem_GiB_per_rank", "peak_in_flight_per_rank"],
                  "fsdp": ["prefetch_budget_MiB", "peak_unsharded_units", "peak_unsharded_GiB",
                           "mem_before_backward_GiB", "peak_through_forward_GiB"]}[sec]
         cols += extra

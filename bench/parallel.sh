@@ -10,12 +10,13 @@
 #   tp:   pytorch-tp, tessera-tp, tessera-tp-sp (each with the in-process variants TP_VARIANTS:
 #         forward pieces chunksN, SM carveouts carveN), tessera-tp-nooverlap (B=16 shared by NPROC GPUs);
 #   pp:   pytorch-pp-mb8 (B=16), pytorch-pp-mb16 (B=32), tessera-pp-1F1B-mb8, -mb16 (stages balanced
-#         by compute), -mb16-paramsplit (by parameters, as PyTorch's 6 + 6), interleaved-1F1B-mb16;
+#         by compute), -mb16-nofuse (weight gradients accumulated by autograd), -mb16-paramsplit (by parameters, as PyTorch's 6 + 6), interleaved-1F1B-mb16;
 #   fsdp: pytorch-fsdp, tessera-fsdp-prefetch{0,256,512,1024,2048} (B=8 per GPU; MiB of budget).
 # --smoke: tiny model (D=256 L=4 V=512 T=64 STEPS=2) on whatever is there (CPU and Gloo without
 # GPUs), tessera's runs only, results to LOG_DIR: checks that the binaries run end to end.
 # Env: NPROC (2), RUN_TIMEOUT (s per run, 120), FSDP_BUDGETS ("0 256 512 1024 2048"),
-# PP_RUNS ("mb8 mb16 paramsplit interleaved": which pp runs; mb8/mb16 are PyTorch's and tessera's),
+# PP_RUNS ("mb8 mb16 nofuse paramsplit interleaved": which pp runs; mb8/mb16 are PyTorch's and
+# tessera's; nofuse is tessera's mb16 with at::linear's weight gradients, FUSED_WGRAD=0),
 # RESULTS (dir for the results, default bench/results), D/L/V/T/STEPS passed through.
 # Exit status: 0 when every run produced its row, 1 otherwise (the results hold what ran).
 set -uo pipefail
@@ -33,7 +34,7 @@ for a in "$@"; do
 done
 [ ${#SECTIONS[@]} -eq 0 ] && SECTIONS=(tp pp fsdp)
 NPROC=${NPROC:-2}
-PP_RUNS=${PP_RUNS:-mb8 mb16 paramsplit interleaved}
+PP_RUNS=${PP_RUNS:-mb8 mb16 nofuse paramsplit interleaved}
 TP_VARIANTS=${TP_VARIANTS:-base,chunks2,chunks4,carve16,carve24,chunks2+carve16,chunks4+carve16,chunks2+carve24}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 RESULTS=${RESULTS:-$HERE/results}
@@ -86,6 +87,7 @@ for s in "${SECTIONS[@]}"; do
           mb16) B=32 MB=16 torch_run pytorch-pp-mb16 "$NPROC" pp
                 B=32 MB=16 tessera_run tessera-pp-1F1B-mb16 tessera_bench_pp ;;
           paramsplit) B=32 MB=16 PARTITION=params tessera_run tessera-pp-1F1B-mb16-paramsplit tessera_bench_pp ;;
+          nofuse) B=32 MB=16 FUSED_WGRAD=0 tessera_run tessera-pp-1F1B-mb16-nofuse tessera_bench_pp ;;
           interleaved) B=32 MB=16 tessera_run tessera-pp-interleaved-1F1B-mb16 tessera_bench_pp --interleaved ;;
           *) echo "parallel.sh: unknown PP_RUNS entry $p" >&2; rc=1 ;;
         esac

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/attention.h"
+#include "nn/accum_linear.h"
 
 namespace tessera::bench {
 
@@ -26,14 +27,17 @@ BenchBlockImpl::BenchBlockImpl(int64_t d, int64_t h) : heads(h) {
   fc2 = register_module("fc2", torch::nn::Linear(4 * d, d));
 }
 
-torch::Tensor linear(const torch::nn::Linear& l, const torch::Tensor& x) { return at::linear(x, l->weight, l->bias); }
+torch::Tensor linear(const torch::nn::Linear& l, const torch::Tensor& x, bool accumulateGrad) {
+  return accumulateGrad ? nn::linearAccumulateGrad(x, l->weight, l->bias) : at::linear(x, l->weight, l->bias);
+}
 
 torch::Tensor BenchBlockImpl::forward(const torch::Tensor& x) {
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2);
-  auto parts = linear(qkv, ln1->forward(x)).view({b, t, 3, heads, d / heads}).unbind(2);
+  const bool acc = accumulateGrad;
+  auto parts = linear(qkv, ln1->forward(x), acc).view({b, t, 3, heads, d / heads}).unbind(2);
   auto a = causalSelfAttention(parts[0].transpose(1, 2), parts[1].transpose(1, 2), parts[2].transpose(1, 2));
-  auto y = x + linear(proj, a.transpose(1, 2).reshape({b, t, d}));
-  return y + linear(fc2, torch::gelu(linear(fc1, ln2->forward(y))));
+  auto y = x + linear(proj, a.transpose(1, 2).reshape({b, t, d}), acc);
+  return y + linear(fc2, torch::gelu(linear(fc1, ln2->forward(y), acc)), acc);
 }
 
 BenchGptImpl::BenchGptImpl(const GptConfig& c) : cfg(c) {

@@ -31,6 +31,9 @@ struct BenchBlockImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);  // [B, T, d] -> [B, T, d]
 
   int64_t heads;
+  // The linears through nn::linearAccumulateGrad (src/nn/accum_linear.h: weight gradients summed
+  // in fp32 by the GEMM into .grad, for micro-batches) instead of at::linear. Not under DDP/FSDP.
+  bool accumulateGrad = false;
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc1{nullptr}, fc2{nullptr};
 };
@@ -53,7 +56,8 @@ TORCH_MODULE(BenchGpt);
 // C++ frontend's F::linear) computes a 3-D input as matmul, then `+= bias` as a separate kernel:
 // under bf16 autocast an in-place bf16 += fp32 add that took 8 of the C++ model's 85 ms per step
 // on an H200 (bench/profile, 2026-11-23), where at::linear folds the bias into the GEMM.
-torch::Tensor linear(const torch::nn::Linear& l, const torch::Tensor& x);
+// accumulateGrad: nn::linearAccumulateGrad instead (see BenchBlockImpl::accumulateGrad).
+torch::Tensor linear(const torch::nn::Linear& l, const torch::Tensor& x, bool accumulateGrad = false);
 
 // Mean cross-entropy over B*T positions, logits cast to fp32 first (as the anchor).
 torch::Tensor gptLoss(const torch::Tensor& logits, const torch::Tensor& targets);

@@ -3,7 +3,8 @@
 // 0, last blocks + final LayerNorm + head on the last), run by the PipelineExecutor with a 1F1B
 // table (or GPipe / interleaved), trained as the anchor trains it (bf16 autocast forward, fp32
 // parameters, fused AdamW lr 1e-4, random tokens; global batch B split into MB micro-batches;
-// 3 warm-ups then the median of STEPS).
+// 3 warm-ups then the median of STEPS). The blocks' and head's linears sum their weight gradients
+// in fp32 inside the GEMM across micro-batches (nn::linearAccumulateGrad; FUSED_WGRAD=0: at::linear).
 //   B=32 MB=16 torchrun --nproc_per_node=2 --no-python tessera_bench_pp [--gpipe | --interleaved]
 // The partition balances compute (PartitionOptions::embeddingIsLookup); PARTITION=params balances
 // parameter counts instead (for the anchor's 12 blocks the same 6 + 6 split as PyTorch's run).
@@ -44,9 +45,10 @@ struct GptHeadImpl : torch::nn::Module {
     lnf = register_module("lnf", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d})));
     head = register_module("head", torch::nn::Linear(torch::nn::LinearOptions(c.d, c.vocab).bias(false)));
   }
-  at::Tensor forward(const at::Tensor& x) { return bench::linear(head, lnf->forward(x)); }
+  at::Tensor forward(const at::Tensor& x) { return bench::linear(head, lnf->forward(x), accumulateGrad); }
   torch::nn::LayerNorm lnf{nullptr};
   torch::nn::Linear head{nullptr};
+  bool accumulateGrad = false;
 };
 TORCH_MODULE(GptHead);
 
@@ -76,11 +78,16 @@ int main(int argc, char** argv) try {
   torch::nn::Embedding emb(cfg.vocab, cfg.d);
   model.embedding = torch::nn::AnyModule(emb);
   std::vector<bench::BenchBlock> blocks;
+  // FUSED_WGRAD=0: at::linear, the weight gradients cast to fp32 and added into .grad by autograd
+  // at every micro-batch; else (default) summed in fp32 by the GEMM (nn::linearAccumulateGrad).
+  const bool fused = bench::envInt("FUSED_WGRAD", 1) != 0;
   for (int64_t i = 0; i < cfg.layers; ++i) {
     blocks.emplace_back(cfg.d, cfg.heads);
+    blocks.back()->accumulateGrad = fused;
     model.blocks.emplace_back(blocks.back());
   }
   GptHead head(cfg);
+  head->accumulateGrad = fused;
   model.head = torch::nn::AnyModule(head);
   pl::PartitionOptions po;
   po.pp = pp;
@@ -139,10 +146,10 @@ int main(int argc, char** argv) try {
   std::replace(slug.begin(), slug.end(), ' ', '-');
   bench::BenchResult r{fmt::format("tessera-pp-{}-mb{}", slug, micro), "pp", pp,
                        static_cast<double>(batch * cfg.seqLen), times, *std::max_element(peaks.begin(), peaks.end()),
-                       fmt::format("\"pp\": {}, \"batch\": {}, \"micro_batches\": {}, \"schedule\": \"{}\", "
+                       fmt::format("\"pp\": {}, \"batch\": {}, \"micro_batches\": {}, \"schedule\": \"{}\", \"fused_wgrad\": {}, "
                                    "\"partition\": \"{}\", \"peak_mem_GiB_per_rank\": [{:.2f}], "
                                    "\"peak_in_flight_per_rank\": [{}], \"last_loss\": {:.6f}",
-                                   pp, batch, micro, kindName, part.describe(), fmt::join(peaks, ", "),
+                                   pp, batch, micro, kindName, fused ? "true" : "false", part.describe(), fmt::join(peaks, ", "),
                                    fmt::join(inflight, ", "), lastLoss)};
   if (rank == 0) std::cout << bench::resultLine(cfg, r) << std::endl;
   world->barrier()->wait();

@@ -50,6 +50,20 @@ class Bf16Autocast {
   c10::ScalarType prevDtype_ = c10::ScalarType::Float;
 };
 
+// A parameter (a float32 leaf that requires grad) in the CUDA autocast dtype through autocast's
+// cast cache, as at::linear under autocast gets it: one cast per parameter per autocast region,
+// shared with every op that uses the parameter; the cast is recorded by autograd like autocast's.
+// Unchanged where castForCudaAutocast would leave it unchanged.
+inline at::Tensor castParamForCudaAutocast(const at::Tensor& w) {
+#if TORCH_VERSION_MAJOR >= 2
+  if (w.is_cuda() && at::isFloatingType(w.scalar_type()) && at::autocast::is_autocast_enabled(at::kCUDA)) {
+    const auto dt = at::autocast::get_autocast_dtype(at::kCUDA);
+    if (w.scalar_type() != dt) return at::autocast::cached_cast(dt, w, at::kCUDA);
+  }
+#endif
+  return w;
+}
+
 inline at::Tensor castForCudaAutocast(const at::Tensor& x) {
 #if TORCH_VERSION_MAJOR >= 2
   if (x.is_cuda() && at::isFloatingType(x.scalar_type()) && at::autocast::is_autocast_enabled(at::kCUDA)) {

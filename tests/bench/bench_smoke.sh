@@ -4,7 +4,7 @@
 # after STEPS steps their losses must agree:
 #   tp:  plain, sequence parallel, no backward overlap, forward in pieces (plain and sequence
 #        parallel)                                               (same full weights, same batch)
-#   pp:  1F1B split by compute, 1F1B split by parameters, GPipe, interleaved 1F1B
+#   pp:  1F1B split by compute, 1F1B split by parameters, GPipe, interleaved 1F1B, FUSED_WGRAD=0
 #   fsdp: prefetch off and prefetch with a budget
 # A variant that fails, prints no RESULT or disagrees (relative 1e-5; the sums run in other
 # orders, a wrong gradient is off by far more) fails the test (exit 1).
@@ -55,7 +55,8 @@ a=$(loss pp-1f1b B=8 MB=4 -- tessera_bench_pp)
 b=$(loss pp-paramsplit B=8 MB=4 PARTITION=params -- tessera_bench_pp)
 c=$(loss pp-gpipe B=8 MB=4 -- tessera_bench_pp --gpipe)
 d=$(loss pp-interleaved B=8 MB=4 -- tessera_bench_pp --interleaved)
-same "pp: 1F1B / parameter split / GPipe / interleaved" "$a" "$b" "$c" "$d"
+e=$(loss pp-nofuse B=8 MB=4 FUSED_WGRAD=0 -- tessera_bench_pp)
+same "pp: 1F1B / parameter split / GPipe / interleaved / autograd's weight-gradient sums" "$a" "$b" "$c" "$d" "$e"
 a=$(loss fsdp-noprefetch B=2 -- tessera_bench_fsdp --prefetch-mib 0)
 b=$(loss fsdp-prefetch B=2 -- tessera_bench_fsdp --prefetch-mib 64)
 same "fsdp: no prefetch / prefetch" "$a" "$b"

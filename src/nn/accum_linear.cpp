@@ -1,0 +1,98 @@
+// Linear with fused float32 gradient accumulation (contract in accum_linear.h).
+#include "nn/accum_linear.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "comm/types.h"
+#include "common/autocast.h"
+#include "common/error.h"
+#include "kernels/gemm_accumulate.h"
+
+namespace tessera::nn {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct AccumState : torch::CustomClassHolder {
+  at::Tensor weight, bias;  // the parameters (leaves): their .grad is written
+  at::Tensor wc, bc;        // the same in the compute dtype (autocast's cached casts, or themselves)
+};
+
+void checkParam(const char* what, const at::Tensor& p) {
+  TESSERA_CHECK(p.scalar_type() == at::kFloat && p.is_leaf(),
+                "nn::linearAccumulateGrad: the {} must be a float32 leaf tensor (a parameter); got {} {}{}", what,
+                c10::str(p.sizes()), dtypeName(p.scalar_type()), p.is_leaf() ? "" : ", not a leaf");
+  const auto& g = p.grad();
+  TESSERA_CHECK(!g.defined() || (g.scalar_type() == at::kFloat && g.is_contiguous() && g.sizes() == p.sizes()),
+                "nn::linearAccumulateGrad: the {}'s .grad must be a contiguous float32 tensor of its shape {} to "
+                "accumulate into; it is {} {}{}",
+                what, c10::str(p.sizes()), c10::str(g.sizes()), dtypeName(g.scalar_type()),
+                g.is_contiguous() ? "" : " (not contiguous)");
+}
+
+struct AccumLinear : torch::autograd::Function<AccumLinear> {
+  // bias is optional: an undefined tensor may not be an input of a custom Function in 1.13.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const c10::optional<at::Tensor>& bias, c10::intrusive_ptr<AccumState> st) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    return at::linear(x, st->wc, st->bc.defined() ? c10::optional<at::Tensor>(st->bc) : c10::nullopt);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const at::Tensor x = ctx->get_saved_variables()[0];
+    auto st = c10::static_intrusive_pointer_cast<AccumState>(ctx->saved_data["state"].toCapsule());
+    const int64_t out = st->wc.size(0), in = st->wc.size(1);
+    auto gy = grads[0].to(x.scalar_type()).reshape({-1, out}).contiguous();
+    at::Tensor gx;
+    if (ctx->needs_input_grad(0)) gx = gy.mm(st->wc).view(x.sizes());
+    if (st->weight.requires_grad()) {
+      auto x2 = x.reshape({-1, in}).contiguous();
+      auto& g = st->weight.mutable_grad();
+      const bool fresh = !g.defined();
+      if (fresh) g = at::empty({out, in}, st->weight.options());
+      kernels::gemmAccumulateTN(g, gy, x2, /*overwrite=*/fresh);
+    }
+    if (st->bias.defined() && st->bias.requires_grad()) {
+      auto sum = at::sum(gy, {0}, /*keepdim=*/false, at::kFloat);
+      auto& g = st->bias.mutable_grad();
+      if (g.defined()) {
+        g.add_(sum);
+      } else {
+        g = sum;
+      }
+    }
+    return {gx, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor linearAccumulateGrad(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  TESSERA_CHECK(x.defined() && weight.defined() && weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1) &&
+                    (!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0))),
+                "nn::linearAccumulateGrad: needs x [..., in], weight [out, in] and bias [out] or none; got x {}, "
+                "weight {}, bias {}",
+                x.defined() ? c10::str(x.sizes()) : "undefined", weight.defined() ? c10::str(weight.sizes()) : "undefined",
+                bias.defined() ? c10::str(bias.sizes()) : "none");
+  const bool grads = at::GradMode::is_enabled() &&
+                     (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
+  auto st = c10::make_intrusive<AccumState>();
+  st->weight = weight;
+  st->bias = bias;
+  // The casts happen here, under grad mode, so autocast's cache holds what at::linear would put there.
+  st->wc = castParamForCudaAutocast(weight);
+  if (bias.defined()) st->bc = castParamForCudaAutocast(bias);
+  const auto xc = castForCudaAutocast(x);
+  if (!grads) return at::linear(xc, st->wc, bias.defined() ? c10::optional<at::Tensor>(st->bc) : c10::nullopt);
+  if (weight.requires_grad()) checkParam("weight", weight);
+  if (bias.defined() && bias.requires_grad()) checkParam("bias", bias);
+  st->wc = st->wc.detach();  // the backward needs the casts' values only
+  if (st->bc.defined()) st->bc = st->bc.detach();
+  return AccumLinear::apply(xc, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt, st);
+}
+
+}  // namespace tessera::nn

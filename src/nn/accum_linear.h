@@ -1,0 +1,30 @@
+#pragma once
+// Linear whose parameter gradients are summed in float32 by the GEMM itself, straight into the
+// parameters' .grad (Megatron-LM's gradient_accumulation_fusion), for training over several
+// micro-batches (pipeline stages, gradient accumulation):
+//
+//   fwd: y = x Wᵀ (+ b), as at::linear computes it (under CUDA autocast: x, W and b in the
+//        autocast dtype, W and b through autocast's cast cache; y in that dtype);
+//   bwd: gx = gy W;  W.grad += gyᵀ x  and  b.grad += Σ gy, in float32 (kernels/gemm_accumulate.h;
+//        a parameter without .grad gets a fresh one, written by the GEMM, not zeroed first).
+//
+// Why: with float32 parameters under bf16 autocast, at::linear's backward produces a bf16 weight
+// gradient that autograd casts to float32 and then adds into .grad: two parameter-sized passes
+// per weight per micro-batch (on the anchors' GPT at micro-batch 2, 19 % more GPU time than the
+// same tokens in one batch, bench/results/pp_1gpu.md). Here they are part of the GEMM.
+//
+// Local (no communication). weight [out, in] and bias [out] (or undefined) are float32 leaf
+// tensors; their .grad, when defined, must be float32, contiguous and of their shape; x is
+// [..., in]. Anything else is a tessera::Error naming the tensor and what was wrong.
+// The gradients do not pass through the parameters' AccumulateGrad nodes, so hooks registered
+// on those (DDP's gradient-ready hooks over two or more ranks, FSDP's) never see them: use it
+// where no such hook watches the parameters (one replica, pipeline stages with dp = 1, DDP over
+// a group of one); the gradient is in .grad when backward returns. Without grad mode, or when
+// neither x nor the parameters require grad, it is at::linear.
+#include <ATen/core/Tensor.h>
+
+namespace tessera::nn {
+
+at::Tensor linearAccumulateGrad(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
+
+}  // namespace tessera::nn

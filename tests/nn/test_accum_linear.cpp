@@ -1,0 +1,130 @@
+// nn::linearAccumulateGrad on the CPU against at::linear trained by autograd (its own copy of the
+// parameters): outputs, input gradients and the parameters' gradients summed over several
+// micro-batches; frozen weight, no bias, grad mode off; the errors for what it cannot accumulate
+// into. kernels::gemmAccumulateTN's reference against a plain matrix product.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "kernels/gemm_accumulate.h"
+#include "nn/accum_linear.h"
+
+namespace {
+
+using tessera::nn::linearAccumulateGrad;
+
+struct Params {
+  at::Tensor w, b;
+};
+
+Params makeParams(int64_t out, int64_t in, bool bias, bool wGrad = true) {
+  torch::manual_seed(3);
+  Params p{at::randn({out, in}).requires_grad_(wGrad), bias ? at::randn({out}).requires_grad_(true) : at::Tensor()};
+  return p;
+}
+
+Params copyOf(const Params& p) {
+  return {p.w.detach().clone().requires_grad_(p.w.requires_grad()),
+          p.b.defined() ? p.b.detach().clone().requires_grad_(true) : at::Tensor()};
+}
+
+void expectClose(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.defined(), want.defined()) << what;
+  if (!want.defined()) return;
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  // fp32 sums in another order: a few ulps of the largest terms.
+  EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-5)) << what << ": max diff " << (got - want).abs().max().item<double>();
+}
+
+// Micro-batches of x [2, 5, in] (a 3-D input, as a transformer's), a loss weighting each output.
+void runCase(bool bias, bool wGrad, int micro) {
+  const int64_t out = 6, in = 4;
+  auto mine = makeParams(out, in, bias, wGrad);
+  auto ref = copyOf(mine);
+  for (int m = 0; m < micro; ++m) {
+    torch::manual_seed(100 + m);
+    auto x = at::randn({2, 5, in});
+    auto probe = at::randn({2, 5, out});
+    auto x1 = x.clone().requires_grad_(true), x2 = x.clone().requires_grad_(true);
+    auto y1 = linearAccumulateGrad(x1, mine.w, mine.b);
+    auto y2 = at::linear(x2, ref.w, ref.b.defined() ? c10::optional<at::Tensor>(ref.b) : c10::nullopt);
+    EXPECT_TRUE(at::equal(y1, y2)) << "forward, micro-batch " << m;
+    (y1 * probe).sum().backward();
+    (y2 * probe).sum().backward();
+    expectClose(x1.grad(), x2.grad(), "input gradient, micro-batch " + std::to_string(m));
+    expectClose(mine.w.grad(), ref.w.grad(), "weight gradient after micro-batch " + std::to_string(m));
+    if (bias) expectClose(mine.b.grad(), ref.b.grad(), "bias gradient after micro-batch " + std::to_string(m));
+  }
+  if (!wGrad) EXPECT_FALSE(mine.w.grad().defined());
+}
+
+}  // namespace
+
+TEST(AccumLinear, MatchesAutogradOverMicroBatches) { runCase(/*bias=*/true, /*wGrad=*/true, 4); }
+TEST(AccumLinear, NoBias) { runCase(false, true, 3); }
+TEST(AccumLinear, FrozenWeightStillTrainsBiasAndInput) { runCase(true, false, 2); }
+
+TEST(AccumLinear, ExistingGradIsAddedTo) {
+  auto p = makeParams(3, 2, true);
+  p.w.mutable_grad() = at::full({3, 2}, 0.5);
+  auto x = at::randn({4, 2});
+  linearAccumulateGrad(x, p.w, p.b).sum().backward();
+  // d/dW of Σ (x Wᵀ) = column sums of x for every output row; plus the 0.5 already there.
+  auto want = x.sum(0).expand({3, 2}) + 0.5;
+  expectClose(p.w.grad(), want, "weight gradient added to an existing .grad");
+  expectClose(p.b.grad(), at::full({3}, 4.0), "bias gradient");
+}
+
+TEST(AccumLinear, WithoutGradModeIsLinear) {
+  auto p = makeParams(3, 2, true);
+  auto x = at::randn({4, 2});
+  at::NoGradGuard ng;
+  auto y = linearAccumulateGrad(x, p.w, p.b);
+  EXPECT_FALSE(y.requires_grad());
+  EXPECT_TRUE(at::equal(y, at::linear(x, p.w, p.b)));
+}
+
+TEST(AccumLinear, RefusesWhatItCannotAccumulateInto) {
+  auto x = at::randn({4, 2});
+  auto expectError = [&](const std::function<void()>& fn, const std::string& needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
+    } catch (const tessera::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  auto w64 = at::randn({3, 2}, at::kDouble).requires_grad_(true);
+  expectError([&] { linearAccumulateGrad(x.to(at::kDouble), w64); }, "weight must be a float32 leaf");
+  auto leaf = at::randn({3, 2}).requires_grad_(true);
+  auto notLeaf = leaf * 2;
+  expectError([&] { linearAccumulateGrad(x, notLeaf); }, "not a leaf");
+  auto w = at::randn({3, 2}).requires_grad_(true);
+  w.mutable_grad() = at::zeros({2, 3}).t();  // right shape, not contiguous
+  expectError([&] { linearAccumulateGrad(x, w); }, "not contiguous");
+  auto w2 = at::randn({3, 2}).requires_grad_(true);
+  expectError([&] { linearAccumulateGrad(at::randn({4, 5}), w2); }, "x [4, 5]");
+  auto b = at::randn({4}).requires_grad_(true);
+  expectError([&] { linearAccumulateGrad(x, w2, b); }, "bias [4]");
+}
+
+TEST(GemmAccumulate, ReferenceIsAccPlusATransposeB) {
+  auto acc = at::randn({5, 3}), a = at::randn({7, 5}), b = at::randn({7, 3});
+  auto want = acc + a.t().mm(b);
+  tessera::kernels::gemmAccumulateTN(acc, a, b);
+  expectClose(acc, want, "acc += aᵀ b");
+  auto fresh = at::full({5, 3}, 123.0);
+  tessera::kernels::gemmAccumulateTN(fresh, a, b, /*overwrite=*/true);
+  expectClose(fresh, a.t().mm(b), "overwrite");
+  auto empty = at::randn({5, 3});
+  auto before = empty.clone();
+  tessera::kernels::gemmAccumulateTN(empty, at::empty({0, 5}), at::empty({0, 3}));
+  EXPECT_TRUE(at::equal(empty, before)) << "k = 0 adds nothing";
+  try {
+    tessera::kernels::gemmAccumulateTN(at::zeros({5, 3}), a, at::randn({6, 3}));
+    ADD_FAILURE() << "mismatched k accepted";
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("b [6, 3]"), std::string::npos) << e.what();
+  }
+}

@@ -1,0 +1,95 @@
+// On one GPU: kernels::gemmAccumulateTN (cuBLAS, fp32 sums) against its CPU reference for
+// float32 / bfloat16 / float16 inputs, odd shapes, k = 0 and overwrite; nn::linearAccumulateGrad
+// under bf16 autocast over 4 micro-batches against at::linear + autograd's accumulation (the
+// same autocast): forward bitwise equal; the summed weight gradient no further from the exact
+// (float64 CPU) sum than the reference's, which rounds each micro-batch's gradient to bf16
+// first. Skips visibly without a GPU or a CUDA LibTorch.
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "comm/gpu/gpu_test_util.h"
+#include "common/autocast.h"
+#include "kernels/gemm_accumulate.h"
+#include "nn/accum_linear.h"
+
+#define REQUIRE_CUDA_LIBTORCH()                                                          \
+  do {                                                                                   \
+    TESSERA_REQUIRE_GPUS(1);                                                             \
+    if (!at::hasCUDA()) {                                                                \
+      fmt::print("SKIP: this LibTorch has no CUDA (tessera built against CPU torch)\n"); \
+      GTEST_SKIP() << "LibTorch without CUDA";                                           \
+    }                                                                                    \
+  } while (0)
+
+namespace {
+
+double maxRelErr(const at::Tensor& got, const at::Tensor& exact) {
+  auto g = got.to(at::kCPU, at::kDouble), e = exact.to(at::kCPU, at::kDouble);
+  return ((g - e).abs().max() / e.abs().max().clamp_min(1e-30)).item<double>();
+}
+
+}  // namespace
+
+TEST(GemmAccumulateGpu, MatchesReference) {
+  REQUIRE_CUDA_LIBTORCH();
+  const at::Device dev(at::kCUDA, 0);
+  struct Shape {
+    int64_t m, n, k;
+  };
+  for (auto dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    for (auto s : {Shape{1, 1, 1}, Shape{33, 17, 129}, Shape{256, 512, 1000}, Shape{96, 64, 0}}) {
+      for (bool overwrite : {false, true}) {
+        torch::manual_seed(s.m * 7 + s.n + s.k);
+        auto a = at::randn({s.k, s.m}).to(dt), b = at::randn({s.k, s.n}).to(dt);
+        auto acc = at::randn({s.m, s.n});
+        auto want = acc.clone();
+        tessera::kernels::gemmAccumulateTNReference(want, a, b, overwrite);
+        auto got = acc.to(dev);
+        tessera::kernels::gemmAccumulateTN(got, a.to(dev), b.to(dev), overwrite);
+        // fp32 accumulation of exactly representable products in another order.
+        const double err = maxRelErr(got, want);
+        EXPECT_LT(err, 1e-5) << c10::toString(dt) << " m " << s.m << " n " << s.n << " k " << s.k << " overwrite "
+                             << overwrite;
+      }
+    }
+  }
+}
+
+TEST(AccumLinearGpu, Bf16AutocastMicroBatches) {
+  REQUIRE_CUDA_LIBTORCH();
+  const at::Device dev(at::kCUDA, 0);
+  const int64_t out = 384, in = 256, micro = 4;
+  torch::manual_seed(11);
+  auto w0 = at::randn({out, in}) * 0.05, b0 = at::randn({out}) * 0.05;
+  auto wMine = w0.to(dev).requires_grad_(true), bMine = b0.to(dev).requires_grad_(true);
+  auto wRef = w0.to(dev).requires_grad_(true), bRef = b0.to(dev).requires_grad_(true);
+  auto exactW = at::zeros({out, in}, at::kDouble), exactB = at::zeros({out}, at::kDouble);
+  for (int m = 0; m < micro; ++m) {
+    auto x = at::randn({4, 128, in}).to(dev);
+    auto probe = at::randn({4, 128, out}).to(dev);
+    at::Tensor y1, y2;
+    {
+      tessera::Bf16Autocast ac;
+      y1 = tessera::nn::linearAccumulateGrad(x, wMine, bMine);
+      y2 = at::linear(x, wRef, bRef);
+    }
+    ASSERT_EQ(y1.scalar_type(), at::kBFloat16);
+    EXPECT_TRUE(at::equal(y1, y2)) << "forward, micro-batch " << m;
+    (y1.to(at::kFloat) * probe).sum().backward();
+    (y2.to(at::kFloat) * probe).sum().backward();
+    // Exact: the same bf16 operands the GEMMs saw, multiplied and summed in float64.
+    auto xb = x.to(at::kBFloat16).to(at::kCPU, at::kDouble).reshape({-1, in});
+    auto gb = probe.to(at::kBFloat16).to(at::kCPU, at::kDouble).reshape({-1, out});
+    exactW += gb.t().mm(xb);
+    exactB += gb.sum(0);
+  }
+  const double mine = maxRelErr(wMine.grad(), exactW), ref = maxRelErr(wRef.grad(), exactW);
+  fmt::print("weight gradient after {} micro-batches, max error relative to the largest entry: fused {:.2e}, "
+             "at::linear + autograd {:.2e}\n",
+             micro, mine, ref);
+  EXPECT_EQ(wMine.grad().scalar_type(), at::kFloat);
+  EXPECT_LT(mine, 1e-4);       // fp32 sums of bf16 products
+  EXPECT_LE(mine, ref + 1e-6);  // never worse than rounding each micro-batch's gradient to bf16
+  EXPECT_LT(maxRelErr(bMine.grad(), exactB), 1e-4);
+}
