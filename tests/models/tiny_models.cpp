@@ -36,9 +36,12 @@ TinyMlpImpl::TinyMlpImpl(const TinyMlpOptions& o) : opts(o) {
 }
 
 torch::Tensor TinyMlpImpl::forward(const torch::Tensor& x) {
-  auto h = torch::relu(fc1->forward(x));
-  if (!skipFc2) h = torch::relu(fc2->forward(h));
-  return fc3->forward(h);
+  auto lin = [this](torch::nn::Linear& l, const torch::Tensor& v) {
+    return linearFn ? linearFn(v, l->weight, l->bias) : l->forward(v);
+  };
+  auto h = torch::relu(lin(fc1, x));
+  if (!skipFc2) h = torch::relu(lin(fc2, h));
+  return lin(fc3, h);
 }
 
 TinyMlp makeTinyMlp(uint64_t seed, const TinyMlpOptions& o) {

@@ -15,6 +15,8 @@
 // Everything here is local (no communication) and not thread-safe across one model.
 #include <torch/torch.h>
 
+#include <functional>
+
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -40,6 +42,9 @@ struct TinyMlpImpl : torch::nn::Module {
 
   TinyMlpOptions opts;
   bool skipFc2 = false;
+  // How the linears run (x, weight, bias) -> y; unset: torch::nn::Linear::forward. A test sets it
+  // to another implementation (e.g. tessera's nn::linearAccumulateGrad) to check it in training.
+  std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)> linearFn;
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
 };
 TORCH_MODULE(TinyMlp);

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "kernels/gemm_accumulate.h"
 #include "nn/accum_linear.h"
+#include "nn/accum_hook_check.h"
 
 namespace {
 
@@ -64,6 +65,8 @@ void runCase(bool bias, bool wGrad, int micro) {
 TEST(AccumLinear, MatchesAutogradOverMicroBatches) { runCase(/*bias=*/true, /*wGrad=*/true, 4); }
 TEST(AccumLinear, NoBias) { runCase(false, true, 3); }
 TEST(AccumLinear, FrozenWeightStillTrainsBiasAndInput) { runCase(true, false, 2); }
+
+TEST(AccumLinear, GradAccumulatorHooksStillFire) { tessera::testing::checkHooksSeeAccumulatedGrads(at::kCPU); }
 
 TEST(AccumLinear, ExistingGradIsAddedTo) {
   auto p = makeParams(3, 2, true);

@@ -12,6 +12,7 @@
 #include "common/autocast.h"
 #include "kernels/gemm_accumulate.h"
 #include "nn/accum_linear.h"
+#include "nn/accum_hook_check.h"
 
 #define REQUIRE_CUDA_LIBTORCH()                                                          \
   do {                                                                                   \
@@ -92,4 +93,9 @@ TEST(AccumLinearGpu, Bf16AutocastMicroBatches) {
   EXPECT_LT(mine, 1e-4);       // fp32 sums of bf16 products
   EXPECT_LE(mine, ref + 1e-6);  // never worse than rounding each micro-batch's gradient to bf16
   EXPECT_LT(maxRelErr(bMine.grad(), exactB), 1e-4);
+}
+
+TEST(AccumLinearGpu, GradAccumulatorHooksStillFire) {
+  REQUIRE_CUDA_LIBTORCH();
+  tessera::testing::checkHooksSeeAccumulatedGrads(at::Device(at::kCUDA, 0));
 }

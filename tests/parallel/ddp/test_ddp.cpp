@@ -21,6 +21,7 @@
 #include "comm/gpu/gpu_test_util.h"
 #endif
 #include "models/tiny_models.h"
+#include "nn/accum_linear.h"
 #include "parallel/ddp/ddp.h"
 
 using namespace tessera;
@@ -38,7 +39,7 @@ struct Task {
   std::function<at::Tensor(int step, int accum, int world)> refLoss;    // every rank, every micro
 };
 
-Task makeTask(const std::string& model, uint64_t seed, bool skipFc2, const at::Device& dev) {
+Task makeTask(const std::string& model, uint64_t seed, bool skipFc2, const at::Device& dev, bool fused = false) {
   Task t;
   if (model == "gpt") {
     auto m = makeTinyGpt(seed);
@@ -60,11 +61,17 @@ Task makeTask(const std::string& model, uint64_t seed, bool skipFc2, const at::D
   } else {
     auto m = makeTinyMlp(seed);
     m->skipFc2 = skipFc2;
+    if (fused) m->linearFn = [](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+      return nn::linearAccumulateGrad(x, w, b);
+    };
     m->to(dev);
     t.module = m.ptr();
     t.lossOn = [m, dev](int step, int micro, int rank) mutable {
       auto b = mlpBatch(1000 * step + micro, rank, kBatch, {}, dev);
-      return mlpLoss(m->forward(b.x), b.y);
+      auto out = m->forward(b.x);
+      WCHECK(!m->linearFn || (out.grad_fn() && out.grad_fn()->name().find("AccumLinear") != std::string::npos),
+             "fused=1 but the output came from {}", out.grad_fn() ? out.grad_fn()->name() : "no graph");
+      return mlpLoss(out, b.y);
     };
     t.refLoss = [m, dev](int step, int accum, int world) mutable {
       std::vector<at::Tensor> x, y;
@@ -91,7 +98,9 @@ at::Tensor flatParams(torch::nn::Module& m) {
 
 }  // namespace
 
-// arg: model=mlp|gpt; view=0|1; comm=fp32|bf16; cap=<bytes>; accum=<k>; unused=0|1; dev=cpu|cuda
+// arg: model=mlp|gpt; view=0|1; comm=fp32|bf16; cap=<bytes>; accum=<k>; unused=0|1; dev=cpu|cuda;
+// fused=0|1 (the MLP's linears sum weight gradients into .grad inside the GEMM,
+// nn::linearAccumulateGrad: DDP's hooks must still see them; the reference uses at::linear)
 TESSERA_WORKER(ddp_train) {
   auto a = parseArgs(w.arg);
   auto get = [&](const char* k, const char* d) { return a.count(k) ? a[k] : std::string(d); };
@@ -110,7 +119,7 @@ TESSERA_WORKER(ddp_train) {
   o.smCarveout = std::stoi(get("carve", "0"));
 
   // Every rank starts from a different init: DDP must broadcast rank 0's (seed 100).
-  auto task = makeTask(model, 100 + w.rank, unused, dev);
+  auto task = makeTask(model, 100 + w.rank, unused, dev, get("fused", "0") == "1");
   DistributedDataParallel ddp(namedParameters(*task.module), namedBuffers(*task.module), ctx.world, o);
   // A group of one communicates nothing: no buckets (the gradients are the average already).
   WCHECK((w.world == 1) == ddp.bucketLayout().empty(), "world {}: {} buckets", w.world, ddp.bucketLayout().size());
@@ -190,5 +199,6 @@ INSTANTIATE_TEST_SUITE_P(
                       DdpCase{4, "model=gpt"}, DdpCase{2, "model=gpt;view=1"}, DdpCase{2, "model=gpt;comm=bf16"},
                       DdpCase{3, "model=gpt;cap=512"}, DdpCase{2, "model=mlp;accum=3"},
                       DdpCase{2, "model=gpt;accum=2;view=1"}, DdpCase{2, "model=mlp;unused=1"},
-                      DdpCase{2, "model=mlp;unused=1;view=1"}));
+                      DdpCase{2, "model=mlp;unused=1;view=1"}, DdpCase{2, "model=mlp;fused=1"},
+                      DdpCase{2, "model=mlp;fused=1;accum=3;view=1;cap=512"}));
 #endif
