@@ -10,6 +10,8 @@
 #   fsdp    pytorch-fsdp, tessera-train-fsdp, tessera-py-fsdp                        B=8 per GPU
 #   tp      pytorch-tp, tessera-train-tp, tessera-train-tp-sp (--layout 1x1xN)       B=16 shared
 #   pp      pytorch-pp-mb16, tessera-train-pp-mb16 (--layout 1xNx1, 1F1B)           B=32, 16 micro
+#   accum   (1 GPU) tessera-train-accum16 (B=32 in 16 micro-batches of 2: a pipeline stage's
+#           micro-batch cost without the pipeline), -accum16-nofuse and -single-nofuse (--no-fused-wgrad)
 #   mixed   (N=4) tessera-train 2x1x2 ddp, 2x1x2 fsdp, 1x2x2 (B=16 per replica; no PyTorch row)
 # Env: TESSERA_OVERLAP_SM_CARVEOUT / TESSERA_TP_FORWARD_CHUNKS reach every tessera run (recorded in
 # the results' command); NPROC, RUN_TIMEOUT (s per run, 180), STEPS (timed steps, 10; 3 warm-ups more),
@@ -76,6 +78,10 @@ for s in "${SECTIONS[@]}"; do
     pp)
       B=32 MB=16 torch_run pytorch-pp-mb16 "$N" pp
       train tessera-train-pp-mb16 "$N" --layout "1x${N}x1" --batch 32 --micro-batches 16 ;;
+    accum)
+      train tessera-train-accum16 1 --layout 1x1x1 --batch 32 --micro-batches 16
+      train tessera-train-accum16-nofuse 1 --layout 1x1x1 --batch 32 --micro-batches 16 --no-fused-wgrad
+      train tessera-train-single-nofuse 1 --layout 1x1x1 --batch 8 --no-fused-wgrad ;;
     mixed)
       train tessera-train-2x1x2-ddp 4 --layout 2x1x2 --batch 32
       train tessera-train-2x1x2-fsdp 4 --layout 2x1x2 --dp-mode fsdp --batch 32

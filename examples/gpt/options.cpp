@@ -43,7 +43,7 @@ std::string usage() {
          "  [--model tiny|small|735m] [--d D] [--layers L] [--heads H] [--vocab V] [--seq-len T]\n"
          "  [--batch B] [--steps S] [--lr X] [--clip X] [--weight-decay X] [--precision fp32|bf16]\n"
          "  [--seed S] [--fsdp-prefetch-mib N] [--checkpoint-dir DIR] [--checkpoint-every K]\n"
-         "  [--log-jsonl FILE] [--breakdown] [--peak-tflops X]\n"
+         "  [--log-jsonl FILE] [--breakdown] [--peak-tflops X] [--no-fused-wgrad]\n"
          "Defaults: dp = world / (pp·tp); micro-batches 1 without pp, else 2·pp; model tiny on CPU,\n"
          "735m on GPU; precision fp32 on CPU, bf16 on GPU; batch 8·dp sequences.\n";
 }
@@ -62,7 +62,7 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
     if (auto eq = a.find('='); eq != std::string::npos) {
       name = a.substr(0, eq);
       value = a.substr(eq + 1);
-    } else if (name != "--sp" && name != "--breakdown") {
+    } else if (name != "--sp" && name != "--breakdown" && name != "--no-fused-wgrad") {
       TESSERA_CHECK(i + 1 < argc, "train_gpt: {} needs a value", name);
       value = argv[++i];
     }
@@ -114,6 +114,7 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
   take("--seed", [&](const std::string& v) { o.seed = static_cast<uint64_t>(toInt("--seed", v)); });
   take("--sp", [&](const std::string&) { o.sequenceParallel = true; });
   take("--breakdown", [&](const std::string&) { o.breakdown = true; });
+  take("--no-fused-wgrad", [&](const std::string&) { o.fusedWgrad = false; });
   i64("--fsdp-prefetch-mib", o.fsdpPrefetchMiB);
   str("--checkpoint-dir", o.checkpointDir);
   i32("--checkpoint-every", o.checkpointEvery);
@@ -155,10 +156,11 @@ void resolveLayout(TrainOptions& o, int world) {
 }
 
 std::string describe(const TrainOptions& o) {
-  return fmt::format("dp {} ({}) x pp {} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}; {} steps",
+  const bool fused = o.fusedWgrad && o.tp == 1 && o.dpMode == "ddp";
+  return fmt::format("dp {} ({}) x pp {} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}; {} steps",
                      o.dp, o.dpMode, o.pp, o.tp, o.sequenceParallel ? " +sp" : "", o.microBatches, o.schedule,
                      o.chunks > 1 ? fmt::format(" ({} chunks)", o.chunks) : "", o.batch, o.cfg.seqLen, o.precision,
-                     o.steps);
+                     fused ? ", weight gradients summed in the GEMM" : "", o.steps);
 }
 
 }  // namespace tessera::gpt

@@ -30,6 +30,9 @@ struct TrainOptions {
   int checkpointEvery = 0;        // 0: only at the end (when a directory is given)
   std::string logJsonl = "train_gpt.jsonl";  // empty: none
   bool breakdown = false;         // time each backward (device syncs) for the step breakdown
+  // Weight gradients summed in fp32 by the GEMM into .grad (nn/accum_linear.h) where that applies:
+  // tp = 1 with DDP (FSDP's bf16 parameters and the tp > 1 ops keep their own). --no-fused-wgrad: off.
+  bool fusedWgrad = true;
   double peakTflops = 0;          // 0: 989 on CUDA (H100/H200 bf16 dense), none on CPU
 };
 

@@ -6,6 +6,7 @@
 
 #include "common/autocast.h"
 #include "common/error.h"
+#include "nn/accum_linear.h"
 #include "parallel/tensor/mappings.h"
 #include "parallel/tensor/row_linear.h"
 
@@ -76,6 +77,17 @@ at::Tensor RowParallelLinearImpl::forward(const at::Tensor& x) {
   return rowParallelLinear(x, weight, bias, tp, opts);
 }
 
+namespace {
+at::Tensor linearAccumulatingGroupOfOne(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                                        const CommPtr& tp, const ParallelLinearOptions& opts) {
+  TESSERA_CHECK(tp->size() == 1,
+                "tp layer '{}': accumulateGradInGemm needs a tensor-parallel group of one (this one has {} ranks; "
+                "rank {})",
+                opts.name, tp->size(), tp->rank());
+  return nn::linearAccumulateGrad(x, weight, bias);
+}
+}  // namespace
+
 at::Tensor columnParallelLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                 const CommPtr& tp, const ParallelLinearOptions& opts) {
   TESSERA_CHECK(tp, "tp layer '{}': no tensor-parallel communicator given", opts.name);
@@ -84,6 +96,7 @@ at::Tensor columnParallelLinear(const at::Tensor& x, const at::Tensor& weight, c
   const int64_t in = weight.size(1);
   TESSERA_CHECK(x.dim() >= 1 && x.size(-1) == in, "tp layer '{}' (column-parallel): input has {} features, expects {}",
                 opts.name, x.dim() ? x.size(-1) : 0, in);
+  if (opts.accumulateGradInGemm) return linearAccumulatingGroupOfOne(x, weight, bias, tp, opts);
   at::Tensor y;
   if (opts.overlapGradReduce) {
     y = columnLinearAsyncGrad(x, weight, bias, tp, opts.sequenceParallel, opts.overlap, opts.backwardTrace);
@@ -103,6 +116,7 @@ at::Tensor rowParallelLinear(const at::Tensor& x, const at::Tensor& weight, cons
   TESSERA_CHECK(input.dim() >= 1 && input.size(-1) == local,
                 "tp layer '{}' (row-parallel): input shard has {} features, expects in/tp = {}/{} = {}", opts.name,
                 input.dim() ? input.size(-1) : 0, in, tp->size(), local);
+  if (opts.accumulateGradInGemm) return linearAccumulatingGroupOfOne(input, weight, bias, tp, opts);
   if (tp->size() == 1) return at::linear(input, weight, bias);  // a group of one: no communication
   TESSERA_CHECK(!opts.sequenceParallel || (input.dim() >= 2 && input.size(0) % tp->size() == 0),
                 "tp layer '{}' (row-parallel, sequence parallel): {} tokens (dimension 0) are not divisible by the "
@@ -115,6 +129,13 @@ void setOverlap(torch::nn::Module& root, const LinearOverlap& overlap) {
   for (const auto& m : root.modules(/*include_self=*/true)) {
     if (auto* c = dynamic_cast<ColumnParallelLinearImpl*>(m.get())) c->opts.overlap = overlap;
     if (auto* r = dynamic_cast<RowParallelLinearImpl*>(m.get())) r->opts.overlap = overlap;
+  }
+}
+
+void setAccumulateGradInGemm(torch::nn::Module& root, bool on) {
+  for (const auto& m : root.modules(/*include_self=*/true)) {
+    if (auto* c = dynamic_cast<ColumnParallelLinearImpl*>(m.get())) c->opts.accumulateGradInGemm = on;
+    if (auto* r = dynamic_cast<RowParallelLinearImpl*>(m.get())) r->opts.accumulateGradInGemm = on;
   }
 }
 

@@ -37,6 +37,11 @@ struct ParallelLinearOptions {
   // TESSERA_OVERLAP_SM_CARVEOUT): a row layer reduces its output piece by piece while the next
   // piece's GEMM runs; a column layer with sequenceParallel gathers its input piece by piece.
   LinearOverlap overlap;
+  // A group of one only: the layer is nn::linearAccumulateGrad (src/nn/accum_linear.h), its
+  // weight and bias gradients summed in float32 by the GEMM straight into .grad (micro-batches,
+  // pipeline stages). Needs float32 parameters; not with FSDP. With tp > 1 it is an error (the
+  // tensor-parallel ops compute their own gradients).
+  bool accumulateGradInGemm = false;
 };
 
 // y = x W^T + b with W split by output features: rank r holds rows [r·out/tp, (r+1)·out/tp).
@@ -83,5 +88,7 @@ at::Tensor rowParallelLinear(const at::Tensor& x, const at::Tensor& weight, cons
 // Local: sets `overlap` on every Column/RowParallelLinear inside `root` (itself included), e.g.
 // to try other forward pieces or SM carveouts on a built model.
 void setOverlap(torch::nn::Module& root, const LinearOverlap& overlap);
+// Local: sets ParallelLinearOptions::accumulateGradInGemm on every such layer inside `root`.
+void setAccumulateGradInGemm(torch::nn::Module& root, bool on);
 
 }  // namespace tessera::tp
