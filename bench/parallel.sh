@@ -34,6 +34,7 @@ for a in "$@"; do
 done
 [ ${#SECTIONS[@]} -eq 0 ] && SECTIONS=(tp pp fsdp)
 NPROC=${NPROC:-2}
+PP_RUNS_SET=${PP_RUNS:+1}
 PP_RUNS=${PP_RUNS:-mb8 mb16 nofuse paramsplit interleaved}
 TP_VARIANTS=${TP_VARIANTS:-base,chunks2,chunks4,carve16,carve24,chunks2+carve16,chunks4+carve16,chunks2+carve24}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
@@ -104,6 +105,6 @@ gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/n
 topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}' || true)
 machine="${gpus:-no GPU (CPU smoke run)} (GPU0-GPU1 link: ${topo:-?}); torch $(python3 -c 'import torch;print(torch.__version__)' 2>/dev/null)"
 python3 "$HERE/combine_parallel.py" "${logs[@]}" --sections "${SECTIONS[@]}" --machine "$machine" \
-  --command "${FSDP_BUDGETS:+FSDP_BUDGETS=\"$FSDP_BUDGETS\" }bench/parallel.sh $BUILD $LOGS $*" --results "$RESULTS" \
+  --command "$([ "$NPROC" != 2 ] && echo "NPROC=$NPROC ")${PP_RUNS_SET:+PP_RUNS=\"$PP_RUNS\" }${FSDP_BUDGETS:+FSDP_BUDGETS=\"$FSDP_BUDGETS\" }bench/parallel.sh $BUILD $LOGS $*" --results "$RESULTS" \
   --config "D=${D:-2048} L=${L:-12} V=${V:-32000} T=${T:-1024} STEPS=${STEPS:-10}" || rc=1
 exit $rc

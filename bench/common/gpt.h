@@ -32,7 +32,7 @@ struct BenchBlockImpl : torch::nn::Module {
 
   int64_t heads;
   // The linears through nn::linearAccumulateGrad (src/nn/accum_linear.h: weight gradients summed
-  // in fp32 by the GEMM into .grad, for micro-batches) instead of at::linear. Not under DDP/FSDP.
+  // in fp32 by the GEMM into .grad, for micro-batches) instead of at::linear. Not under FSDP.
   bool accumulateGrad = false;
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc1{nullptr}, fc2{nullptr};

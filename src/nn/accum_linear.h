@@ -16,11 +16,11 @@
 // Local (no communication). weight [out, in] and bias [out] (or undefined) are float32 leaf
 // tensors; their .grad, when defined, must be float32, contiguous and of their shape; x is
 // [..., in]. Anything else is a tessera::Error naming the tensor and what was wrong.
-// The gradients do not pass through the parameters' AccumulateGrad nodes, so hooks registered
-// on those (DDP's gradient-ready hooks over two or more ranks, FSDP's) never see them: use it
-// where no such hook watches the parameters (one replica, pipeline stages with dp = 1, DDP over
-// a group of one); the gradient is in .grad when backward returns. Without grad mode, or when
-// neither x nor the parameters require grad, it is at::linear.
+// The op hands no gradient to the parameters' AccumulateGrad nodes; the autograd engine still
+// runs them, so post hooks registered on them (DDP's gradient-ready hooks) fire, and .grad then
+// already holds the sum (tests/nn on LibTorch 1.13 and 2.11; tests/parallel/ddp trains through
+// DDP with it). Not for FSDP units: their bf16 parameters are refused above. Without grad mode, or
+// when neither x nor the parameters require grad, it is at::linear.
 #include <ATen/core/Tensor.h>
 
 namespace tessera::nn {
