@@ -155,12 +155,13 @@ void resolveLayout(TrainOptions& o, int world) {
                 "gpipe");
 }
 
+bool usesFusedWgrad(const TrainOptions& o) { return o.fusedWgrad && o.tp == 1 && o.dpMode == "ddp"; }
+
 std::string describe(const TrainOptions& o) {
-  const bool fused = o.fusedWgrad && o.tp == 1 && o.dpMode == "ddp";
   return fmt::format("dp {} ({}) x pp {} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}; {} steps",
                      o.dp, o.dpMode, o.pp, o.tp, o.sequenceParallel ? " +sp" : "", o.microBatches, o.schedule,
                      o.chunks > 1 ? fmt::format(" ({} chunks)", o.chunks) : "", o.batch, o.cfg.seqLen, o.precision,
-                     fused ? ", weight gradients summed in the GEMM" : "", o.steps);
+                     usesFusedWgrad(o) ? ", weight gradients summed in the GEMM" : "", o.steps);
 }
 
 }  // namespace tessera::gpt

@@ -43,5 +43,8 @@ std::string usage();
 // Fills dp, microBatches, batch from the world size; checks that everything fits.
 void resolveLayout(TrainOptions& o, int world);
 std::string describe(const TrainOptions& o);
+// Whether the linears sum their weight gradients in the GEMM: fusedWgrad where it applies
+// (tp = 1 with DDP).
+bool usesFusedWgrad(const TrainOptions& o);
 
 }  // namespace tessera::gpt

@@ -54,7 +54,7 @@ void Trainer::State::build() {
     chunk->to(device);
     // Weight gradients summed by the GEMM into .grad across micro-batches: DDP's hooks still see
     // them (tests/parallel/ddp); FSDP's bf16 unit parameters and the tp > 1 ops cannot take it.
-    if (o.fusedWgrad && o.tp == 1 && o.dpMode == "ddp") tp::setAccumulateGradInGemm(*chunk, true);
+    if (usesFusedWgrad(o)) tp::setAccumulateGradInGemm(*chunk, true);
     chunks.push_back(chunk);
   }
   const bool bf16 = o.precision == "bf16";

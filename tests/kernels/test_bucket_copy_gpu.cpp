@@ -13,15 +13,6 @@
 using namespace tessera::kernels;
 using namespace tessera::testing;
 
-#define REQUIRE_CUDA_LIBTORCH()                                                      \
-  do {                                                                               \
-    TESSERA_REQUIRE_GPUS(1);                                                         \
-    if (!at::hasCUDA()) {                                                            \
-      fmt::print("SKIP: this LibTorch has no CUDA (tessera built against CPU torch)\n"); \
-      GTEST_SKIP() << "LibTorch without CUDA";                                       \
-    }                                                                                \
-  } while (0)
-
 namespace {
 
 const double kThird = 1.0 / 3.0;
@@ -70,7 +61,7 @@ std::vector<Case> cases() {
 }  // namespace
 
 TEST(BucketCopyGpu, FlattenMatchesReference) {
-  REQUIRE_CUDA_LIBTORCH();
+  TESSERA_REQUIRE_CUDA_LIBTORCH();
   const at::Device dev(at::kCUDA, 0);
   std::mt19937 rng(11);
   at::manual_seed(11);
@@ -96,7 +87,7 @@ TEST(BucketCopyGpu, FlattenMatchesReference) {
 }
 
 TEST(BucketCopyGpu, UnflattenMatchesReference) {
-  REQUIRE_CUDA_LIBTORCH();
+  TESSERA_REQUIRE_CUDA_LIBTORCH();
   const at::Device dev(at::kCUDA, 0);
   std::mt19937 rng(12);
   at::manual_seed(12);
@@ -121,7 +112,7 @@ TEST(BucketCopyGpu, UnflattenMatchesReference) {
 }
 
 TEST(BucketCopyGpu, LargeTensorsSpanMoreChunksThanBlocks) {
-  REQUIRE_CUDA_LIBTORCH();
+  TESSERA_REQUIRE_CUDA_LIBTORCH();
   const at::Device dev(at::kCUDA, 0);
   at::manual_seed(13);
   // 9M elements: more chunks (8192 elements each) than the grid's blocks on any current GPU.
@@ -138,7 +129,7 @@ TEST(BucketCopyGpu, LargeTensorsSpanMoreChunksThanBlocks) {
 }
 
 TEST(BucketCopyGpu, InPlaceScalingOfOwnRange) {
-  REQUIRE_CUDA_LIBTORCH();
+  TESSERA_REQUIRE_CUDA_LIBTORCH();
   const at::Device dev(at::kCUDA, 0);
   for (auto flatT : bucketDtypes()) {
     auto flat0 = at::randn({100003}).to(flatT);
@@ -158,7 +149,7 @@ TEST(BucketCopyGpu, InPlaceScalingOfOwnRange) {
 }
 
 TEST(BucketCopyGpu, WrongDeviceGivesClearError) {
-  REQUIRE_CUDA_LIBTORCH();
+  TESSERA_REQUIRE_CUDA_LIBTORCH();
   const at::Device dev(at::kCUDA, 0);
   auto flat = at::zeros({16}, at::TensorOptions().device(dev));
   EXPECT_NO_THROW(expectErrorContaining([&] { flattenScaleCast({at::ones({4})}, flat, {0}, 1.0); },

@@ -14,15 +14,6 @@
 #include "nn/accum_linear.h"
 #include "nn/accum_hook_check.h"
 
-#define REQUIRE_CUDA_LIBTORCH()                                                          \
-  do {                                                                                   \
-    TESSERA_REQUIRE_GPUS(1);                                                             \
-    if (!at::hasCUDA()) {                                                                \
-      fmt::print("SKIP: this LibTorch has no CUDA (tessera built against CPU torch)\n"); \
-      GTEST_SKIP() << "LibTorch without CUDA";                                           \
-    }                                                                                    \
-  } while (0)
-
 namespace {
 
 double maxRelErr(const at::Tensor& got, const at::Tensor& exact) {
@@ -33,7 +24,7 @@ double maxRelErr(const at::Tensor& got, const at::Tensor& exact) {
 }  // namespace
 
 TEST(GemmAccumulateGpu, MatchesReference) {
-  REQUIRE_CUDA_LIBTORCH();
+  TESSERA_REQUIRE_CUDA_LIBTORCH();
   const at::Device dev(at::kCUDA, 0);
   struct Shape {
     int64_t m, n, k;
@@ -58,7 +49,7 @@ TEST(GemmAccumulateGpu, MatchesReference) {
 }
 
 TEST(AccumLinearGpu, Bf16AutocastMicroBatches) {
-  REQUIRE_CUDA_LIBTORCH();
+  TESSERA_REQUIRE_CUDA_LIBTORCH();
   const at::Device dev(at::kCUDA, 0);
   const int64_t out = 384, in = 256, micro = 4;
   torch::manual_seed(11);
@@ -96,6 +87,6 @@ TEST(AccumLinearGpu, Bf16AutocastMicroBatches) {
 }
 
 TEST(AccumLinearGpu, GradAccumulatorHooksStillFire) {
-  REQUIRE_CUDA_LIBTORCH();
+  TESSERA_REQUIRE_CUDA_LIBTORCH();
   tessera::testing::checkHooksSeeAccumulatedGrads(at::Device(at::kCUDA, 0));
 }

@@ -1,5 +1,6 @@
 #pragma once
 // Shared bits of the NCCL GPU tests.
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 
 #include "comm/backends.h"
@@ -15,6 +16,17 @@ namespace tessera::testing {
       fmt::print("SKIP: needs {} CUDA devices, {} visible (NCCL {})\n", (n), have_, ::tessera::ncclVersion()); \
       GTEST_SKIP() << "needs " << (n) << " CUDA devices, " << have_ << " visible";                     \
     }                                                                                                   \
+  } while (0)
+
+// Skips the calling test (visibly) unless a CUDA device is visible and this LibTorch has CUDA
+// (tessera can be built with CUDA and NCCL against a CPU LibTorch).
+#define TESSERA_REQUIRE_CUDA_LIBTORCH()                                                  \
+  do {                                                                                   \
+    TESSERA_REQUIRE_GPUS(1);                                                             \
+    if (!at::hasCUDA()) {                                                                \
+      fmt::print("SKIP: this LibTorch has no CUDA (tessera built against CPU torch)\n"); \
+      GTEST_SKIP() << "LibTorch without CUDA";                                           \
+    }                                                                                    \
   } while (0)
 
 // Run options for 2-rank NCCL runs: NVLink multicast stays off (the GPU machine's rule).
