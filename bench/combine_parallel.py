@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Combines the RESULT lines of bench/parallel.sh's runs into bench/results/{tp,pp,fsdp}.{json,md}.
+"""Combines the RESULT lines of bench/parallel.sh's runs into bench/results/{tp,pp,fsdp,nocomm}.{json,md}.
 
 Each log is named after its row's system (LOG_DIR/<system>.log), and the file name names the row
 (the anchor's PyTorch lines have no "system" key; a variant run of one binary gets its own name). Per section the rows are the two 1-GPU references
@@ -9,15 +9,20 @@ Each log is named after its row's system (LOG_DIR/<system>.log), and the file na
 TP also gets overhead_ms = step_ms - ideal_ms, ideal_ms = the same system's 1-GPU step_ms scaled
 to this row's per-GPU share of the batch (batch / (8 x GPUs)): communication left exposed plus
 any other cost of splitting (smaller GEMMs, work repeated on every rank). An estimate.
+The nocomm section (the FAKE_WORLD probe, lines with "fake_world") gets the same overhead_ms for every
+row, the ideal being the same system's 1-GPU step_ms scaled to the row's tokens per GPU per step:
+there, with no communication at all, it is the cost of the parallel machinery alone, and "scaling"
+is the bound that communication hidden for free would give.
 """
 import argparse, datetime, json, os, sys
 
 from result_lines import read_results
 
-SECTIONS = {"tp": "pytorch-tp", "pp": "pytorch-pp", "fsdp": "pytorch-fsdp"}
+SECTIONS = {"tp": "pytorch-tp", "pp": "pytorch-pp", "fsdp": "pytorch-fsdp", "nocomm": None}
 TITLES = {"tp": "Tensor parallel: tessera vs PyTorch DTensor TP",
           "pp": "Pipeline parallel: tessera vs torch.distributed.pipelining",
-          "fsdp": "FSDP: tessera vs PyTorch FSDP2"}
+          "fsdp": "FSDP: tessera vs PyTorch FSDP2",
+          "nocomm": "One GPU as rank 0 of 2, no communication (FAKE_WORLD=2): DDP, TP and FSDP, tessera and PyTorch"}
 SINGLE_BATCH = 8
 
 
@@ -32,7 +37,18 @@ def parse(path):
     return rows
 
 
-def section_of(system):
+def is_single(system):
+    return system.startswith("pytorch-single") or system.startswith("tessera-single")
+
+
+def tokens_per_gpu_step(r):
+    return r["tokens_per_s"] * r["step_ms"] / 1e3 / r["world"]
+
+
+def section_of(row):
+    if "fake_world" in row:
+        return "nocomm"
+    system = row["system"]
     for s in SECTIONS:
         if system.startswith("pytorch-" + s) or system.startswith("tessera-" + s):
             return s
@@ -59,7 +75,7 @@ def main():
     for sec in a.sections:
         rows = []
         for system, r in res.items():
-            if section_of(system) != sec and not system.endswith("-single"):
+            if section_of(r) != sec and not is_single(system):
                 continue
             family = system.split("-")[0]
             one = singles.get(family)
@@ -74,15 +90,18 @@ def main():
                 batch = r.get("batch") or 16
                 ideal = one["step_ms"] * batch / (SINGLE_BATCH * gpus)
                 row["overhead_ms"] = round(r["step_ms"] - ideal, 2)
+            if sec == "nocomm" and one and "fake_world" in r:
+                ideal = one["step_ms"] * tokens_per_gpu_step(r) / tokens_per_gpu_step(one)
+                row["overhead_ms"] = round(r["step_ms"] - ideal, 2)
             for k in ("sequence_parallel", "overlap", "micro_batches", "schedule", "partition", "peak_mem_GiB_per_rank",
                       "peak_in_flight_per_rank", "prefetch_budget_MiB", "peak_unsharded_units", "peak_unsharded_GiB",
                       "last_loss", "step_ms_all", "variant", "forward_chunks", "sm_carveout",
-                      "mem_before_backward_GiB", "peak_through_forward_GiB", "fused_wgrad"):
+                      "mem_before_backward_GiB", "peak_through_forward_GiB", "fused_wgrad", "fake_world"):
                 if k in r:
                     row[k] = r[k]
             rows.append(row)
         rows.sort(key=lambda x: (x["gpus"], not x["system"].startswith("pytorch"), x["system"]))
-        if not any(section_of(x["system"]) == sec for x in rows):
+        if not any(section_of(x) == sec for x in rows):
             print("combine_parallel.py: no %s rows" % sec, file=sys.stderr)
             ok = False
             continue
@@ -98,7 +117,8 @@ def main():
         extra = {"tp": ["overhead_ms", "forward_chunks", "sm_carveout"],
                  "pp": ["fused_wgrad", "peak_mem_GiB_per_rank", "peak_in_flight_per_rank"],
                  "fsdp": ["prefetch_budget_MiB", "peak_unsharded_units", "peak_unsharded_GiB",
-                          "mem_before_backward_GiB", "peak_through_forward_GiB"]}[sec]
+                          "mem_before_backward_GiB", "peak_through_forward_GiB"],
+                 "nocomm": ["fake_world", "overhead_ms", "fused_wgrad", "mem_before_backward_GiB"]}[sec]
         cols += extra
         lines = ["# %s" % TITLES[sec], "", "- date: %s" % date, "- machine: %s" % a.machine,
                  "- command: `%s`" % a.command, "- config: %s" % a.config, "- method: %s" % doc["method"], "",

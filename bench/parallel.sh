@@ -3,7 +3,7 @@
 # trained by PyTorch (bench/torch_anchor.py: DTensor TP, pipelining Schedule1F1B, FSDP2) and by
 # tessera (tessera_bench_tp / _pp / _fsdp), side by side with each system's 1-GPU run, then
 # bench/results/{tp,pp,fsdp}.{json,md} (bench/combine_parallel.py).
-#   bench/parallel.sh BUILD_DIR LOG_DIR [tp] [pp] [fsdp]      (default: all three)
+#   bench/parallel.sh BUILD_DIR LOG_DIR [tp] [pp] [fsdp] [nocomm]   (default: tp pp fsdp)
 #   bench/parallel.sh BUILD_DIR LOG_DIR --smoke [tp] [pp] [fsdp]
 # Runs, in order, each under `timeout` (a failed run leaves its row out, the rest go on):
 #   pytorch-single, tessera-single (B=8, 1 GPU; the scaling reference of each system);
@@ -11,10 +11,19 @@
 #         forward pieces chunksN, SM carveouts carveN), tessera-tp-nooverlap (B=16 shared by NPROC GPUs);
 #   pp:   pytorch-pp-mb8 (B=16), pytorch-pp-mb16 (B=32), tessera-pp-1F1B-mb8, -mb16 (stages balanced
 #         by compute), -mb16-nofuse (weight gradients accumulated by autograd), -mb16-paramsplit (by parameters, as PyTorch's 6 + 6), interleaved-1F1B-mb16;
-#   fsdp: pytorch-fsdp, tessera-fsdp-prefetch{0,256,512,1024,2048} (B=8 per GPU; MiB of budget).
+#   fsdp: pytorch-fsdp, tessera-fsdp-prefetch{0,256,512,1024,2048} (B=8 per GPU; MiB of budget);
+#   nocomm: the one-GPU probe without communication (bench/common/fake_world.h; one process as rank 0
+#         of FAKE_WORLD=2, PyTorch on its "fake" process group): pytorch-fsdp-nocomm,
+#         tessera-ddp-nocomm (variants DDP_VARIANTS), tessera-tp[-sp]-nocomm, tessera-fsdp-prefetch{0,512}-nocomm;
+#         what each system's parallel step costs on one GPU besides communication (runs on 1 GPU).
+#         PyTorch's DDP and DTensor TP are left out: its DDP fails on the fake group (the group's
+#         all-reduce future yields None to DDP's comm hook) and DTensor TP on it took 197 ms a step
+#         against 127 ms on two real GPUs (H200, 2026-11-23): not a measure of its machinery.
 # --smoke: tiny model (D=256 L=4 V=512 T=64 STEPS=2) on whatever is there (CPU and Gloo without
 # GPUs), tessera's runs only, results to LOG_DIR: checks that the binaries run end to end.
 # Env: NPROC (2), RUN_TIMEOUT (s per run, 120), FSDP_BUDGETS ("0 256 512 1024 2048"),
+# SINGLE_VARIANTS (tessera-single's in-process variants, ddp_bench.cpp: "base"; e.g. base,fused),
+# DDP_VARIANTS (nocomm: "base,view,fused,view+fused,bf16"),
 # PP_RUNS ("mb8 mb16 nofuse paramsplit interleaved": which pp runs; mb8/mb16 are PyTorch's and
 # tessera's; nofuse is tessera's mb16 with at::linear's weight gradients, FUSED_WGRAD=0),
 # RESULTS (dir for the results, default bench/results), D/L/V/T/STEPS passed through.
@@ -28,7 +37,7 @@ SMOKE=0 SECTIONS=()
 for a in "$@"; do
   case $a in
     --smoke) SMOKE=1 ;;
-    tp | pp | fsdp) SECTIONS+=("$a") ;;
+    tp | pp | fsdp | nocomm) SECTIONS+=("$a") ;;
     *) echo "parallel.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -70,7 +79,7 @@ torch_run() { local name=$1 n=$2 mode=$3; [ $SMOKE = 1 ] || run "$name" "${TORCH
 tessera_run() { local name=$1 bin=$2; shift 2; run "$name" "${TORCHRUN[@]}" --nproc_per_node="$NPROC" --no_python "$BUILD/bench/$bin" "$@"; }
 
 B=8 torch_run pytorch-single 1 single
-B=8 run tessera-single "$BUILD/bench/tessera_bench_ddp" single
+B=8 run tessera-single "$BUILD/bench/tessera_bench_ddp" single --variants "${SINGLE_VARIANTS:-base}"
 for s in "${SECTIONS[@]}"; do
   case $s in
     tp)
@@ -98,6 +107,16 @@ for s in "${SECTIONS[@]}"; do
       for m in ${FSDP_BUDGETS:-0 256 512 1024 2048}; do
         B=8 tessera_run "tessera-fsdp-prefetch$m" tessera_bench_fsdp --prefetch-mib "$m"
       done ;;
+    nocomm)  # one process each, as rank 0 of a world of 2 that does not communicate
+      fake=(env FAKE_WORLD=2)
+      B=8 run tessera-ddp-nocomm "${fake[@]}" "$BUILD/bench/tessera_bench_ddp" tessera \
+        --variants "${DDP_VARIANTS:-base,view,fused,view+fused,bf16}"
+      B=16 run tessera-tp-nocomm "${fake[@]}" "$BUILD/bench/tessera_bench_tp"
+      B=16 run tessera-tp-sp-nocomm "${fake[@]}" "$BUILD/bench/tessera_bench_tp" --sp
+      [ $SMOKE = 1 ] || B=8 run pytorch-fsdp-nocomm "${fake[@]}" python3 "$HERE/torch_anchor.py" fsdp
+      for m in 0 512; do
+        B=8 run "tessera-fsdp-prefetch$m-nocomm" "${fake[@]}" "$BUILD/bench/tessera_bench_fsdp" --prefetch-mib "$m"
+      done ;;
   esac
 done
 
@@ -105,6 +124,6 @@ gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/n
 topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}' || true)
 machine="${gpus:-no GPU (CPU smoke run)} (GPU0-GPU1 link: ${topo:-?}); torch $(python3 -c 'import torch;print(torch.__version__)' 2>/dev/null)"
 python3 "$HERE/combine_parallel.py" "${logs[@]}" --sections "${SECTIONS[@]}" --machine "$machine" \
-  --command "$([ "$NPROC" != 2 ] && echo "NPROC=$NPROC ")${PP_RUNS_SET:+PP_RUNS=\"$PP_RUNS\" }${FSDP_BUDGETS:+FSDP_BUDGETS=\"$FSDP_BUDGETS\" }bench/parallel.sh $BUILD $LOGS $*" --results "$RESULTS" \
+  --command "$([ "$NPROC" != 2 ] && echo "NPROC=$NPROC ")${PP_RUNS_SET:+PP_RUNS=\"$PP_RUNS\" }${SINGLE_VARIANTS:+SINGLE_VARIANTS=\"$SINGLE_VARIANTS\" }${DDP_VARIANTS:+DDP_VARIANTS=\"$DDP_VARIANTS\" }${FSDP_BUDGETS:+FSDP_BUDGETS=\"$FSDP_BUDGETS\" }bench/parallel.sh $BUILD $LOGS $*" --results "$RESULTS" \
   --config "D=${D:-2048} L=${L:-12} V=${V:-32000} T=${T:-1024} STEPS=${STEPS:-10}" || rc=1
 exit $rc

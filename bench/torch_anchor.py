@@ -1,8 +1,11 @@
 # PyTorch's side of the tp/pp/fsdp benchmarks (bench/parallel.sh): a copy of
 # ../shared/anchors/torch_anchor.py, the anchors' script (../shared does not travel to the GPU machine),
 # plus two host-side memory readings (no synchronisation, no effect on the timing): the memory
-# allocated right before the last step's backward and the peak up to then, for the FSDP comparison.
+# allocated right before the last step's backward and the peak up to then, for the FSDP comparison;
+# and FAKE_WORLD=N: one process plays rank 0 of N over PyTorch's "fake" process group (no
+# communication; the probe of bench/common/fake_world.h, modes ddp fsdp tp), its line marked "fake_world".
 # Launch: torchrun --nproc_per_node=N torch_anchor.py MODE   (MODE: single ddp fsdp tp pp)
+#         FAKE_WORLD=2 python3 torch_anchor.py MODE
 import os, sys, time, json, math
 import torch, torch.nn as nn, torch.nn.functional as F
 import torch.distributed as dist
@@ -44,9 +47,15 @@ def flops_per_token():  # 6N for matmuls + causal attention (fwd 2*T*D per layer
 
 def main():
     mode = sys.argv[1]
-    dist.init_process_group("nccl")
+    fake = int(os.environ.get("FAKE_WORLD", 0) or 0)
+    if fake:
+        assert mode in ("ddp", "fsdp", "tp") and fake >= 2, "FAKE_WORLD=%d: modes ddp fsdp tp, 2 ranks or more" % fake
+        from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=fake)
+    else:
+        dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
-    dev = torch.device("cuda", int(os.environ["LOCAL_RANK"])); torch.cuda.set_device(dev)
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))); torch.cuda.set_device(dev)
     torch.manual_seed(0)
     tokens_per_step = B * T * (world if mode in ("ddp", "ddp_bf16", "fsdp", "single") else 1)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16)
@@ -109,6 +118,7 @@ def main():
     res = dict(mode=mode, world=world, params_M=round(n_params() / 1e6, 1), step_ms=round(med * 1e3, 2),
                tokens_per_s=round(tps), mfu_vs_989=round(mfu, 3),
                peak_mem_GiB=round(torch.cuda.max_memory_allocated(dev) / 2**30, 2))
+    if fake: res.update(fake_world=fake)
     if mode != "pp":
         res.update(mem_before_backward_GiB=round(mem_before_backward / 2**30, 2),
                    peak_through_forward_GiB=round(peak_forward / 2**30, 2))

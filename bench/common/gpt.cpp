@@ -51,7 +51,12 @@ BenchGptImpl::BenchGptImpl(const GptConfig& c) : cfg(c) {
 torch::Tensor BenchGptImpl::forward(const torch::Tensor& tokens) {
   auto x = emb->forward(tokens);
   for (const auto& blk : *blocks) x = blk->as<BenchBlock>()->forward(x);
-  return linear(head, lnf->forward(x));
+  return linear(head, lnf->forward(x), accumulateGrad);
+}
+
+void BenchGptImpl::setAccumulateGrad(bool on) {
+  accumulateGrad = on;
+  for (const auto& blk : *blocks) blk->as<BenchBlock>()->accumulateGrad = on;
 }
 
 torch::Tensor gptLoss(const torch::Tensor& logits, const torch::Tensor& targets) {

@@ -44,7 +44,11 @@ struct BenchGptImpl : torch::nn::Module {
   // tokens [B, T] int64 -> logits [B, T, vocab] (bf16 under autocast).
   torch::Tensor forward(const torch::Tensor& tokens);
 
+  // Every linear (blocks and head) through nn::linearAccumulateGrad (BenchBlockImpl::accumulateGrad).
+  void setAccumulateGrad(bool on);
+
   GptConfig cfg;
+  bool accumulateGrad = false;  // the head's; the blocks have their own
   torch::nn::Embedding emb{nullptr};
   torch::nn::ModuleList blocks{nullptr};
   torch::nn::LayerNorm lnf{nullptr};

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 
 #include "common/profiler.h"
+#include "fake_world.h"
 
 namespace tessera::bench {
 
@@ -47,6 +49,8 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+std::string jsonNumber(double v) { return std::isfinite(v) ? fmt::format("{:.6f}", v) : "null"; }
+
 at::Device singleProcessDevice() {
   if (!torch::cuda::is_available()) return at::kCPU;
   return {at::kCUDA, static_cast<c10::DeviceIndex>(envInt("LOCAL_RANK", 0))};
@@ -78,11 +82,15 @@ std::string resultLine(const GptConfig& cfg, const BenchResult& r) {
   const double mfu = tps * gptFlopsPerToken(cfg) / (r.world * 989e12);
   std::string all;
   for (double t : r.times) all += fmt::format("{}{:.2f}", all.empty() ? "" : ", ", t * 1e3);
+  // The FAKE_WORLD probe (fake_world.h): its own rows, never mistaken for a real run's.
+  const int fake = fakeWorldSize();
+  const std::string system = fake ? r.system + "-nocomm" : r.system;
+  const std::string extra = fake ? fmt::format("\"fake_world\": {}, {}", fake, r.extra) : r.extra;
   return fmt::format(
       "RESULT {{\"system\": \"{}\", \"mode\": \"{}\", \"world\": {}, \"params_M\": {:.1f}, \"step_ms\": {:.2f}, "
       "\"tokens_per_s\": {:.0f}, \"mfu_vs_989\": {:.3f}, \"peak_mem_GiB\": {:.2f}, {}\"step_ms_all\": [{}]}}",
-      r.system, r.mode, r.world, gptParamCount(cfg) / 1e6, med * 1e3, tps, mfu, r.peakGiB,
-      r.extra.empty() ? "" : r.extra + ", ", all);
+      system, r.mode, r.world, gptParamCount(cfg) / 1e6, med * 1e3, tps, mfu, r.peakGiB,
+      extra.empty() ? "" : extra + ", ", all);
 }
 
 }  // namespace tessera::bench

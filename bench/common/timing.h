@@ -8,7 +8,8 @@
 //   (on the CPU: the process's peak resident set, src/common/device.h).
 // - One line on rank 0: RESULT {json} with the anchor's keys (mode, world, params_M, step_ms,
 //   tokens_per_s, mfu_vs_989, peak_mem_GiB) plus system, step_ms_all and extra members;
-//   the combiners (bench/*/combine.py, bench/combine_parallel.py) read these lines.
+//   the combiners (bench/*/combine.py, bench/combine_parallel.py) read these lines. Under the
+//   FAKE_WORLD probe (fake_world.h) the system gets "-nocomm" and the line "fake_world": N.
 // Local to one process; not thread-safe.
 #include <ATen/ATen.h>
 
@@ -32,6 +33,9 @@ std::vector<std::string> splitList(const std::string& s, char sep);
 std::optional<int> numberedPart(const std::string& part, const std::string& prefix);
 GptConfig gptConfigFromEnv();
 double median(std::vector<double> v);
+// A number for a RESULT line: fixed with 6 decimals, or null when it is not finite (JSON has no NaN;
+// the FAKE_WORLD probe's losses are NaN).
+std::string jsonNumber(double v);
 
 // The device a single-process run uses: CUDA LOCAL_RANK where LibTorch has CUDA devices, else CPU.
 at::Device singleProcessDevice();

@@ -9,11 +9,13 @@
 // model and data; a fresh DDP and optimizer each): a comma-separated list of "base" or
 // '+'-joined parts "view" (bucket views), "bf16" (bf16 gradient communication), "carve<N>" (N SMs
 // kept free of backward's GEMMs while buckets are in flight, common/sm_carveout.h; in single
-// mode over the whole step). Each prints its own RESULT line, its system named
+// mode over the whole step), "fused" (the model's linears sum their weight gradients in fp32 in
+// the GEMM, nn::linearAccumulateGrad: into the bucket itself with "view"). Each prints its own RESULT line, its system named
 // <tessera-ddp|tessera-single|BENCH_SYSTEM>-<variant> ("base": no suffix).
 // --bucket-view sets DdpOptions::gradientAsBucketView (gradients then zeroed in place; without
 // it gradients are set to None after each step, as the anchor's zero_grad(set_to_none=True)).
-// Env as the anchor: B, STEPS, D, L, V, T (a smaller model for a smoke test).
+// Env as the anchor: B, STEPS, D, L, V, T (a smaller model for a smoke test); FAKE_WORLD=N: the
+// one-GPU probe without communication (common/fake_world.h), tessera mode as rank 0 of N.
 // In tessera mode it then times the all-reduce of the gradients alone: every bucket of
 // ddp.bucketLayout() (fp32, the same sizes) launched back to back, then waited, no backward;
 // median of 10 after 3 warm-ups ("allreduce_ms"); the combiner turns it into the
@@ -30,11 +32,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/bootstrap/init.h"
 #include "common/error.h"
 #include "gpt.h"
 #include "common/sm_carveout.h"
 #include "parallel/ddp/ddp.h"
+#include "fake_world.h"
 #include "timing.h"
 
 namespace bench = tessera::bench;
@@ -46,7 +48,7 @@ namespace {
 // in single mode: during the whole step, to see what the carveout itself costs).
 struct Variant {
   std::string name;
-  bool bucketView = false, commBf16 = false;
+  bool bucketView = false, commBf16 = false, fusedWgrad = false;
   int carveout = 0;
 };
 
@@ -57,10 +59,12 @@ Variant parseVariant(const std::string& spec) {
       v.bucketView = true;
     } else if (part == "bf16") {
       v.commBf16 = true;
+    } else if (part == "fused") {
+      v.fusedWgrad = true;
     } else if (auto n = bench::numberedPart(part, "carve")) {
       v.carveout = *n;
     } else {
-      TESSERA_CHECK(part == "base", "ddp_bench: unknown variant part '{}' in '{}' (base, view, bf16, carve<N>)", part,
+      TESSERA_CHECK(part == "base", "ddp_bench: unknown variant part '{}' in '{}' (base, view, bf16, fused, carve<N>)", part,
                     spec);
     }
   }
@@ -87,7 +91,7 @@ int main(int argc, char** argv) try {
                 argv[0]);
   std::vector<Variant> variants;
   if (variantList.empty()) {
-    variants.push_back(Variant{"base", bucketView, commBf16, 0});
+    variants.push_back(Variant{"base", bucketView, commBf16, false, 0});
   } else {
     for (const auto& spec : bench::splitList(variantList, ',')) variants.push_back(parseVariant(spec));
   }
@@ -99,7 +103,7 @@ int main(int argc, char** argv) try {
   int rank = 0, world = 1;
   torch::Device device = bench::singleProcessDevice();
   if (mode == "tessera") {
-    ctx = tessera::init();  // CUDA with NCCL where there are GPUs, else CPU with Gloo (smoke runs)
+    ctx = bench::initWorld();  // CUDA with NCCL where there are GPUs, else CPU with Gloo (smoke runs)
     rank = ctx.world->rank();
     world = ctx.world->size();
     device = ctx.device;
@@ -133,6 +137,7 @@ int main(int argc, char** argv) try {
       for (auto& b : model->named_buffers(true)) buffers.emplace_back(b.key(), b.value());
       ddp = std::make_unique<tessera::DistributedDataParallel>(params, buffers, ctx.world, o);
     }
+    model->setAccumulateGrad(v.fusedWgrad);
     bench::FusedAdamW opt(model->parameters());
     const bool setToNone = !v.bucketView;
 
@@ -177,8 +182,9 @@ int main(int argc, char** argv) try {
     firstVariant = false;
 
     std::string system = v.name == "base" ? baseName : baseName + "-" + v.name;
-    std::string extra = fmt::format("\"variant\": \"{}\", \"sm_carveout\": {}, \"zero_grad\": \"{}\"", v.name,
-                                    v.carveout, setToNone ? "set_to_none" : "ddp.zeroGrad (in place)");
+    std::string extra =
+        fmt::format("\"variant\": \"{}\", \"sm_carveout\": {}, \"fused_wgrad\": {}, \"zero_grad\": \"{}\"", v.name,
+                    v.carveout, v.fusedWgrad, setToNone ? "set_to_none" : "ddp.zeroGrad (in place)");
     if (allreduceMs > 0) {
       extra += fmt::format(", \"allreduce_ms\": {:.2f}, \"buckets\": {}, \"bucket_mib\": \"{}\"", allreduceMs,
                            nBuckets, bucketMib);

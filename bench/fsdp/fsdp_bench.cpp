@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 
-#include "comm/bootstrap/init.h"
 #include "common/error.h"
 #include "gpt.h"
 #include "sharding/fsdp/fsdp.h"
 #include "sharding/fsdp/optimizer.h"
+#include "fake_world.h"
 #include "timing.h"
 
 namespace bench = tessera::bench;
@@ -47,7 +47,7 @@ int main(int argc, char** argv) try {
   const bench::GptConfig cfg = bench::gptConfigFromEnv();
   const int64_t batch = bench::envInt("B", 8);
   const int steps = static_cast<int>(bench::envInt("STEPS", 10));
-  auto ctx = tessera::init();
+  auto ctx = bench::initWorld();
   const auto& world = ctx.world;
   const auto device = ctx.device;
   bench::useDevice(device);
@@ -95,10 +95,10 @@ int main(int argc, char** argv) try {
   bench::BenchResult r{fmt::format("tessera-fsdp-prefetch{}", budgetMib), "fsdp", world->size(),
                        static_cast<double>(batch * cfg.seqLen * world->size()), times, bench::peakMemoryGiB(device),
                        fmt::format("\"batch\": {}, \"prefetch_budget_MiB\": {}, \"peak_unsharded_units\": {}, "
-                                   "\"peak_unsharded_GiB\": {:.2f}, \"last_loss\": {:.6f}, \"mem_before_backward_GiB\": {:.2f}, "
+                                   "\"peak_unsharded_GiB\": {:.2f}, \"last_loss\": {}, \"mem_before_backward_GiB\": {:.2f}, "
                                    "\"peak_through_forward_GiB\": {:.2f}",
                                    batch, budgetMib, st.peakUnshardedUnits,
-                                   static_cast<double>(st.peakUnshardedBytes) / (1ull << 30), lastLoss,
+                                   static_cast<double>(st.peakUnshardedBytes) / (1ull << 30), bench::jsonNumber(lastLoss),
                                    memBeforeBackward, peakForward)};
   if (world->rank() == 0) std::cout << bench::resultLine(cfg, r) << std::endl;
   world->barrier()->wait();

@@ -32,6 +32,7 @@
 #include "pipeline/executor.h"
 #include "pipeline/partition.h"
 #include "pipeline/schedule.h"
+#include "fake_world.h"
 #include "timing.h"
 
 namespace bench = tessera::bench;
@@ -65,6 +66,8 @@ int main(int argc, char** argv) try {
   const int64_t batch = bench::envInt("B", 16);
   const int micro = static_cast<int>(bench::envInt("MB", 8));
   const int steps = static_cast<int>(bench::envInt("STEPS", 10));
+  TESSERA_CHECK(bench::fakeWorldSize() == 0,
+                "pp_bench: FAKE_WORLD is not for pipelines (a stage without its peer measures nothing); unset it");
   auto ctx = tessera::init();
   const auto& world = ctx.world;
   const int pp = world->size(), rank = world->rank();
@@ -148,9 +151,9 @@ int main(int argc, char** argv) try {
                        static_cast<double>(batch * cfg.seqLen), times, *std::max_element(peaks.begin(), peaks.end()),
                        fmt::format("\"pp\": {}, \"batch\": {}, \"micro_batches\": {}, \"schedule\": \"{}\", \"fused_wgrad\": {}, "
                                    "\"partition\": \"{}\", \"peak_mem_GiB_per_rank\": [{:.2f}], "
-                                   "\"peak_in_flight_per_rank\": [{}], \"last_loss\": {:.6f}",
+                                   "\"peak_in_flight_per_rank\": [{}], \"last_loss\": {}",
                                    pp, batch, micro, kindName, fused ? "true" : "false", part.describe(), fmt::join(peaks, ", "),
-                                   fmt::join(inflight, ", "), lastLoss)};
+                                   fmt::join(inflight, ", "), bench::jsonNumber(lastLoss))};
   if (rank == 0) std::cout << bench::resultLine(cfg, r) << std::endl;
   world->barrier()->wait();
   bench::synchronize(device);

@@ -29,13 +29,13 @@
 #include <utility>
 #include <vector>
 
-#include "comm/bootstrap/init.h"
 #include "common/error.h"
 #include "gpt.h"
 #include "parallel/tensor/blocks.h"
 #include "parallel/tensor/linear.h"
 #include "parallel/tensor/mappings.h"
 #include "parallel/tensor/vocab.h"
+#include "fake_world.h"
 #include "timing.h"
 
 namespace bench = tessera::bench;
@@ -123,7 +123,7 @@ int main(int argc, char** argv) try {
   const bench::GptConfig cfg = bench::gptConfigFromEnv();
   const int64_t batch = bench::envInt("B", 16);
   const int steps = static_cast<int>(bench::envInt("STEPS", 10));
-  auto ctx = tessera::init();
+  auto ctx = bench::initWorld();
   const auto& world = ctx.world;
   const auto device = ctx.device;
   bench::useDevice(device);
@@ -165,9 +165,9 @@ int main(int argc, char** argv) try {
                          bench::peakMemoryGiB(device),
                          fmt::format("\"tp\": {}, \"batch\": {}, \"sequence_parallel\": {}, \"overlap\": {}, "
                                      "\"variant\": \"{}\", \"forward_chunks\": {}, \"sm_carveout\": {}, "
-                                     "\"last_loss\": {:.6f}",
+                                     "\"last_loss\": {}",
                                      world->size(), batch, sp, overlap, spec, ov.forwardChunks, ov.smCarveout,
-                                     lastLoss)};
+                                     bench::jsonNumber(lastLoss))};
     if (world->rank() == 0) std::cout << bench::resultLine(cfg, r) << std::endl;
   }
   world->barrier()->wait();

@@ -6,6 +6,8 @@
 #        parallel)                                               (same full weights, same batch)
 #   pp:  1F1B split by compute, 1F1B split by parameters, GPipe, interleaved 1F1B, FUSED_WGRAD=0
 #   fsdp: prefetch off and prefetch with a budget
+# and the FAKE_WORLD=2 probe (bench/common/fake_world.h) of ddp (with its variants), tp and fsdp:
+# one process each, every RESULT line marked "fake_world": 2 and its system "-nocomm".
 # A variant that fails, prints no RESULT or disagrees (relative 1e-5; the sums run in other
 # orders, a wrong gradient is off by far more) fails the test (exit 1).
 #   bench_smoke.sh BUILD_DIR
@@ -60,5 +62,24 @@ same "pp: 1F1B / parameter split / GPipe / interleaved / autograd's weight-gradi
 a=$(loss fsdp-noprefetch B=2 -- tessera_bench_fsdp --prefetch-mib 0)
 b=$(loss fsdp-prefetch B=2 -- tessera_bench_fsdp --prefetch-mib 64)
 same "fsdp: no prefetch / prefetch" "$a" "$b"
+probe() {  # probe NAME BIN ARGS...: the one-process probe runs and marks each of its N lines
+  local name=$1; shift
+  local out r
+  out=$(FAKE_WORLD=2 B=2 timeout -k 10 120 "$BUILD/bench/$@" 2>&1)
+  r=$?
+  local lines marked
+  lines=$(grep -c '^RESULT ' <<<"$out")
+  marked=$(grep '^RESULT ' <<<"$out" | grep -c '"system": "[^"]*-nocomm".*"fake_world": 2,')
+  if [ $r -eq 0 ] && [ "$lines" -gt 0 ] && [ "$lines" = "$marked" ]; then
+    echo "ok   probe $name: $lines line(s) marked fake_world 2"
+  else
+    echo "FAIL probe $name: exit $r, $lines RESULT line(s), $marked marked; output tail:"
+    tail -15 <<<"$out"
+    rc=1
+  fi
+}
+probe ddp tessera_bench_ddp tessera --variants base,view+fused,fused+bf16
+probe tp-sp tessera_bench_tp --sp
+probe fsdp tessera_bench_fsdp --prefetch-mib 64
 [ $rc -eq 0 ] && echo "bench smoke: all variants agree" || echo "bench smoke: FAILED"
 exit $rc
