@@ -61,4 +61,16 @@ void gemmAccumulateTN(const at::Tensor& acc, const at::Tensor& a, const at::Tens
 #endif
 }
 
+at::Tensor weightGradTN(const at::Tensor& a, const at::Tensor& b, c10::ScalarType dtype) {
+  const auto in = a.scalar_type();
+  if (dtype != at::kFloat || in == at::kFloat || in != b.scalar_type() || (in != at::kBFloat16 && in != at::kHalf)) {
+    return a.t().mm(b).to(dtype);
+  }
+  TESSERA_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(0) == b.size(0),
+                "weightGradTN: needs a[k, m] and b[k, n]; got a {}, b {}", describe(a), describe(b));
+  auto out = at::empty({a.size(1), b.size(1)}, a.options().dtype(at::kFloat));
+  gemmAccumulateTN(out, a.contiguous(), b.contiguous(), /*overwrite=*/true);
+  return out;
+}
+
 }  // namespace tessera::kernels

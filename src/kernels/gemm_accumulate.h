@@ -17,6 +17,13 @@
 namespace tessera::kernels {
 
 void gemmAccumulateTN(const at::Tensor& acc, const at::Tensor& a, const at::Tensor& b, bool overwrite = false);
+
+// A weight gradient aᵀ b as a fresh [m, n] tensor of `dtype` (the parameter's). A float32 result
+// from bfloat16/float16 a and b comes straight out of the GEMM's float32 sum (gemmAccumulateTN with
+// overwrite): more exact than a low-precision product cast up, and one pass over the gradient less.
+// Other combinations: a.t().mm(b).to(dtype). Shapes and dtypes as gemmAccumulateTN (a, b may be
+// non-contiguous: made contiguous first).
+at::Tensor weightGradTN(const at::Tensor& a, const at::Tensor& b, c10::ScalarType dtype);
 void gemmAccumulateTNReference(const at::Tensor& acc, const at::Tensor& a, const at::Tensor& b, bool overwrite = false);
 
 }  // namespace tessera::kernels

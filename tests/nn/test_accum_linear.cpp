@@ -112,6 +112,29 @@ TEST(AccumLinear, RefusesWhatItCannotAccumulateInto) {
   expectError([&] { linearAccumulateGrad(x, w2, b); }, "bias [4]");
 }
 
+TEST(GemmAccumulate, WeightGradTNDtypes) {
+  torch::manual_seed(5);
+  auto a = at::randn({9, 4}), b = at::randn({9, 6});
+  // bf16 inputs, float32 parameter: the float32 sum of the bf16 products, returned as float32.
+  auto g = tessera::kernels::weightGradTN(a.to(at::kBFloat16), b.to(at::kBFloat16), at::kFloat);
+  ASSERT_EQ(g.scalar_type(), at::kFloat);
+  expectClose(g, a.to(at::kBFloat16).to(at::kFloat).t().mm(b.to(at::kBFloat16).to(at::kFloat)), "bf16 -> fp32");
+  // Non-contiguous inputs are taken (made contiguous first).
+  auto at_ = at::randn({4, 9}).to(at::kBFloat16);
+  expectClose(tessera::kernels::weightGradTN(at_.t(), b.to(at::kBFloat16), at::kFloat),
+              at_.to(at::kFloat).mm(b.to(at::kBFloat16).to(at::kFloat)), "transposed a");
+  // Other combinations: the plain product in the parameter's dtype.
+  auto plain = tessera::kernels::weightGradTN(a, b, at::kFloat);
+  expectClose(plain, a.t().mm(b), "fp32");
+  EXPECT_EQ(tessera::kernels::weightGradTN(a, b, at::kBFloat16).scalar_type(), at::kBFloat16);
+  try {
+    tessera::kernels::weightGradTN(a.to(at::kBFloat16), at::randn({8, 6}).to(at::kBFloat16), at::kFloat);
+    ADD_FAILURE() << "mismatched k accepted";
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("weightGradTN"), std::string::npos) << e.what();
+  }
+}
+
 TEST(GemmAccumulate, ReferenceIsAccPlusATransposeB) {
   auto acc = at::randn({5, 3}), a = at::randn({7, 5}), b = at::randn({7, 3});
   auto want = acc + a.t().mm(b);

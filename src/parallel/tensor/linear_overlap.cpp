@@ -7,6 +7,7 @@
 #include "common/autocast.h"
 #include "common/env.h"
 #include "common/error.h"
+#include "kernels/gemm_accumulate.h"
 #include "parallel/tensor/seq_chunks.h"
 
 namespace tessera::tp {
@@ -42,20 +43,25 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
   // bias is optional: an undefined tensor may not be an input of a custom Function in 1.13.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const c10::optional<at::Tensor>& bias, c10::intrusive_ptr<OverlapState> st) {
-    ctx->save_for_backward({x, weight});
+    // The weight in the input's dtype (the autocast dtype under autocast), cast once here and
+    // saved for backward instead of cast again there. Not through autocast's cache: a cast made
+    // here, where grad mode is off, would be cached without autograd history for later users.
+    const auto dt = x.scalar_type();
+    const at::Tensor wc = weight.to(dt);
+    ctx->save_for_backward({x, wc});
     ctx->saved_data["state"] = c10::IValue::make_capsule(st);
     ctx->saved_data["bias"] = bias.has_value();
-    if (!st->sp) return at::linear(x, weight, bias);
+    ctx->saved_data["wdtype"] = weight.scalar_type();
+    if (!st->sp) return at::linear(x, wc, bias);
     if (st->overlap.forwardChunks <= 1) {
       auto [gathered, work] = launchGatherSeq(x, st->comm);
       work->wait();
-      return at::linear(gathered, weight, bias);
+      return at::linear(gathered, wc, bias);
     }
     // The gather in pieces, each piece's GEMMs while the next piece is gathered.
-    const auto dt = x.scalar_type();
     const int64_t in = weight.size(1), outLocal = weight.size(0);
     auto local = x.reshape({-1, in}).contiguous();
-    auto wt = weight.to(dt).t();
+    auto wt = wc.t();
     auto b = bias ? bias->to(dt) : at::Tensor();
     auto y = at::empty({local.size(0) * st->comm->size(), outLocal}, local.options());
     forEachGatheredBlock(local, st->comm, st->overlap.forwardChunks, st->overlap.smCarveout,
@@ -75,7 +81,8 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    const at::Tensor x = saved[0], w = saved[1];
+    const at::Tensor x = saved[0], w = saved[1];  // w: the weight in x's dtype
+    const auto wdtype = ctx->saved_data["wdtype"].toScalarType();
     auto st = c10::static_intrusive_pointer_cast<OverlapState>(ctx->saved_data["state"].toCapsule());
     const bool hasBias = ctx->saved_data["bias"].toBool();
     const bool needX = ctx->needs_input_grad(0), needW = ctx->needs_input_grad(1);
@@ -115,13 +122,13 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
     at::Tensor gw, gb;
     // The weight GEMM runs beside the input-gradient collective: leave it its SMs.
     SmCarveoutGuard carve(reduce ? st->overlap.smCarveout : 0);
-    if (needW) gw = gy2.t().mm(total.reshape({-1, in}).to(dt)).to(w.scalar_type());
+    if (needW) gw = kernels::weightGradTN(gy2, total.reshape({-1, in}).to(dt), wdtype);
     if (needB) gb = gy2.sum(0);
     if (needW || needB) st->note("grad_weight");
 
     if (reduce) reduce->wait();
     if (gx.defined()) gx = gx.to(x.scalar_type());
-    if (gb.defined()) gb = gb.to(w.scalar_type());
+    if (gb.defined()) gb = gb.to(wdtype);
     return {gx, gw, gb, at::Tensor()};
   }
 };

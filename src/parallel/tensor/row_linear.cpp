@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "kernels/gemm_accumulate.h"
 #include "common/sm_carveout.h"
 #include "parallel/tensor/seq_chunks.h"
 
@@ -72,13 +73,16 @@ struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
   // bias is optional: an undefined tensor may not be an input of a custom Function in 1.13.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const c10::optional<at::Tensor>& bias, c10::intrusive_ptr<RowState> st) {
-    ctx->save_for_backward({x, weight});
+    // The weight in x's dtype, cast once and saved for backward (as in linear_overlap.cpp).
+    const auto dt = x.scalar_type();
+    const at::Tensor wc = weight.to(dt);
+    ctx->save_for_backward({x, wc});
     ctx->saved_data["state"] = c10::IValue::make_capsule(st);
     ctx->saved_data["bias"] = bias.has_value();
-    const auto dt = x.scalar_type();
+    ctx->saved_data["wdtype"] = weight.scalar_type();
     const int64_t out = weight.size(0);
     auto x2 = x.reshape({-1, weight.size(1)}).contiguous();
-    auto wt = weight.to(dt).t();
+    auto wt = wc.t();
     // The bias once: rank 0 adds it before the sum (every rank's shard then has it once).
     auto b = bias && st->comm->rank() == 0 ? bias->to(dt) : at::Tensor();
     auto shape = x.sizes().vec();
@@ -94,7 +98,8 @@ struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    const at::Tensor x = saved[0], w = saved[1];
+    const at::Tensor x = saved[0], w = saved[1];  // w: the weight in x's dtype
+    const auto wdtype = ctx->saved_data["wdtype"].toScalarType();
     auto st = c10::static_intrusive_pointer_cast<RowState>(ctx->saved_data["state"].toCapsule());
     const bool needX = ctx->needs_input_grad(0), needW = ctx->needs_input_grad(1);
     const bool needB = ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2);
@@ -106,13 +111,14 @@ struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
     at::Tensor gx, gw, gb;
     if (!st->sp) {
       if (needX) gx = gy.mm(wd).view(x.sizes());
-      if (needW) gw = gy.t().mm(x2).to(w.scalar_type());
-      if (needB) gb = gy.sum(0).to(w.scalar_type());
+      if (needW) gw = kernels::weightGradTN(gy, x2, wdtype);
+      if (needB) gb = gy.sum(0).to(wdtype);
       return {gx, gw, gb, at::Tensor()};
     }
     // Sequence parallel: gy's token shards gathered in pieces, each piece's GEMMs meanwhile.
     if (needX) gx = at::empty({x2.size(0), in}, x2.options());
     if (needB) gb = at::zeros({out}, gy.options().dtype(at::kFloat));
+    bool gwStarted = false;
     forEachGatheredBlock(gy, st->comm, st->overlap.forwardChunks, st->overlap.smCarveout,
                          [&](const at::Tensor& block, int64_t row0) {
                            const int64_t rows = block.size(0);
@@ -120,15 +126,17 @@ struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
                              auto rowsOut = gx.narrow(0, row0, rows);
                              at::mm_out(rowsOut, block, wd);
                            }
-                           if (needW) {  // pieces summed in float32
-                             auto part = block.t().mm(x2.narrow(0, row0, rows));
-                             gw = gw.defined() ? gw.add_(part) : part.to(at::kFloat);
+                           if (needW) {  // pieces summed in float32 by the GEMM
+                             if (!gw.defined()) gw = at::empty({out, in}, gy.options().dtype(at::kFloat));
+                             kernels::gemmAccumulateTN(gw, block.contiguous(), x2.narrow(0, row0, rows).contiguous(),
+                                                       /*overwrite=*/!gwStarted);
+                             gwStarted = true;
                            }
                            if (needB) gb.add_(block.sum(0).to(at::kFloat));
                          });
     if (gx.defined()) gx = gx.view(x.sizes());
-    if (gw.defined()) gw = gw.to(w.scalar_type());
-    if (gb.defined()) gb = gb.to(w.scalar_type());
+    if (gw.defined()) gw = gw.to(wdtype);
+    if (gb.defined()) gb = gb.to(wdtype);
     return {gx, gw, gb, at::Tensor()};
   }
 };

@@ -28,48 +28,53 @@ void checkIdRange(const char* what, const at::Tensor& ids, int64_t vocab) {
                 what, lo, hi, vocab);
 }
 
-// fwd: see vocabParallelCrossEntropy. Inputs are validated by the caller.
+// fwd: see vocabParallelCrossEntropy. Inputs are validated by the caller. Every pass over the
+// [N, V/tp] shard counts (1 GB of float32 per pass at the anchors' sizes), so: the row max is taken
+// on the logits as given (exact for bf16/fp16), the shift promotes them to float32 in the same
+// pass (no separate float32 copy), exp runs in place, and the softmax is never normalised in
+// forward: backward scales exp(shifted) by g / (N · sumExp) row by row in the one pass it needs
+// anyway, then subtracts g / N at the targets.
 struct VocabParallelCE : public torch::autograd::Function<VocabParallelCE> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logitsShard,
                             const at::Tensor& targets, const CommPtr& tp) {
     const int64_t n = logitsShard.size(0), width = logitsShard.size(1);
     const int64_t start = static_cast<int64_t>(tp->rank()) * width;
     const bool many = tp->size() > 1;
-    at::Tensor logits = logitsShard.to(at::kFloat);  // copies only if not float32 already
 
-    // Numerical stability: subtract the global row max.
-    at::Tensor rowMax = std::get<0>(logits.max(1)).contiguous();
+    // Numerical stability: subtract the global row max (float32 from here on).
+    at::Tensor rowMax = std::get<0>(logitsShard.max(1)).to(at::kFloat).contiguous();
     if (many) tp->allReduce(rowMax, ReduceOp::Max)->wait();
-    at::Tensor shifted = logits - rowMax.unsqueeze(1);
+    at::Tensor shifted = at::sub(logitsShard, rowMax.unsqueeze(1));  // a fresh float32 tensor
+    if (shifted.scalar_type() != at::kFloat) shifted = shifted.to(at::kFloat);  // float64 logits: float32, as ever
 
     // Target logit (0 where another rank owns the target) and the sum of exp, summed in one go.
     at::Tensor outside = (targets < start).logical_or(targets >= start + width);
     at::Tensor local = (targets - start).masked_fill(outside, 0);
     at::Tensor stats = at::empty({2, n}, shifted.options());
     stats[0].copy_(shifted.gather(1, local.unsqueeze(1)).squeeze(1).masked_fill(outside, 0.0));
-    at::Tensor expd = shifted.exp_();  // shifted is a fresh tensor: reuse its storage
+    at::Tensor expd = shifted.exp_();  // in place: shifted is ours
     stats[1].copy_(expd.sum(1));
     if (many) tp->allReduce(stats, ReduceOp::Sum)->wait();
     at::Tensor targetLogit = stats[0], sumExp = stats[1];
 
     at::Tensor loss = (sumExp.log() - targetLogit).mean();
-    expd.div_(sumExp.unsqueeze(1));  // softmax shard
-    ctx->save_for_backward({expd, local, outside});
+    ctx->save_for_backward({expd, sumExp, local, outside});
     ctx->saved_data["n"] = n;
     ctx->saved_data["dtype"] = logitsShard.scalar_type();
     return loss;
   }
 
-  // bwd: local. d(mean loss)/d(logit j of row i) = (softmax_ij − [j == target_i]) / N.
+  // bwd: local. d(mean loss)/d(logit j of row i) = g (softmax_ij − [j == target_i]) / N, with
+  // softmax_ij = expd_ij / sumExp_i.
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto saved = ctx->get_saved_variables();
-    at::Tensor softmax = saved[0], local = saved[1], outside = saved[2];
+    const at::Tensor expd = saved[0], sumExp = saved[1], local = saved[2], outside = saved[3];
     const int64_t n = ctx->saved_data["n"].toInt();
     const auto dtype = ctx->saved_data["dtype"].toScalarType();
-    at::Tensor inside = outside.logical_not().to(softmax.scalar_type()).unsqueeze(1);
-    at::Tensor grad = softmax.scatter_add(1, local.unsqueeze(1), inside.neg());
-    grad.mul_(grads[0].to(at::kFloat) / static_cast<double>(n));
+    const at::Tensor gOverN = grads[0].to(expd.scalar_type()) / static_cast<double>(n);  // a scalar
+    at::Tensor grad = expd * (gOverN / sumExp).unsqueeze(1);  // fresh: the saved expd stays intact
+    grad.scatter_add_(1, local.unsqueeze(1), outside.logical_not().to(grad.scalar_type()).unsqueeze(1) * -gOverN);
     return {grad.to(dtype), at::Tensor(), at::Tensor()};
   }
 };
