@@ -46,12 +46,15 @@ run() {
 run pytorch-single torchrun --nproc_per_node=1 --standalone "$HERE/torch_ddp.py" single
 # tessera's 1-GPU reference, and (in the same process) the same step with SMs carved out of its
 # GEMMs: what the carveout costs where nothing runs beside them.
-run tessera-single "$BIN" single --variants "${SINGLE_VARIANTS:-base,carve8,carve16,carve24}"
+# "fused": the linears sum their weight gradients in fp32 in the GEMM (the reference of the fused DDP rows).
+run tessera-single "$BIN" single --variants "${SINGLE_VARIANTS:-base,fused,view+fused,carve8,carve16,carve24}"
 run pytorch-ddp torchrun --nproc_per_node="$NPROC" --standalone "$HERE/torch_ddp.py" ddp
 # tessera DDP and its variants, one process (same model and data, a fresh DDP each): bucket views,
-# bf16 gradients, and N SMs kept free of backward's GEMMs while buckets are in flight (carveN).
+# bf16 gradients, weight gradients summed in the GEMM (fused; with view: straight into the bucket,
+# no copy in or out: 0.3 ms over one GPU without communication, bench/results/nocomm.md), and N SMs
+# kept free of backward's GEMMs while buckets are in flight (carveN).
 run tessera-ddp torchrun --nproc_per_node="$NPROC" --standalone --no-python "$BIN" tessera \
-  --variants "${DDP_VARIANTS:-base,view,bf16,carve8,carve16,carve24,carve32,bf16+carve16,view+carve16}"
+  --variants "${DDP_VARIANTS:-base,view,bf16,fused,view+fused,view+fused+bf16,view+fused+carve16,carve8,carve16,carve24,bf16+carve16}"
 # NCCL limited to N CTAs (NCCL_MAX_CTAS, so the all-reduce takes fewer SMs; PyTorch too, for a fair
 # row), with the matching carveout (CTAS=0 skips these).
 for c in ${CTAS:-8 16}; do
