@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Reads a benchmark run's results and prints shell exports of the overlap settings that made
 tessera fastest in it, for the next runs of the same session (scripts/gpu-check):
-  ddp.json -> TESSERA_OVERLAP_SM_CARVEOUT: the sm_carveout of the fastest tessera-ddp row (fp32 gradients),
+  ddp.json -> TESSERA_OVERLAP_SM_CARVEOUT: the sm_carveout of the fastest tessera-ddp row (fp32 gradients
+              copied into buckets: the rows whose only variant part is carveN),
   tp.json  -> TESSERA_TP_FORWARD_CHUNKS (and the carveout, if the DDP file gave none): the fastest
               tessera-tp-sp row's forward_chunks / sm_carveout.
   eval "$(python3 bench/pick_overlap.py ddp.json [tp.json])"
@@ -23,8 +24,8 @@ def main():
     for path in sys.argv[1:]:
         rs = rows(path)
         if any(r["system"].startswith("tessera-ddp") for r in rs):
-            ddp = [r for r in rs if r["system"].startswith("tessera-ddp") and "bf16" not in r["system"]
-                   and "ctas" not in r["system"] and r.get("gpus", 1) > 1]
+            ddp = [r for r in rs if r["system"].startswith("tessera-ddp") and r.get("gpus", 1) > 1
+                   and not any(k in r["system"] for k in ("bf16", "ctas", "view", "fused"))]
             base = next((r for r in ddp if r["system"] == "tessera-ddp"), None)
             best = max(ddp, key=lambda r: r["tokens_per_s"], default=None)
             carve = int(best.get("sm_carveout") or 0) if best else 0
