@@ -4,7 +4,7 @@
 # tessera (tessera_bench_tp / _pp / _fsdp), side by side with each system's 1-GPU run, then
 # bench/results/{tp,pp,fsdp}.{json,md} (bench/combine_parallel.py).
 #   bench/parallel.sh BUILD_DIR LOG_DIR [tp] [pp] [fsdp] [nocomm]   (default: tp pp fsdp)
-#   bench/parallel.sh BUILD_DIR LOG_DIR --smoke [tp] [pp] [fsdp]
+#   bench/parallel.sh BUILD_DIR LOG_DIR --smoke [tp] [pp] [fsdp] [nocomm]
 # Runs, in order, each under `timeout` (a failed run leaves its row out, the rest go on):
 #   pytorch-single, tessera-single (B=8, 1 GPU; the scaling reference of each system);
 #   tp:   pytorch-tp, tessera-tp, tessera-tp-sp (each with the in-process variants TP_VARIANTS:
