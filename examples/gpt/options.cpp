@@ -155,7 +155,7 @@ void resolveLayout(TrainOptions& o, int world) {
                 "gpipe");
 }
 
-bool usesFusedWgrad(const TrainOptions& o) { return o.fusedWgrad && o.tp == 1 && o.dpMode == "ddp"; }
+bool usesFusedWgrad(const TrainOptions& o) { return o.fusedWgrad && o.dpMode == "ddp"; }
 
 std::string describe(const TrainOptions& o) {
   return fmt::format("dp {} ({}) x pp {} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}; {} steps",

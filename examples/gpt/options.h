@@ -31,7 +31,7 @@ struct TrainOptions {
   std::string logJsonl = "train_gpt.jsonl";  // empty: none
   bool breakdown = false;         // time each backward (device syncs) for the step breakdown
   // Weight gradients summed in fp32 by the GEMM into .grad (nn/accum_linear.h) where that applies:
-  // tp = 1 with DDP (FSDP's bf16 parameters and the tp > 1 ops keep their own). --no-fused-wgrad: off.
+  // DDP, at any tp (FSDP's bf16 parameters keep autograd's). --no-fused-wgrad: off.
   bool fusedWgrad = true;
   double peakTflops = 0;          // 0: 989 on CUDA (H100/H200 bf16 dense), none on CPU
 };
@@ -44,7 +44,7 @@ std::string usage();
 void resolveLayout(TrainOptions& o, int world);
 std::string describe(const TrainOptions& o);
 // Whether the linears sum their weight gradients in the GEMM: fusedWgrad where it applies
-// (tp = 1 with DDP).
+// (DDP, any tp).
 bool usesFusedWgrad(const TrainOptions& o);
 
 }  // namespace tessera::gpt

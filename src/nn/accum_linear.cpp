@@ -21,18 +21,6 @@ struct AccumState : torch::CustomClassHolder {
   at::Tensor wc, bc;        // the same in the compute dtype (autocast's cached casts, or themselves)
 };
 
-void checkParam(const char* what, const at::Tensor& p) {
-  TESSERA_CHECK(p.scalar_type() == at::kFloat && p.is_leaf(),
-                "nn::linearAccumulateGrad: the {} must be a float32 leaf tensor (a parameter); got {} {}{}", what,
-                c10::str(p.sizes()), dtypeName(p.scalar_type()), p.is_leaf() ? "" : ", not a leaf");
-  const auto& g = p.grad();
-  TESSERA_CHECK(!g.defined() || (g.scalar_type() == at::kFloat && g.is_contiguous() && g.sizes() == p.sizes()),
-                "nn::linearAccumulateGrad: the {}'s .grad must be a contiguous float32 tensor of its shape {} to "
-                "accumulate into; it is {} {}{}",
-                what, c10::str(p.sizes()), c10::str(g.sizes()), dtypeName(g.scalar_type()),
-                g.is_contiguous() ? "" : " (not contiguous)");
-}
-
 struct AccumLinear : torch::autograd::Function<AccumLinear> {
   // bias is optional: an undefined tensor may not be an input of a custom Function in 1.13.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
@@ -49,27 +37,42 @@ struct AccumLinear : torch::autograd::Function<AccumLinear> {
     auto gy = grads[0].to(x.scalar_type()).reshape({-1, out}).contiguous();
     at::Tensor gx;
     if (ctx->needs_input_grad(0)) gx = gy.mm(st->wc).view(x.sizes());
-    if (st->weight.requires_grad()) {
-      auto x2 = x.reshape({-1, in}).contiguous();
-      auto& g = st->weight.mutable_grad();
-      const bool fresh = !g.defined();
-      if (fresh) g = at::empty({out, in}, st->weight.options());
-      kernels::gemmAccumulateTN(g, gy, x2, /*overwrite=*/fresh);
-    }
-    if (st->bias.defined() && st->bias.requires_grad()) {
-      auto sum = at::sum(gy, {0}, /*keepdim=*/false, at::kFloat);
-      auto& g = st->bias.mutable_grad();
-      if (g.defined()) {
-        g.add_(sum);
-      } else {
-        g = sum;
-      }
-    }
+    if (st->weight.requires_grad()) accumulateWeightGrad(st->weight, gy, x.reshape({-1, in}));
+    if (st->bias.defined() && st->bias.requires_grad()) accumulateBiasGrad(st->bias, gy);
     return {gx, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
+
+void checkAccumulatable(const char* op, const char* what, const at::Tensor& p) {
+  TESSERA_CHECK(p.scalar_type() == at::kFloat && p.is_leaf(),
+                "{}: the {} must be a float32 leaf tensor (a parameter) to sum its gradient in the GEMM; got {} {}{}",
+                op, what, c10::str(p.sizes()), dtypeName(p.scalar_type()), p.is_leaf() ? "" : ", not a leaf");
+  const auto& g = p.grad();
+  TESSERA_CHECK(!g.defined() || (g.scalar_type() == at::kFloat && g.is_contiguous() && g.sizes() == p.sizes()),
+                "{}: the {}'s .grad must be a contiguous float32 tensor of its shape {} to accumulate into; it is {} "
+                "{}{}",
+                op, what, c10::str(p.sizes()), c10::str(g.sizes()), dtypeName(g.scalar_type()),
+                g.is_contiguous() ? "" : " (not contiguous)");
+}
+
+void accumulateWeightGrad(const at::Tensor& weight, const at::Tensor& gy, const at::Tensor& x) {
+  auto& g = weight.mutable_grad();
+  const bool fresh = !g.defined();
+  if (fresh) g = at::empty(weight.sizes(), weight.options());
+  kernels::gemmAccumulateTN(g, gy.contiguous(), x.contiguous(), /*overwrite=*/fresh);
+}
+
+void accumulateBiasGrad(const at::Tensor& bias, const at::Tensor& gy) {
+  auto sum = at::sum(gy, {0}, /*keepdim=*/false, at::kFloat);
+  auto& g = bias.mutable_grad();
+  if (g.defined()) {
+    g.add_(sum);
+  } else {
+    g = sum;
+  }
+}
 
 at::Tensor linearAccumulateGrad(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   TESSERA_CHECK(x.defined() && weight.defined() && weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1) &&
@@ -88,8 +91,8 @@ at::Tensor linearAccumulateGrad(const at::Tensor& x, const at::Tensor& weight, c
   if (bias.defined()) st->bc = castParamForCudaAutocast(bias);
   const auto xc = castForCudaAutocast(x);
   if (!grads) return at::linear(xc, st->wc, bias.defined() ? c10::optional<at::Tensor>(st->bc) : c10::nullopt);
-  if (weight.requires_grad()) checkParam("weight", weight);
-  if (bias.defined() && bias.requires_grad()) checkParam("bias", bias);
+  if (weight.requires_grad()) checkAccumulatable("nn::linearAccumulateGrad", "weight", weight);
+  if (bias.defined() && bias.requires_grad()) checkAccumulatable("nn::linearAccumulateGrad", "bias", bias);
   st->wc = st->wc.detach();  // the backward needs the casts' values only
   if (st->bc.defined()) st->bc = st->bc.detach();
   return AccumLinear::apply(xc, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt, st);

@@ -27,4 +27,13 @@ namespace tessera::nn {
 
 at::Tensor linearAccumulateGrad(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias = {});
 
+// The same accumulation for ops that compute their own gradients (the tensor-parallel layers,
+// parallel/tensor): checkAccumulatable() before the op runs (the checks above, naming `op` and
+// `what`), then in backward accumulateWeightGrad: weight.grad += gyᵀ x (gy [k, out], x [k, in], one
+// dtype; a missing .grad is created and written by the GEMM), accumulateBiasGrad: bias.grad += Σ gy
+// over rows, in float32. Local; the op then returns no gradient for these parameters.
+void checkAccumulatable(const char* op, const char* what, const at::Tensor& param);
+void accumulateWeightGrad(const at::Tensor& weight, const at::Tensor& gy, const at::Tensor& x);
+void accumulateBiasGrad(const at::Tensor& bias, const at::Tensor& gy);
+
 }  // namespace tessera::nn

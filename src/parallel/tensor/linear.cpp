@@ -78,13 +78,13 @@ at::Tensor RowParallelLinearImpl::forward(const at::Tensor& x) {
 }
 
 namespace {
-at::Tensor linearAccumulatingGroupOfOne(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                                        const CommPtr& tp, const ParallelLinearOptions& opts) {
-  TESSERA_CHECK(tp->size() == 1,
-                "tp layer '{}': accumulateGradInGemm needs a tensor-parallel group of one (this one has {} ranks; "
-                "rank {})",
-                opts.name, tp->size(), tp->rank());
-  return nn::linearAccumulateGrad(x, weight, bias);
+// accumulateGradInGemm: the parameters must be float32 leaves with a usable .grad (checked here,
+// before any communication, so every rank fails alike).
+void checkAccumulating(const at::Tensor& weight, const at::Tensor& bias, const ParallelLinearOptions& opts) {
+  if (!at::GradMode::is_enabled()) return;
+  const auto op = fmt::format("tp layer '{}' (accumulateGradInGemm)", opts.name);
+  if (weight.requires_grad()) nn::checkAccumulatable(op.c_str(), "weight", weight);
+  if (bias.defined() && bias.requires_grad()) nn::checkAccumulatable(op.c_str(), "bias", bias);
 }
 }  // namespace
 
@@ -96,12 +96,16 @@ at::Tensor columnParallelLinear(const at::Tensor& x, const at::Tensor& weight, c
   const int64_t in = weight.size(1);
   TESSERA_CHECK(x.dim() >= 1 && x.size(-1) == in, "tp layer '{}' (column-parallel): input has {} features, expects {}",
                 opts.name, x.dim() ? x.size(-1) : 0, in);
-  if (opts.accumulateGradInGemm) return linearAccumulatingGroupOfOne(x, weight, bias, tp, opts);
+  const bool acc = opts.accumulateGradInGemm;
+  if (acc) checkAccumulating(weight, bias, opts);
   at::Tensor y;
-  if (opts.overlapGradReduce) {
-    y = columnLinearAsyncGrad(x, weight, bias, tp, opts.sequenceParallel, opts.overlap, opts.backwardTrace);
+  if (tp->size() == 1 && acc) {
+    y = nn::linearAccumulateGrad(x, weight, bias);
+  } else if (opts.overlapGradReduce) {
+    y = columnLinearAsyncGrad(x, weight, bias, tp, opts.sequenceParallel, opts.overlap, opts.backwardTrace, acc);
   } else {
-    y = at::linear(opts.sequenceParallel ? gatherSeq(x, tp) : copyToRegion(x, tp), weight, bias);
+    auto in = opts.sequenceParallel ? gatherSeq(x, tp) : copyToRegion(x, tp);
+    y = acc ? nn::linearAccumulateGrad(in, weight, bias) : at::linear(in, weight, bias);
   }
   return opts.gatherOutput ? gatherLastDim(y, tp) : y;
 }
@@ -116,13 +120,16 @@ at::Tensor rowParallelLinear(const at::Tensor& x, const at::Tensor& weight, cons
   TESSERA_CHECK(input.dim() >= 1 && input.size(-1) == local,
                 "tp layer '{}' (row-parallel): input shard has {} features, expects in/tp = {}/{} = {}", opts.name,
                 input.dim() ? input.size(-1) : 0, in, tp->size(), local);
-  if (opts.accumulateGradInGemm) return linearAccumulatingGroupOfOne(input, weight, bias, tp, opts);
-  if (tp->size() == 1) return at::linear(input, weight, bias);  // a group of one: no communication
+  const bool acc = opts.accumulateGradInGemm;
+  if (acc) checkAccumulating(weight, bias, opts);
+  if (tp->size() == 1) {  // a group of one: no communication
+    return acc ? nn::linearAccumulateGrad(input, weight, bias) : at::linear(input, weight, bias);
+  }
   TESSERA_CHECK(!opts.sequenceParallel || (input.dim() >= 2 && input.size(0) % tp->size() == 0),
                 "tp layer '{}' (row-parallel, sequence parallel): {} tokens (dimension 0) are not divisible by the "
                 "tensor-parallel size {}",
                 opts.name, input.size(0), tp->size());
-  return rowLinearReduce(castForCudaAutocast(input), weight, bias, tp, opts.sequenceParallel, opts.overlap);
+  return rowLinearReduce(castForCudaAutocast(input), weight, bias, tp, opts.sequenceParallel, opts.overlap, acc);
 }
 
 void setOverlap(torch::nn::Module& root, const LinearOverlap& overlap) {

@@ -37,10 +37,12 @@ struct ParallelLinearOptions {
   // TESSERA_OVERLAP_SM_CARVEOUT): a row layer reduces its output piece by piece while the next
   // piece's GEMM runs; a column layer with sequenceParallel gathers its input piece by piece.
   LinearOverlap overlap;
-  // A group of one only: the layer is nn::linearAccumulateGrad (src/nn/accum_linear.h), its
-  // weight and bias gradients summed in float32 by the GEMM straight into .grad (micro-batches,
-  // pipeline stages). Needs float32 parameters; not with FSDP. With tp > 1 it is an error (the
-  // tensor-parallel ops compute their own gradients).
+  // The weight and bias gradients are summed in float32 by the GEMM straight into .grad
+  // (src/nn/accum_linear.h: micro-batches, pipeline stages; no bf16 gradient cast up and added),
+  // at any tensor-parallel size: a group of one is nn::linearAccumulateGrad, the column/row ops
+  // accumulate in their own backward. Needs float32 leaf parameters whose .grad, if any, is
+  // float32, contiguous and of their shape (else a tessera::Error naming the layer); not with
+  // FSDP (bf16 unsharded parameters).
   bool accumulateGradInGemm = false;
 };
 

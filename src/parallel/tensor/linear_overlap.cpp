@@ -8,6 +8,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "kernels/gemm_accumulate.h"
+#include "nn/accum_linear.h"
 #include "parallel/tensor/seq_chunks.h"
 
 namespace tessera::tp {
@@ -24,6 +25,7 @@ struct OverlapState : torch::CustomClassHolder {
   bool sp;
   LinearOverlap overlap;
   LinearBackwardTrace trace;
+  at::Tensor weight, bias;  // set when the gradients are summed into their .grad (accumulateGrad)
   void note(const char* e) const {
     if (trace) trace(e);
   }
@@ -122,8 +124,11 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
     at::Tensor gw, gb;
     // The weight GEMM runs beside the input-gradient collective: leave it its SMs.
     SmCarveoutGuard carve(reduce ? st->overlap.smCarveout : 0);
-    if (needW) gw = kernels::weightGradTN(gy2, total.reshape({-1, in}).to(dt), wdtype);
-    if (needB) gb = gy2.sum(0);
+    const bool into = st->weight.defined();  // summed into .grad by the GEMM (nn/accum_linear.h)
+    if (needW && into) nn::accumulateWeightGrad(st->weight, gy2, total.reshape({-1, in}).to(dt));
+    if (needW && !into) gw = kernels::weightGradTN(gy2, total.reshape({-1, in}).to(dt), wdtype);
+    if (needB && into) nn::accumulateBiasGrad(st->bias, gy2);
+    if (needB && !into) gb = gy2.sum(0);
     if (needW || needB) st->note("grad_weight");
 
     if (reduce) reduce->wait();
@@ -146,15 +151,16 @@ int defaultForwardChunks() {
 
 at::Tensor columnLinearAsyncGrad(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                  const CommPtr& tp, bool sequenceParallel, LinearOverlap overlap,
-                                 LinearBackwardTrace trace) {
+                                 LinearBackwardTrace trace, bool accumulateGrad) {
   TESSERA_CHECK(tp, "tp::column_linear_async_grad: no tensor-parallel communicator given");
   TESSERA_CHECK(x.dim() >= 1, "tp::column_linear_async_grad: input must have at least one dimension");
   if (tp->size() == 1) return at::linear(x, weight, bias);  // a group of one: no communication
   // Under CUDA autocast the input is saved and (sequence parallel) all-gathered in bf16/fp16,
   // as at::linear would cast it anyway: half the bytes of an fp32 LayerNorm output.
+  auto st = c10::make_intrusive<OverlapState>(tp, sequenceParallel, overlap, std::move(trace));
+  if (accumulateGrad) st->weight = weight, st->bias = bias;
   return ColumnLinearAsyncGrad::apply(castForCudaAutocast(x), weight,
-                                      bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt,
-                                      c10::make_intrusive<OverlapState>(tp, sequenceParallel, overlap, std::move(trace)));
+                                      bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt, st);
 }
 
 }  // namespace tessera::tp

@@ -51,9 +51,11 @@ struct LinearOverlap {
 
 // x: [..., in] replicated over tp, or [tokens/tp, ..., in] with sequenceParallel;
 // weight: [outLocal, in]; bias: [outLocal] or undefined. Returns [..., outLocal]
-// ([tokens, ..., outLocal] with sequenceParallel).
+// ([tokens, ..., outLocal] with sequenceParallel). accumulateGrad: the weight and bias gradients
+// are summed in float32 straight into their .grad by the GEMM (nn/accum_linear.h; the caller
+// checks the parameters first) and not returned.
 at::Tensor columnLinearAsyncGrad(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                  const CommPtr& tp, bool sequenceParallel, LinearOverlap overlap = {},
-                                 LinearBackwardTrace trace = {});
+                                 LinearBackwardTrace trace = {}, bool accumulateGrad = false);
 
 }  // namespace tessera::tp

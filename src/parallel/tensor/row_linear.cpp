@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "kernels/gemm_accumulate.h"
+#include "nn/accum_linear.h"
 #include "common/sm_carveout.h"
 #include "parallel/tensor/seq_chunks.h"
 
@@ -22,6 +23,7 @@ struct RowState : torch::CustomClassHolder {
   CommPtr comm;
   bool sp;
   LinearOverlap overlap;
+  at::Tensor weight, bias;  // set when the gradients are summed into their .grad (accumulateGrad)
 };
 
 // Rows of out = x wtᵀ (+ b) in pieces, each piece all-reduced in place as soon as its GEMM is queued.
@@ -109,15 +111,18 @@ struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
     auto x2 = x.reshape({-1, in});
     auto wd = w.to(dt);
     at::Tensor gx, gw, gb;
+    const bool into = st->weight.defined();  // summed into .grad by the GEMM (nn/accum_linear.h)
     if (!st->sp) {
       if (needX) gx = gy.mm(wd).view(x.sizes());
-      if (needW) gw = kernels::weightGradTN(gy, x2, wdtype);
-      if (needB) gb = gy.sum(0).to(wdtype);
+      if (needW && into) nn::accumulateWeightGrad(st->weight, gy, x2);
+      if (needW && !into) gw = kernels::weightGradTN(gy, x2, wdtype);
+      if (needB && into) nn::accumulateBiasGrad(st->bias, gy);
+      if (needB && !into) gb = gy.sum(0).to(wdtype);
       return {gx, gw, gb, at::Tensor()};
     }
     // Sequence parallel: gy's token shards gathered in pieces, each piece's GEMMs meanwhile.
     if (needX) gx = at::empty({x2.size(0), in}, x2.options());
-    if (needB) gb = at::zeros({out}, gy.options().dtype(at::kFloat));
+    if (needB && !into) gb = at::zeros({out}, gy.options().dtype(at::kFloat));
     bool gwStarted = false;
     forEachGatheredBlock(gy, st->comm, st->overlap.forwardChunks, st->overlap.smCarveout,
                          [&](const at::Tensor& block, int64_t row0) {
@@ -126,13 +131,15 @@ struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
                              auto rowsOut = gx.narrow(0, row0, rows);
                              at::mm_out(rowsOut, block, wd);
                            }
-                           if (needW) {  // pieces summed in float32 by the GEMM
+                           if (needW && into) nn::accumulateWeightGrad(st->weight, block, x2.narrow(0, row0, rows));
+                           if (needB && into) nn::accumulateBiasGrad(st->bias, block);
+                           if (needW && !into) {  // pieces summed in float32 by the GEMM
                              if (!gw.defined()) gw = at::empty({out, in}, gy.options().dtype(at::kFloat));
                              kernels::gemmAccumulateTN(gw, block.contiguous(), x2.narrow(0, row0, rows).contiguous(),
                                                        /*overwrite=*/!gwStarted);
                              gwStarted = true;
                            }
-                           if (needB) gb.add_(block.sum(0).to(at::kFloat));
+                           if (needB && !into) gb.add_(block.sum(0).to(at::kFloat));
                          });
     if (gx.defined()) gx = gx.view(x.sizes());
     if (gw.defined()) gw = gw.to(wdtype);
@@ -144,14 +151,15 @@ struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
 }  // namespace
 
 at::Tensor rowLinearReduce(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const CommPtr& tp,
-                           bool sequenceParallel, LinearOverlap overlap) {
+                           bool sequenceParallel, LinearOverlap overlap, bool accumulateGrad) {
   TESSERA_CHECK(tp && tp->size() > 1, "tp::row_linear_reduce: needs a tensor-parallel group of two or more ranks");
   TESSERA_CHECK(!sequenceParallel || (x.dim() >= 2 && x.size(0) % tp->size() == 0),
                 "tp::row_linear_reduce: with sequence parallel, dimension 0 of the input (size {}) must be divisible "
                 "by the tensor-parallel size {} (rank {})",
                 x.dim() ? x.size(0) : 0, tp->size(), tp->rank());
-  return RowLinearReduce::apply(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt,
-                                c10::make_intrusive<RowState>(tp, sequenceParallel, overlap));
+  auto st = c10::make_intrusive<RowState>(tp, sequenceParallel, overlap);
+  if (accumulateGrad) st->weight = weight, st->bias = bias;
+  return RowLinearReduce::apply(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt, st);
 }
 
 }  // namespace tessera::tp

@@ -20,6 +20,8 @@
 // autocast the caller passes x in the autocast dtype (common/autocast.h), and W and b are cast
 // to it, as at::linear under autocast does. A group of one must not call it (use at::linear).
 // Streams as linear_overlap.h: collectives on the communicator's stream, ordered by events.
+// accumulateGrad: gW and gb are summed in float32 straight into weight.grad / bias.grad by the
+// GEMM (nn/accum_linear.h; the caller checks the parameters first) and not returned.
 #include <ATen/core/Tensor.h>
 
 #include "comm/communicator.h"
@@ -28,6 +30,6 @@
 namespace tessera::tp {
 
 at::Tensor rowLinearReduce(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const CommPtr& tp,
-                           bool sequenceParallel, LinearOverlap overlap);
+                           bool sequenceParallel, LinearOverlap overlap, bool accumulateGrad = false);
 
 }  // namespace tessera::tp

@@ -5,6 +5,8 @@
 // So each op must equal at::linear on this rank's shard, arranged as those rules say, in output,
 // input gradient and weight/bias gradients: a single-process reference for the ops' own
 // arithmetic (their casts, saved tensors and weight-gradient GEMMs).
+// Each case runs two micro-batches (gradients accumulate), also with accumulateGradInGemm (the
+// GEMM sums the weight and bias gradients straight into .grad).
 // The CPU suite runs in float32 (rtol 1e-5: only the order of sums differs). The GPU suite
 // (TESSERA_TP_FAKE_GPU_SUITE, one GPU) runs under bf16 autocast, where the ops' weight gradients
 // come out of a float32 GEMM sum and the reference's are bf16 products cast up: compared against a
@@ -59,9 +61,11 @@ at::Tensor rounded(const at::Tensor& t) { return kBf16 ? t.to(at::kBFloat16).to(
 
 struct Case {
   bool row, sp;
+  bool accumulate = false;  // ParallelLinearOptions::accumulateGradInGemm
 };
 
-// y = layer(x) against the reference built from at::linear on the same shard; loss = <y, probe>.
+// Two micro-batches of y = layer(x), loss = <y, probe>, against the reference built from
+// at::linear on the same shard (its leaves accumulate .grad over both, as ours must).
 void runCase(Case c) {
   const int64_t in = 64, out = 96, s = 16, b = 2;
   auto fake = makeFakeCommunicator(0, 2, kDev, "tp");
@@ -69,9 +73,10 @@ void runCase(Case c) {
   tp::ParallelLinearOptions o;
   o.name = c.row ? "row" : "column";
   o.sequenceParallel = c.sp;
+  o.accumulateGradInGemm = c.accumulate;
   o.overlap.forwardChunks = 1;
   o.overlap.smCarveout = 0;
-  at::Tensor w, bias, x, y, xRef, yRef, wRef, bRef;
+  at::Tensor w, bias;
   std::function<at::Tensor(const at::Tensor&)> layer;
   if (c.row) {
     tp::RowParallelLinear l(fake, in, out, o);
@@ -84,43 +89,44 @@ void runCase(Case c) {
     w = l->weight, bias = l->bias;
     layer = [l](const at::Tensor& v) mutable { return l->forward(v); };
   }
-  const int64_t inLocal = w.size(1);
-  // Row with sequence parallel: full tokens in, this rank's half out. Column with sequence
-  // parallel: this rank's tokens in, the (repeated) full sequence out.
-  const int64_t sIn = c.sp && !c.row ? s / 2 : s;
-  x = at::randn({sIn, b, inLocal}, kDev).requires_grad_(true);
-  xRef = x.detach().clone().requires_grad_(true);
-  wRef = w.detach().clone().requires_grad_(true);
-  bRef = bias.detach().clone().requires_grad_(true);
-  {
-    Bf16Autocast ac(kBf16);
-    y = layer(x);
-    if (c.sp && !c.row) {
-      yRef = at::linear(at::cat({xRef, xRef.detach()}), wRef, bRef);  // the second copy: another rank's
-    } else {
-      yRef = at::linear(xRef, wRef, bRef);
+  const int64_t inLocal = w.size(1), outLocal = c.row ? out : out / 2;
+  auto wRef = w.detach().clone().requires_grad_(true), bRef = bias.detach().clone().requires_grad_(true);
+  const std::string name = std::string(c.row ? "row" : "column") + (c.sp ? "+sp" : "") + (c.accumulate ? "+acc" : "");
+  at::Tensor exact = at::zeros({outLocal, inLocal}, at::kDouble);
+  for (int m = 0; m < 2; ++m) {
+    const std::string mb = name + ", micro-batch " + std::to_string(m);
+    // Row with sequence parallel: full tokens in, this rank's half out. Column with sequence
+    // parallel: this rank's tokens in, the (repeated) full sequence out.
+    const int64_t sIn = c.sp && !c.row ? s / 2 : s;
+    auto x = at::randn({sIn, b, inLocal}, kDev).requires_grad_(true);
+    auto xRef = x.detach().clone().requires_grad_(true);
+    at::Tensor y, yRef;
+    {
+      Bf16Autocast ac(kBf16);
+      y = layer(x);
+      yRef = c.sp && !c.row ? at::linear(at::cat({xRef, xRef.detach()}), wRef, bRef)  // 2nd copy: another rank's
+                            : at::linear(xRef, wRef, bRef);
     }
+    auto probe = at::randn(y.sizes(), kDev);
+    at::Tensor lossRef;
+    if (c.sp && c.row) {
+      // Forward keeps this rank's half of the tokens; backward gathers the gradient: [probe; probe].
+      expectNear(y, yRef.narrow(0, 0, s / 2), mb + ": forward");
+      lossRef = ((yRef.narrow(0, 0, s / 2) + yRef.narrow(0, s / 2, s / 2)).to(at::kFloat) * probe).sum();
+    } else {
+      expectNear(y, yRef, mb + ": forward");
+      lossRef = (yRef.to(at::kFloat) * probe).sum();
+    }
+    (y.to(at::kFloat) * probe).sum().backward();
+    lossRef.backward();
+    expectNear(x.grad(), xRef.grad(), mb + ": input gradient");
+    // The exact weight gradient from the GEMM's inputs as the op sees them.
+    at::Tensor gyExact = (c.sp && c.row) ? at::cat({probe, probe}) : probe;
+    at::Tensor xExact = (c.sp && !c.row) ? at::cat({x.detach(), x.detach()}) : x.detach();
+    exact += rounded(gyExact.reshape({-1, outLocal})).t().mm(rounded(xExact.reshape({-1, inLocal})));
   }
-  auto probe = at::randn(y.sizes(), kDev);
-  at::Tensor lossRef;
-  if (c.sp && c.row) {
-    // Forward keeps this rank's half of the tokens; backward gathers the gradient: [probe; probe].
-    expectNear(y, yRef.narrow(0, 0, s / 2), "forward");
-    lossRef = ((yRef.narrow(0, 0, s / 2) + yRef.narrow(0, s / 2, s / 2)).to(at::kFloat) * probe).sum();
-  } else {
-    expectNear(y, yRef, "forward");
-    lossRef = (yRef.to(at::kFloat) * probe).sum();
-  }
-  (y.to(at::kFloat) * probe).sum().backward();
-  lossRef.backward();
-  const std::string name = std::string(c.row ? "row" : "column") + (c.sp ? "+sp" : "");
-  expectNear(x.grad(), xRef.grad(), name + " input gradient");
-  expectNear(bias.grad(), bRef.grad(), name + " bias gradient");
-  // The exact weight gradient from the GEMM's inputs as the op sees them.
-  at::Tensor gyExact = (c.sp && c.row) ? at::cat({probe, probe}) : probe;
-  at::Tensor xExact = (c.sp && !c.row) ? at::cat({x.detach(), x.detach()}) : x.detach();
-  auto exact = rounded(gyExact.reshape({-1, out / (c.row ? 1 : 2)})).t().mm(rounded(xExact.reshape({-1, inLocal})));
-  expectWeightGrad(w.grad(), wRef.grad(), exact, name + " weight gradient");
+  expectNear(bias.grad(), bRef.grad(), name + ": bias gradient over 2 micro-batches");
+  expectWeightGrad(w.grad(), wRef.grad(), exact, name + ": weight gradient over 2 micro-batches");
 }
 
 }  // namespace
@@ -135,6 +141,30 @@ TEST(TpOnFakeGroup, Column) { REQUIRE_DEVICE(); runCase({false, false}); }
 TEST(TpOnFakeGroup, Row) { REQUIRE_DEVICE(); runCase({true, false}); }
 TEST(TpOnFakeGroup, ColumnSequenceParallel) { REQUIRE_DEVICE(); runCase({false, true}); }
 TEST(TpOnFakeGroup, RowSequenceParallel) { REQUIRE_DEVICE(); runCase({true, true}); }
+// Weight and bias gradients summed into .grad by the GEMM (accumulateGradInGemm) at tp = 2.
+TEST(TpOnFakeGroup, ColumnAccumulating) { REQUIRE_DEVICE(); runCase({false, false, true}); }
+TEST(TpOnFakeGroup, RowAccumulating) { REQUIRE_DEVICE(); runCase({true, false, true}); }
+TEST(TpOnFakeGroup, ColumnSequenceParallelAccumulating) { REQUIRE_DEVICE(); runCase({false, true, true}); }
+TEST(TpOnFakeGroup, RowSequenceParallelAccumulating) { REQUIRE_DEVICE(); runCase({true, true, true}); }
+
+#ifndef TESSERA_TP_FAKE_GPU_SUITE
+TEST(TpOnFakeGroup, AccumulatingRefusesABadGrad) {
+  auto fake = makeFakeCommunicator(0, 2, at::kCPU, "tp");
+  tp::ParallelLinearOptions o;
+  o.name = "blocks.0.fc1";
+  o.accumulateGradInGemm = true;
+  tp::ColumnParallelLinear l(fake, 8, 6, o);
+  l->weight.mutable_grad() = at::zeros({3, 8}, at::kDouble);
+  try {
+    l->forward(at::randn({4, 8}));
+    ADD_FAILURE() << "a float64 .grad accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("blocks.0.fc1"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("float64"), std::string::npos) << msg;
+  }
+}
+#endif
 
 #ifndef TESSERA_TP_FAKE_GPU_SUITE
 TEST(FakeCommunicator, EveryRankIsThisOne) {
