@@ -57,7 +57,10 @@ void expectWeightGrad(const at::Tensor& ours, const at::Tensor& ref, const at::T
   if (kBf16) EXPECT_LE(maxRel(ours, exact), maxRel(ref, exact) + 1e-6) << what << ": less exact than at::linear";
 }
 
-at::Tensor rounded(const at::Tensor& t) { return kBf16 ? t.to(at::kBFloat16).to(at::kDouble) : t.to(at::kDouble); }
+// The values a GEMM input holds (bf16-rounded under autocast), as float64 on the CPU.
+at::Tensor rounded(const at::Tensor& t) {
+  return (kBf16 ? t.to(at::kBFloat16).to(at::kDouble) : t.to(at::kDouble)).cpu();
+}
 
 struct Case {
   bool row, sp;
