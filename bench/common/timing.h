@@ -33,8 +33,8 @@ std::vector<std::string> splitList(const std::string& s, char sep);
 std::optional<int> numberedPart(const std::string& part, const std::string& prefix);
 GptConfig gptConfigFromEnv();
 double median(std::vector<double> v);
-// A number for a RESULT line: fixed with 6 decimals, or null when it is not finite (JSON has no NaN;
-// the FAKE_WORLD probe's losses are NaN).
+// A number for a RESULT line: fixed with 6 decimals, or null when it is not finite (JSON has no NaN:
+// a diverged loss would otherwise make the whole line unreadable to the combiners).
 std::string jsonNumber(double v);
 
 // The device a single-process run uses: CUDA LOCAL_RANK where LibTorch has CUDA devices, else CPU.

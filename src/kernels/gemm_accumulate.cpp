@@ -61,6 +61,13 @@ void gemmAccumulateTN(const at::Tensor& acc, const at::Tensor& a, const at::Tens
 #endif
 }
 
+void gemmAccumulateTNInto(at::Tensor& acc, at::IntArrayRef sizes, const at::Device& device, const at::Tensor& a,
+                          const at::Tensor& b) {
+  const bool fresh = !acc.defined();
+  if (fresh) acc = at::empty(sizes, at::TensorOptions().dtype(at::kFloat).device(device));
+  gemmAccumulateTN(acc, a, b, /*overwrite=*/fresh);
+}
+
 at::Tensor weightGradTN(const at::Tensor& a, const at::Tensor& b, c10::ScalarType dtype) {
   const auto in = a.scalar_type();
   if (dtype != at::kFloat || in == at::kFloat || in != b.scalar_type() || (in != at::kBFloat16 && in != at::kHalf)) {
@@ -68,8 +75,8 @@ at::Tensor weightGradTN(const at::Tensor& a, const at::Tensor& b, c10::ScalarTyp
   }
   TESSERA_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(0) == b.size(0),
                 "weightGradTN: needs a[k, m] and b[k, n]; got a {}, b {}", describe(a), describe(b));
-  auto out = at::empty({a.size(1), b.size(1)}, a.options().dtype(at::kFloat));
-  gemmAccumulateTN(out, a.contiguous(), b.contiguous(), /*overwrite=*/true);
+  at::Tensor out;
+  gemmAccumulateTNInto(out, {a.size(1), b.size(1)}, a.device(), a.contiguous(), b.contiguous());
   return out;
 }
 

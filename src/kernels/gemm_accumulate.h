@@ -18,6 +18,12 @@ namespace tessera::kernels {
 
 void gemmAccumulateTN(const at::Tensor& acc, const at::Tensor& a, const at::Tensor& b, bool overwrite = false);
 
+// acc += aᵀ b where acc may still be undefined: it is then made a float32 tensor of `sizes` on
+// `device` and written by the GEMM (overwrite: no zeroing pass). Otherwise as gemmAccumulateTN
+// (including its checks of acc against a and b).
+void gemmAccumulateTNInto(at::Tensor& acc, at::IntArrayRef sizes, const at::Device& device, const at::Tensor& a,
+                          const at::Tensor& b);
+
 // A weight gradient aᵀ b as a fresh [m, n] tensor of `dtype` (the parameter's). A float32 result
 // from bfloat16/float16 a and b comes straight out of the GEMM's float32 sum (gemmAccumulateTN with
 // overwrite): more exact than a low-precision product cast up, and one pass over the gradient less.

@@ -58,10 +58,8 @@ void checkAccumulatable(const char* op, const char* what, const at::Tensor& p) {
 }
 
 void accumulateWeightGrad(const at::Tensor& weight, const at::Tensor& gy, const at::Tensor& x) {
-  auto& g = weight.mutable_grad();
-  const bool fresh = !g.defined();
-  if (fresh) g = at::empty(weight.sizes(), weight.options());
-  kernels::gemmAccumulateTN(g, gy.contiguous(), x.contiguous(), /*overwrite=*/fresh);
+  kernels::gemmAccumulateTNInto(weight.mutable_grad(), weight.sizes(), weight.device(), gy.contiguous(),
+                                x.contiguous());
 }
 
 void accumulateBiasGrad(const at::Tensor& bias, const at::Tensor& gy) {

@@ -123,7 +123,6 @@ struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
     // Sequence parallel: gy's token shards gathered in pieces, each piece's GEMMs meanwhile.
     if (needX) gx = at::empty({x2.size(0), in}, x2.options());
     if (needB && !into) gb = at::zeros({out}, gy.options().dtype(at::kFloat));
-    bool gwStarted = false;
     forEachGatheredBlock(gy, st->comm, st->overlap.forwardChunks, st->overlap.smCarveout,
                          [&](const at::Tensor& block, int64_t row0) {
                            const int64_t rows = block.size(0);
@@ -134,10 +133,8 @@ struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
                            if (needW && into) nn::accumulateWeightGrad(st->weight, block, x2.narrow(0, row0, rows));
                            if (needB && into) nn::accumulateBiasGrad(st->bias, block);
                            if (needW && !into) {  // pieces summed in float32 by the GEMM
-                             if (!gw.defined()) gw = at::empty({out, in}, gy.options().dtype(at::kFloat));
-                             kernels::gemmAccumulateTN(gw, block.contiguous(), x2.narrow(0, row0, rows).contiguous(),
-                                                       /*overwrite=*/!gwStarted);
-                             gwStarted = true;
+                             kernels::gemmAccumulateTNInto(gw, {out, in}, gy.device(), block.contiguous(),
+                                                           x2.narrow(0, row0, rows).contiguous());
                            }
                            if (needB && !into) gb.add_(block.sum(0).to(at::kFloat));
                          });
