@@ -136,8 +136,9 @@ WorkPtr Communicator::reduce(const at::Tensor& t, int root, ReduceOp op) {
   return run(i, [&] { return doReduce(i, t, root, op); });
 }
 
-WorkPtr Communicator::allGather(const at::Tensor& out, const at::Tensor& in) {
+WorkPtr Communicator::allGather(const at::Tensor& out, const at::Tensor& in, Keep keep) {
   auto i = nextOp("all_gather", shapeDetail(in));
+  i.keep = keep;
   checkTensor(i, "input", in);
   checkTensor(i, "output", out);
   checkSameDtype(i, out, in);
@@ -147,8 +148,9 @@ WorkPtr Communicator::allGather(const at::Tensor& out, const at::Tensor& in) {
   return run(i, [&] { return doAllGather(i, out, in); });
 }
 
-WorkPtr Communicator::reduceScatter(const at::Tensor& out, const at::Tensor& in, ReduceOp op) {
+WorkPtr Communicator::reduceScatter(const at::Tensor& out, const at::Tensor& in, ReduceOp op, Keep keep) {
   auto i = nextOp("reduce_scatter", fmt::format("{}, {}", shapeDetail(in), toString(op)));
+  i.keep = keep;
   checkTensor(i, "input", in);
   checkTensor(i, "output", out);
   checkSameDtype(i, out, in);

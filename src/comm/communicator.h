@@ -46,9 +46,11 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // In place on root's `t`; other ranks' `t` are left unchanged.
   WorkPtr reduce(const at::Tensor& t, int root, ReduceOp op = ReduceOp::Sum);
   // out.numel() == size() * in.numel(); out holds rank 0's input, then rank 1's, ...
-  WorkPtr allGather(const at::Tensor& out, const at::Tensor& in);
+  // `keep`: who keeps `out` and `in` alive (types.h).
+  WorkPtr allGather(const at::Tensor& out, const at::Tensor& in, Keep keep = Keep::UntilDone);
   // in.numel() == size() * out.numel(); rank r gets the reduction of chunk r of every input.
-  WorkPtr reduceScatter(const at::Tensor& out, const at::Tensor& in, ReduceOp op = ReduceOp::Sum);
+  WorkPtr reduceScatter(const at::Tensor& out, const at::Tensor& in, ReduceOp op = ReduceOp::Sum,
+                        Keep keep = Keep::UntilDone);
   // Equal splits: in.numel() == out.numel(), divisible by size(); chunk j of rank i's input
   // lands in chunk i of rank j's output.
   WorkPtr allToAll(const at::Tensor& out, const at::Tensor& in);

@@ -20,6 +20,16 @@ bool isSupportedDtype(c10::ScalarType t);
 // Default per-op timeout: 10 minutes, overridden by TESSERA_TIMEOUT_S (seconds).
 std::chrono::milliseconds defaultTimeout();
 
+// Who keeps an op's tensors alive until the device is done with them (see work.h).
+// UntilDone (default): the communicator references them until it sees the op complete, so the
+// caller may drop its references at once. ByCaller: the communicator references none of them;
+// the caller keeps them until wait() returned (CPU) or, on CUDA, frees them only after a stream
+// that waited on the op — stream-ordered, so the caching allocator can hand their memory to
+// that stream's next allocation at once instead of when the op's completion is noticed on the
+// host. Tensors allocated on another stream than the one that waits must not be ByCaller.
+// Backends whose ops are not stream-ordered (Gloo) may keep them anyway.
+enum class Keep { UntilDone, ByCaller };
+
 // One point-to-point operation of a batched group (see Communicator::batchP2P).
 struct P2POp {
   enum Kind { Send, Recv } kind;
@@ -35,6 +45,7 @@ struct OpInfo {
   int rank = -1;        // rank within the group
   int groupSize = 0;
   std::string detail;   // "1024 x bfloat16, sum"
+  Keep keep = Keep::UntilDone;
   std::string describe() const;  // "all_reduce #7 on group 'world' (rank 1 of 4, 1024 x bfloat16, sum)"
 };
 

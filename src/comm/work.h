@@ -10,7 +10,8 @@
 //   timeout and errors as wait().
 // - completed(): non-blocking poll; true once the op finished (successfully or not).
 // Tensors passed to the op stay referenced by the communicator until the op has completed on
-// the device, so callers may drop their references right after issuing the op.
+// the device, so callers may drop their references right after issuing the op — unless the
+// op was issued with Keep::ByCaller (types.h), where keeping them is the caller's job.
 #include <memory>
 
 #include "comm/types.h"

@@ -1,7 +1,8 @@
 #pragma once
 // A communicator that moves no data: one process plays rank `rank` of a group of `size` on one
 // device, every op costs nothing on the network and is complete when issued (Work::wait,
-// synchronize and completed return at once). PyTorch's "fake" process group is the same idea.
+// synchronize and completed return at once) — or, timed (fake_timing.h), takes the time a
+// modelled network would on a stream of its own. PyTorch's "fake" process group is the same idea.
 // For probes, not training: what a data/tensor/fully-sharded parallel step costs on one GPU
 // without its communication (bench/common/fake_world.h, the FAKE_WORLD probe), and single-device
 // tests of parallel ops whose result does not depend on the other ranks.
@@ -20,9 +21,13 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "comm/fake/fake_timing.h"
 
 namespace tessera {
 
-CommPtr makeFakeCommunicator(int rank, int size, const at::Device& device, const std::string& name = "fake");
+// `timing` (fake_timing.h, CUDA devices only): ops take their modelled time on a stream of their
+// own instead of being complete when issued; the values written are the same.
+CommPtr makeFakeCommunicator(int rank, int size, const at::Device& device, const std::string& name = "fake",
+                             const FakeTiming& timing = {});
 
 }  // namespace tessera

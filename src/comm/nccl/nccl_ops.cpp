@@ -41,6 +41,12 @@ ncclRedOp_t ncclOp(ReduceOp op, c10::ScalarType t) {
 
 char* bytes(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
 
+// What the Work references until the op completes: nothing for Keep::ByCaller.
+std::vector<at::Tensor> kept(const OpInfo& i, std::vector<at::Tensor> ts) {
+  if (i.keep == Keep::ByCaller) ts.clear();
+  return ts;
+}
+
 }  // namespace
 
 template <typename F>
@@ -105,14 +111,14 @@ WorkPtr NcclCommunicator::doReduce(const OpInfo& i, const at::Tensor& t, int roo
 }
 
 WorkPtr NcclCommunicator::doAllGather(const OpInfo& i, const at::Tensor& out, const at::Tensor& in) {
-  return enqueue(i, {out, in}, [&](ncclComm_t c, cudaStream_t s, auto& settle) {
+  return enqueue(i, kept(i, {out, in}), [&](ncclComm_t c, cudaStream_t s, auto& settle) {
     settle(NCHECK(ncclAllGather(in.data_ptr(), out.data_ptr(), in.numel(), ncclType(in.scalar_type()), c, s)));
   });
 }
 
 WorkPtr NcclCommunicator::doReduceScatter(const OpInfo& i, const at::Tensor& out, const at::Tensor& in, ReduceOp op) {
   auto dt = in.scalar_type();
-  return enqueue(i, {out, in}, [&](ncclComm_t c, cudaStream_t s, auto& settle) {
+  return enqueue(i, kept(i, {out, in}), [&](ncclComm_t c, cudaStream_t s, auto& settle) {
     settle(NCHECK(
         ncclReduceScatter(in.data_ptr(), out.data_ptr(), out.numel(), ncclType(dt), ncclOp(op, dt), c, s)));
     if (op == ReduceOp::Avg && isIntegral(dt))

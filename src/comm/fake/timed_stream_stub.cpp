@@ -1,0 +1,12 @@
+// Builds without CUDA: the fake communicator cannot be timed.
+#include "comm/fake/timed_stream.h"
+
+#include "common/error.h"
+
+namespace tessera::fake_detail {
+
+std::shared_ptr<TimedStream> makeTimedStream(int, int) {
+  throw Error("fake communicator: FAKE_COMM_TIMED needs a CUDA device and a build with CUDA (this one has none)");
+}
+
+}  // namespace tessera::fake_detail
