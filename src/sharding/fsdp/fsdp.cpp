@@ -193,7 +193,7 @@ void FullyShardedDataParallel::gather(int u, bool prefetch) {
     if (shardComm_->size() == 1) {
       x.full.copy_(x.gatherIn);
     } else {
-      x.gatherWork = shardComm_->allGather(x.full, x.gatherIn);
+      x.gatherWork = shardComm_->allGather(x.full, x.gatherIn, Keep::ByCaller);
     }
   }
   x.state = Unit::State::Gathering;
@@ -374,6 +374,7 @@ void FullyShardedDataParallel::processGrads(int u) {
       x.accum = flat;
     }
   } else {
+    releaseReduceInput();  // its memory goes to this unit's input, stream-ordered
     at::Tensor flat;
     if (x.accum.defined()) {
       auto f = at::zeros({l.paddedNumel}, f32);
@@ -388,7 +389,9 @@ void FullyShardedDataParallel::processGrads(int u) {
     if (shardComm_->size() == 1) {
       x.rsOut.copy_(flat);
     } else {
-      x.rsWork = shardComm_->reduceScatter(x.rsOut, flat, ReduceOp::Sum);
+      x.rsWork = shardComm_->reduceScatter(x.rsOut, flat, ReduceOp::Sum, Keep::ByCaller);
+      reduceIn_ = flat;
+      reduceInWork_ = x.rsWork;
     }
     stats_.reduceScatters += 1;
     if (!replicaComm_) drainReduceScatters(u);
@@ -397,6 +400,14 @@ void FullyShardedDataParallel::processGrads(int u) {
     if (p.grad().defined()) p.mutable_grad() = at::Tensor();
   }
   if (!x.hasFrozen) reshard(u);
+}
+
+// Frees the last reduce-scatter's input once the current stream has waited for that op (no host
+// wait): the caching allocator then hands its block to the next allocation on this stream.
+void FullyShardedDataParallel::releaseReduceInput() {
+  if (reduceInWork_) reduceInWork_->wait();
+  reduceInWork_.reset();
+  reduceIn_ = at::Tensor();
 }
 
 // Adds the reduce-scatter outputs of units launched before `current` into their grad shards as
@@ -433,6 +444,7 @@ void FullyShardedDataParallel::finalizeBackward() {
     if (replicaComm_) replicaWorks.push_back(replicaComm_->allReduce(x.rsOut, ReduceOp::Sum));
   }
   for (auto& w : replicaWorks) w->wait();
+  releaseReduceInput();
   for (int u : backwardOrder_) {
     auto& x = *units_[u];
     if (x.launched && sync_ && x.rsOut.defined()) fsdp::addIntoGrad(x);  // addIntoGrad runs without grad mode

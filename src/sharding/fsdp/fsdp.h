@@ -46,7 +46,11 @@
 //   replicate across the world/s groups (gradient shards all-reduced across replicas).
 // - Devices: CPU (Gloo) and CUDA (NCCL) through Communicator only. On CUDA, all-gathers and
 //   reduce-scatters run on the communicator's stream; Work::wait() orders the caller's
-//   current stream after them (no host sync); the communicator keeps the tensors alive.
+//   current stream after them (no host sync). FSDP keeps their tensors itself (Keep::ByCaller)
+//   and frees them stream-ordered, after the current stream waited: a gathered unit's buffers
+//   when it reshards, a reduce-scatter's flat input (the unit's whole gradient in reduceDtype)
+//   when the next unit's gradients are flattened, so one such input is alive at a time rather
+//   than one per reduce-scatter the device has not finished when the host moves on.
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>
@@ -171,6 +175,7 @@ class FullyShardedDataParallel {
   void beginBackward();
   void processGrads(int u);
   void drainReduceScatters(int current);
+  void releaseReduceInput();
   void launchReady();
   void finalizeBackward();
   void resetPass();
@@ -188,6 +193,9 @@ class FullyShardedDataParallel {
   std::vector<int> passOrder_, plannedOrder_, backwardOrder_;
   bool passOpen_ = false, inBackward_ = false;
   size_t nextLaunch_ = 0;
+  // The last reduce-scatter's input and its work, freed by releaseReduceInput().
+  at::Tensor reduceIn_;
+  WorkPtr reduceInWork_;
 };
 
 }  // namespace tessera
