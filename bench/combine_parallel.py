@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Combines the RESULT lines of bench/parallel.sh's runs into bench/results/{tp,pp,fsdp,nocomm}.{json,md}.
+"""Combines the RESULT lines of bench/parallel.sh's runs into bench/results/{tp,pp,fsdp,nocomm,emulated}.{json,md}.
 
 Each log is named after its row's system (LOG_DIR/<system>.log), and the file name names the row
 (the anchor's PyTorch lines have no "system" key; a variant run of one binary gets its own name). Per section the rows are the two 1-GPU references
@@ -13,16 +13,20 @@ The nocomm section (the FAKE_WORLD probe, lines with "fake_world") gets the same
 row, the ideal being the same system's 1-GPU step_ms scaled to the row's tokens per GPU per step:
 there, with no communication at all, it is the cost of the parallel machinery alone, and "scaling"
 is the bound that communication hidden for free would give.
+The emulated section (the same probe over the timed fake communicator, FAKE_COMM_TIMED: lines whose
+"fake_comm" is not "untimed") gets overhead_ms the same way: the machinery plus the modelled
+communication left exposed by the schedule (src/comm/fake/fake_timing.h says what it leaves out).
 """
 import argparse, datetime, json, os, sys
 
 from result_lines import read_results
 
-SECTIONS = {"tp": "pytorch-tp", "pp": "pytorch-pp", "fsdp": "pytorch-fsdp", "nocomm": None}
+SECTIONS = {"tp": "pytorch-tp", "pp": "pytorch-pp", "fsdp": "pytorch-fsdp", "nocomm": None, "emulated": None}
 TITLES = {"tp": "Tensor parallel: tessera vs PyTorch DTensor TP",
           "pp": "Pipeline parallel: tessera vs torch.distributed.pipelining",
           "fsdp": "FSDP: tessera vs PyTorch FSDP2",
-          "nocomm": "One GPU as rank 0 of 2, no communication (FAKE_WORLD=2): DDP, TP and FSDP, tessera and PyTorch"}
+          "nocomm": "One GPU as rank 0 of 2, no communication (FAKE_WORLD=2): DDP, TP and FSDP, tessera and PyTorch",
+          "emulated": "One GPU as rank 0 of 2, communication emulated (FAKE_WORLD=2 FAKE_COMM_TIMED=1): DDP, TP and FSDP"}
 SINGLE_BATCH = 8
 
 
@@ -47,7 +51,7 @@ def tokens_per_gpu_step(r):
 
 def section_of(row):
     if "fake_world" in row:
-        return "nocomm"
+        return "nocomm" if row.get("fake_comm", "untimed") == "untimed" else "emulated"
     system = row["system"]
     for s in SECTIONS:
         if system.startswith("pytorch-" + s) or system.startswith("tessera-" + s):
@@ -90,13 +94,13 @@ def main():
                 batch = r.get("batch") or 16
                 ideal = one["step_ms"] * batch / (SINGLE_BATCH * gpus)
                 row["overhead_ms"] = round(r["step_ms"] - ideal, 2)
-            if sec == "nocomm" and one and "fake_world" in r:
+            if sec in ("nocomm", "emulated") and one and "fake_world" in r:
                 ideal = one["step_ms"] * tokens_per_gpu_step(r) / tokens_per_gpu_step(one)
                 row["overhead_ms"] = round(r["step_ms"] - ideal, 2)
             for k in ("sequence_parallel", "overlap", "micro_batches", "schedule", "partition", "peak_mem_GiB_per_rank",
                       "peak_in_flight_per_rank", "prefetch_budget_MiB", "peak_unsharded_units", "peak_unsharded_GiB",
                       "last_loss", "step_ms_all", "variant", "forward_chunks", "sm_carveout",
-                      "mem_before_backward_GiB", "peak_through_forward_GiB", "fused_wgrad", "fake_world"):
+                      "mem_before_backward_GiB", "peak_through_forward_GiB", "fused_wgrad", "fake_world", "fake_comm"):
                 if k in r:
                     row[k] = r[k]
             rows.append(row)
@@ -118,10 +122,15 @@ def main():
                  "pp": ["fused_wgrad", "peak_mem_GiB_per_rank", "peak_in_flight_per_rank"],
                  "fsdp": ["prefetch_budget_MiB", "peak_unsharded_units", "peak_unsharded_GiB",
                           "mem_before_backward_GiB", "peak_through_forward_GiB"],
-                 "nocomm": ["fake_world", "overhead_ms", "fused_wgrad", "mem_before_backward_GiB"]}[sec]
+                 "nocomm": ["fake_world", "overhead_ms", "fused_wgrad", "mem_before_backward_GiB"],
+                 "emulated": ["fake_world", "overhead_ms", "fused_wgrad", "mem_before_backward_GiB",
+                              "forward_chunks", "prefetch_budget_MiB"]}[sec]
         cols += extra
+        models = sorted({x["fake_comm"] for x in rows if "fake_comm" in x and sec == "emulated"})
         lines = ["# %s" % TITLES[sec], "", "- date: %s" % date, "- machine: %s" % a.machine,
-                 "- command: `%s`" % a.command, "- config: %s" % a.config, "- method: %s" % doc["method"], "",
+                 "- command: `%s`" % a.command, "- config: %s" % a.config, "- method: %s" % doc["method"]]
+        lines += ["- communication model: %s" % m for m in models]
+        lines += ["",
                  "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for row in rows:
             cells = []

@@ -3,8 +3,8 @@
 # trained by PyTorch (bench/torch_anchor.py: DTensor TP, pipelining Schedule1F1B, FSDP2) and by
 # tessera (tessera_bench_tp / _pp / _fsdp), side by side with each system's 1-GPU run, then
 # bench/results/{tp,pp,fsdp}.{json,md} (bench/combine_parallel.py).
-#   bench/parallel.sh BUILD_DIR LOG_DIR [tp] [pp] [fsdp] [nocomm]   (default: tp pp fsdp)
-#   bench/parallel.sh BUILD_DIR LOG_DIR --smoke [tp] [pp] [fsdp] [nocomm]
+#   bench/parallel.sh BUILD_DIR LOG_DIR [tp] [pp] [fsdp] [nocomm] [emulated]   (default: tp pp fsdp)
+#   bench/parallel.sh BUILD_DIR LOG_DIR --smoke [tp] [pp] [fsdp] [nocomm] [emulated]
 # Runs, in order, each under `timeout` (a failed run leaves its row out, the rest go on):
 #   pytorch-single, tessera-single (B=8, 1 GPU; the scaling reference of each system);
 #   tp:   pytorch-tp, tessera-tp, tessera-tp-sp (each with the in-process variants TP_VARIANTS:
@@ -16,6 +16,11 @@
 #         of FAKE_WORLD=2, PyTorch on its "fake" process group): pytorch-fsdp-nocomm,
 #         tessera-ddp-nocomm (variants DDP_VARIANTS), tessera-tp[-sp]-nocomm, tessera-fsdp-prefetch{0,512}-nocomm;
 #         what each system's parallel step costs on one GPU besides communication (runs on 1 GPU).
+#   emulated: tessera's nocomm runs again with the fake communicator timed (FAKE_COMM_TIMED=1,
+#         src/comm/fake/fake_timing.h: each op takes a modelled network's time on a stream of its own),
+#         TP in the variants EMU_TP_VARIANTS (base,carve16,chunks2+carve16), and tessera-fsdp-prefetch512-emulated-keepdone
+#         (FAKE_COMM_KEEP=done: the communicator keeps every op's tensors until it completes, as before
+#         FSDP kept its own): the schedule's exposed communication and buffer lifetimes on one GPU.
 #         PyTorch's DDP and DTensor TP are left out: its DDP fails on the fake group (the group's
 #         all-reduce future yields None to DDP's comm hook) and DTensor TP on it took 197 ms a step
 #         against 127 ms on two real GPUs (H200, 2026-11-23): not a measure of its machinery.
@@ -23,7 +28,8 @@
 # GPUs), tessera's runs only, results to LOG_DIR: checks that the binaries run end to end.
 # Env: NPROC (2), RUN_TIMEOUT (s per run, 120), FSDP_BUDGETS ("0 256 512 1024 2048"),
 # SINGLE_VARIANTS (tessera-single's in-process variants, ddp_bench.cpp: "base"; e.g. base,fused),
-# DDP_VARIANTS (nocomm: "base,view,fused,view+fused,bf16"),
+# DDP_VARIANTS (nocomm, emulated: "base,view,fused,view+fused,bf16"), EMU_TP_VARIANTS (emulated),
+# FAKE_COMM_* (emulated: the communication model, src/comm/fake/fake_timing.h),
 # PP_RUNS ("mb8 mb16 nofuse paramsplit interleaved": which pp runs; mb8/mb16 are PyTorch's and
 # tessera's; nofuse is tessera's mb16 with at::linear's weight gradients, FUSED_WGRAD=0),
 # RESULTS (dir for the results, default bench/results), D/L/V/T/STEPS passed through.
@@ -37,7 +43,7 @@ SMOKE=0 SECTIONS=()
 for a in "$@"; do
   case $a in
     --smoke) SMOKE=1 ;;
-    tp | pp | fsdp | nocomm) SECTIONS+=("$a") ;;
+    tp | pp | fsdp | nocomm | emulated) SECTIONS+=("$a") ;;
     *) echo "parallel.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -46,6 +52,7 @@ NPROC=${NPROC:-2}
 PP_RUNS_SET=${PP_RUNS:+1}
 PP_RUNS=${PP_RUNS:-mb8 mb16 nofuse paramsplit interleaved}
 TP_VARIANTS=${TP_VARIANTS:-base,chunks2,chunks4,carve16,carve24,chunks2+carve16,chunks4+carve16,chunks2+carve24}
+EMU_TP_VARIANTS=${EMU_TP_VARIANTS:-base,carve16,chunks2+carve16}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 RESULTS=${RESULTS:-$HERE/results}
 if [ $SMOKE = 1 ]; then
@@ -117,6 +124,17 @@ for s in "${SECTIONS[@]}"; do
       for m in 0 512; do
         B=8 run "tessera-fsdp-prefetch$m-nocomm" "${fake[@]}" "$BUILD/bench/tessera_bench_fsdp" --prefetch-mib "$m"
       done ;;
+    emulated)  # as nocomm, the fake communicator timed
+      fake=(env FAKE_WORLD=2 FAKE_COMM_TIMED=1)
+      for m in 512 0; do
+        B=8 run "tessera-fsdp-prefetch$m-emulated" "${fake[@]}" "$BUILD/bench/tessera_bench_fsdp" --prefetch-mib "$m"
+      done
+      [ $SMOKE = 1 ] || B=8 run tessera-fsdp-prefetch512-emulated-keepdone "${fake[@]}" FAKE_COMM_KEEP=done \
+        "$BUILD/bench/tessera_bench_fsdp" --prefetch-mib 512
+      B=8 run tessera-ddp-emulated "${fake[@]}" "$BUILD/bench/tessera_bench_ddp" tessera \
+        --variants "${DDP_VARIANTS:-base,view,fused,view+fused,bf16}"
+      B=16 run tessera-tp-sp-emulated "${fake[@]}" "$BUILD/bench/tessera_bench_tp" --sp --variants "$EMU_TP_VARIANTS"
+      B=16 run tessera-tp-emulated "${fake[@]}" "$BUILD/bench/tessera_bench_tp" --variants "$EMU_TP_VARIANTS" ;;
   esac
 done
 
@@ -124,6 +142,6 @@ gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/n
 topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}' || true)
 machine="${gpus:-no GPU (CPU smoke run)} (GPU0-GPU1 link: ${topo:-?}); torch $(python3 -c 'import torch;print(torch.__version__)' 2>/dev/null)"
 python3 "$HERE/combine_parallel.py" "${logs[@]}" --sections "${SECTIONS[@]}" --machine "$machine" \
-  --command "$([ "$NPROC" != 2 ] && echo "NPROC=$NPROC ")${PP_RUNS_SET:+PP_RUNS=\"$PP_RUNS\" }${SINGLE_VARIANTS:+SINGLE_VARIANTS=\"$SINGLE_VARIANTS\" }${DDP_VARIANTS:+DDP_VARIANTS=\"$DDP_VARIANTS\" }${FSDP_BUDGETS:+FSDP_BUDGETS=\"$FSDP_BUDGETS\" }bench/parallel.sh $BUILD $LOGS $*" --results "$RESULTS" \
+  --command "$([ "$NPROC" != 2 ] && echo "NPROC=$NPROC ")$(env | grep -E '^FAKE_COMM_' | sort | tr '\n' ' ')${EMU_TP_VARIANTS:+EMU_TP_VARIANTS=\"$EMU_TP_VARIANTS\" }${PP_RUNS_SET:+PP_RUNS=\"$PP_RUNS\" }${SINGLE_VARIANTS:+SINGLE_VARIANTS=\"$SINGLE_VARIANTS\" }${DDP_VARIANTS:+DDP_VARIANTS=\"$DDP_VARIANTS\" }${FSDP_BUDGETS:+FSDP_BUDGETS=\"$FSDP_BUDGETS\" }bench/parallel.sh $BUILD $LOGS $*" --results "$RESULTS" \
   --config "D=${D:-2048} L=${L:-12} V=${V:-32000} T=${T:-1024} STEPS=${STEPS:-10}" || rc=1
 exit $rc

@@ -23,7 +23,7 @@ Context initWorld() {
   ctx.launch.worldSize = n;
   ctx.device = singleProcessDevice();
   ctx.deviceDescription = ctx.device.str();
-  ctx.world = makeFakeCommunicator(0, n, ctx.device, "world");
+  ctx.world = makeFakeCommunicator(0, n, ctx.device, "world", fakeTimingFromEnv());
   return ctx;
 }
 

@@ -12,6 +12,9 @@
 //   parallel machinery itself, measurable without a second GPU. The fake all-gathers and
 //   reduce-scatters copy on the compute stream, so the probe overstates the machinery by the
 //   time of those copies (a device memcpy of each all-gather's output and reduce-scatter's slot).
+// FAKE_COMM_TIMED=1 (src/comm/fake/fake_timing.h) gives the ops a modelled network's duration on a
+// stream of their own: an emulation of the real run's schedule (overlap, waits, buffer lifetimes)
+// without its contention for memory bandwidth; rows are then named "-emulated".
 // Losses and parameters are meaningless (NaN-free, not a real run's). Pipeline parallelism is not
 // covered (a stage's peer does not exist).
 #include "comm/bootstrap/init.h"

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "comm/fake/fake_timing.h"
 #include "common/profiler.h"
 #include "fake_world.h"
 
@@ -84,8 +85,12 @@ std::string resultLine(const GptConfig& cfg, const BenchResult& r) {
   for (double t : r.times) all += fmt::format("{}{:.2f}", all.empty() ? "" : ", ", t * 1e3);
   // The FAKE_WORLD probe (fake_world.h): its own rows, never mistaken for a real run's.
   const int fake = fakeWorldSize();
-  const std::string system = fake ? r.system + "-nocomm" : r.system;
-  const std::string extra = fake ? fmt::format("\"fake_world\": {}, {}", fake, r.extra) : r.extra;
+  // Timed (FAKE_COMM_TIMED): "-emulated", the model's parameters in "fake_comm".
+  const FakeTiming timing = fakeTimingFromEnv();
+  const std::string system = !fake ? r.system : r.system + (!timing.enabled ? "-nocomm" : timing.ignoreByCaller ? "-emulated-keepdone" : "-emulated");
+  const std::string extra = fake ? fmt::format("\"fake_world\": {}, \"fake_comm\": \"{}\", {}", fake,
+                                               timing.describe(), r.extra)
+                                 : r.extra;
   return fmt::format(
       "RESULT {{\"system\": \"{}\", \"mode\": \"{}\", \"world\": {}, \"params_M\": {:.1f}, \"step_ms\": {:.2f}, "
       "\"tokens_per_s\": {:.0f}, \"mfu_vs_989\": {:.3f}, \"peak_mem_GiB\": {:.2f}, {}\"step_ms_all\": [{}]}}",
