@@ -4,9 +4,12 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <optional>
+
 #include "common/autocast.h"
 #include "common/env.h"
 #include "common/error.h"
+#include "common/sm_carveout.h"
 #include "kernels/gemm_accumulate.h"
 #include "nn/accum_linear.h"
 #include "parallel/tensor/seq_chunks.h"
@@ -55,12 +58,8 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
     ctx->saved_data["bias"] = bias.has_value();
     ctx->saved_data["wdtype"] = weight.scalar_type();
     if (!st->sp) return at::linear(x, wc, bias);
-    if (st->overlap.forwardChunks <= 1) {
-      auto [gathered, work] = launchGatherSeq(x, st->comm);
-      work->wait();
-      return at::linear(gathered, wc, bias);
-    }
-    // The gather in pieces, each piece's GEMMs while the next piece is gathered.
+    // This rank's rows first, while the others are gathered (in pieces: each piece's GEMMs while
+    // the next piece is gathered).
     const int64_t in = weight.size(1), outLocal = weight.size(0);
     auto local = x.reshape({-1, in}).contiguous();
     auto wt = wc.t();
@@ -95,10 +94,14 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
     const int64_t outLocal = w.size(0), in = w.size(1);
     auto gy2 = gy.reshape({-1, outLocal});
 
-    // Sequence parallel: re-gather the input for gW; it runs during the gx GEMM.
+    // Sequence parallel: re-gather the input for gW; it runs during the gx GEMM (and the GEMMs
+    // of gW's own rows, which need only the local input).
     at::Tensor total = x;
     WorkPtr gather;
-    if (st->sp && (needW || needB)) std::tie(total, gather) = launchGatherSeq(x, comm);
+    if (st->sp && needW) std::tie(total, gather) = launchGatherSeq(x, comm);
+    // The GEMMs beside a collective leave it its SMs (seq_chunks.h says why).
+    std::optional<SmCarveoutGuard> carve;
+    if (gather || needX) carve.emplace(st->overlap.smCarveout);
 
     at::Tensor gx;
     WorkPtr reduce;
@@ -119,17 +122,36 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
         reduce = comm->reduceScatter(gx, full);
       }
     }
-    if (gather) gather->wait();
 
     at::Tensor gw, gb;
-    // The weight GEMM runs beside the input-gradient collective: leave it its SMs.
-    SmCarveoutGuard carve(reduce ? st->overlap.smCarveout : 0);
     const bool into = st->weight.defined();  // summed into .grad by the GEMM (nn/accum_linear.h)
-    if (needW && into) nn::accumulateWeightGrad(st->weight, gy2, total.reshape({-1, in}).to(dt));
-    if (needW && !into) gw = kernels::weightGradTN(gy2, total.reshape({-1, in}).to(dt), wdtype);
     if (needB && into) nn::accumulateBiasGrad(st->bias, gy2);
     if (needB && !into) gb = gy2.sum(0);
+    if (needW && gather) {
+      // gW = Σ over row blocks gy[rows]ᵀ x[rows]: this rank's block from the local input now,
+      // the others once gathered, summed in float32.
+      const int64_t mLocal = x.numel() / in, me = comm->rank();
+      auto rows = [&](const at::Tensor& t, int64_t r0) { return t.narrow(0, r0, mLocal); };
+      auto xs = total.reshape({-1, in});
+      auto weightGrad = [&](const at::Tensor& g, const at::Tensor& xi) {
+        if (into) {
+          nn::accumulateWeightGrad(st->weight, g, xi);
+        } else {
+          kernels::gemmAccumulateTNInto(gw, {outLocal, in}, gy.device(), g.contiguous(), xi.contiguous());
+        }
+      };
+      weightGrad(rows(gy2, me * mLocal), x.reshape({-1, in}).to(dt));
+      gather->wait();
+      for (int64_t q = 0; q < comm->size(); ++q) {
+        if (q != me) weightGrad(rows(gy2, q * mLocal), rows(xs, q * mLocal).to(dt));
+      }
+      if (gw.defined()) gw = gw.to(wdtype);
+    } else if (needW) {
+      if (into) nn::accumulateWeightGrad(st->weight, gy2, total.reshape({-1, in}).to(dt));
+      if (!into) gw = kernels::weightGradTN(gy2, total.reshape({-1, in}).to(dt), wdtype);
+    }
     if (needW || needB) st->note("grad_weight");
+    carve.reset();
 
     if (reduce) reduce->wait();
     if (gx.defined()) gx = gx.to(x.scalar_type());

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <map>
 #include <optional>
 
 #include "common/error.h"
@@ -122,7 +123,9 @@ struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
     }
     // Sequence parallel: gy's token shards gathered in pieces, each piece's GEMMs meanwhile.
     if (needX) gx = at::empty({x2.size(0), in}, x2.options());
-    if (needB && !into) gb = at::zeros({out}, gy.options().dtype(at::kFloat));
+    // The bias is replicated: its gradient is summed over the blocks in row order, the same
+    // order on every rank (the blocks arrive in a rank-dependent one), so ranks agree bitwise.
+    std::map<int64_t, at::Tensor> biasParts;
     forEachGatheredBlock(gy, st->comm, st->overlap.forwardChunks, st->overlap.smCarveout,
                          [&](const at::Tensor& block, int64_t row0) {
                            const int64_t rows = block.size(0);
@@ -131,13 +134,21 @@ struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
                              at::mm_out(rowsOut, block, wd);
                            }
                            if (needW && into) nn::accumulateWeightGrad(st->weight, block, x2.narrow(0, row0, rows));
-                           if (needB && into) nn::accumulateBiasGrad(st->bias, block);
+                           if (needB) biasParts[row0] = block.sum(0, /*keepdim=*/false, at::kFloat);
                            if (needW && !into) {  // pieces summed in float32 by the GEMM
                              kernels::gemmAccumulateTNInto(gw, {out, in}, gy.device(), block.contiguous(),
                                                            x2.narrow(0, row0, rows).contiguous());
                            }
-                           if (needB && !into) gb.add_(block.sum(0).to(at::kFloat));
                          });
+    if (needB) {
+      auto sum = at::zeros({out}, gy.options().dtype(at::kFloat));
+      for (const auto& [row0, part] : biasParts) sum.add_(part);
+      if (into) {
+        nn::accumulateBiasGrad(st->bias, sum.unsqueeze(0));  // a sum over one row: exact
+      } else {
+        gb = sum;
+      }
+    }
     if (gx.defined()) gx = gx.view(x.sizes());
     if (gw.defined()) gw = gw.to(wdtype);
     if (gb.defined()) gb = gb.to(wdtype);

@@ -24,7 +24,7 @@ void forEachGatheredBlock(const at::Tensor& local, const CommPtr& comm, int chun
                           const std::function<void(const at::Tensor& block, int64_t row0)>& fn) {
   TESSERA_CHECK(local.dim() == 2 && local.is_contiguous(),
                 "tp::forEachGatheredBlock: expects a contiguous 2-D [rows, features] tensor (rank {})", comm->rank());
-  const int64_t mLocal = local.size(0), f = local.size(1), p = comm->size();
+  const int64_t mLocal = local.size(0), f = local.size(1), p = comm->size(), me = comm->rank();
   const auto sizes = pieceSizes(mLocal, chunks);
   // Launch every piece's gather first: they run back to back on the communicator.
   std::vector<at::Tensor> gathered;
@@ -33,17 +33,18 @@ void forEachGatheredBlock(const at::Tensor& local, const CommPtr& comm, int chun
     gathered.push_back(at::empty({p * sizes[i], f}, local.options()));
     works.push_back(comm->allGather(gathered.back(), local.narrow(0, r0, sizes[i])));
   }
-  if (sizes.size() == 1) {
-    works[0]->wait();
-    fn(gathered[0], 0);
-    return;
-  }
+  // This rank's own rows need no communication: their GEMMs run while the gathers are in flight
+  // (with SMs left to the collective).
   std::optional<SmCarveoutGuard> carve;
   carve.emplace(smCarveout);
+  for (int64_t i = 0, r0 = 0; i < static_cast<int64_t>(sizes.size()); r0 += sizes[i], ++i)
+    fn(local.narrow(0, r0, sizes[i]), me * mLocal + r0);
   for (int64_t i = 0, r0 = 0; i < static_cast<int64_t>(sizes.size()); r0 += sizes[i], ++i) {
     works[i]->wait();
     if (i + 1 == static_cast<int64_t>(sizes.size())) carve.reset();  // nothing left in flight
-    for (int64_t q = 0; q < p; ++q) fn(gathered[i].narrow(0, q * sizes[i], sizes[i]), q * mLocal + r0);
+    for (int64_t q = 0; q < p; ++q) {
+      if (q != me) fn(gathered[i].narrow(0, q * sizes[i], sizes[i]), q * mLocal + r0);
+    }
   }
 }
 
