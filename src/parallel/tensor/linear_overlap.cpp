@@ -99,9 +99,10 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
     at::Tensor total = x;
     WorkPtr gather;
     if (st->sp && needW) std::tie(total, gather) = launchGatherSeq(x, comm);
-    // The GEMMs beside a collective leave it its SMs (seq_chunks.h says why).
+    // The GEMMs beside a collective leave it its SMs (seq_chunks.h says why): from here while
+    // the gather runs, else from the input gradient's collective on.
     std::optional<SmCarveoutGuard> carve;
-    if (gather || needX) carve.emplace(st->overlap.smCarveout);
+    if (gather) carve.emplace(st->overlap.smCarveout);
 
     at::Tensor gx;
     WorkPtr reduce;
@@ -122,11 +123,10 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
         reduce = comm->reduceScatter(gx, full);
       }
     }
+    if (reduce && !carve) carve.emplace(st->overlap.smCarveout);
 
     at::Tensor gw, gb;
     const bool into = st->weight.defined();  // summed into .grad by the GEMM (nn/accum_linear.h)
-    if (needB && into) nn::accumulateBiasGrad(st->bias, gy2);
-    if (needB && !into) gb = gy2.sum(0);
     if (needW && gather) {
       // gW = Σ over row blocks gy[rows]ᵀ x[rows]: this rank's block from the local input now,
       // the others once gathered, summed in float32.
@@ -150,6 +150,8 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
       if (into) nn::accumulateWeightGrad(st->weight, gy2, total.reshape({-1, in}).to(dt));
       if (!into) gw = kernels::weightGradTN(gy2, total.reshape({-1, in}).to(dt), wdtype);
     }
+    if (needB && into) nn::accumulateBiasGrad(st->bias, gy2);
+    if (needB && !into) gb = gy2.sum(0);
     if (needW || needB) st->note("grad_weight");
     carve.reset();
 
