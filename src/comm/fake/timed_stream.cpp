@@ -12,44 +12,32 @@
 #include <thread>
 
 #include "comm/fake/timed_kernel.h"
-#include "comm/nccl/cuda_stream.h"
+#include "comm/nccl/cuda_glue.h"
 #include "common/error.h"
 
 namespace tessera::fake_detail {
 namespace {
 
+using nccl_detail::DeviceGuard;
+
 void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw Error(fmt::format("fake communicator: {} failed: {}", what, cudaGetErrorString(e)));
 }
-
-class Guard {  // the device current for a scope
- public:
-  explicit Guard(int d) {
-    if (cudaGetDevice(&prev_) != cudaSuccess) prev_ = -1;
-    if (prev_ != d) cudaSetDevice(d);
-  }
-  ~Guard() {
-    if (prev_ >= 0) cudaSetDevice(prev_);
-  }
-
- private:
-  int prev_ = -1;
-};
 
 class TimedWork : public Work {
  public:
   TimedWork(OpInfo i, int device, cudaEvent_t done, std::vector<at::Tensor> keep)
       : Work(std::move(i)), device_(device), done_(done), keep_(std::move(keep)) {}
   ~TimedWork() override {
-    Guard g(device_);
+    DeviceGuard g(device_);
     cudaEventDestroy(done_);
   }
   void wait() override {
-    Guard g(device_);
-    check(cudaStreamWaitEvent(static_cast<cudaStream_t>(cuda::currentStream(device_)), done_, 0), "stream wait");
+    DeviceGuard g(device_);
+    check(cudaStreamWaitEvent(nccl_detail::callerStream(device_), done_, 0), "stream wait");
   }
   void synchronize() override {
-    Guard g(device_);
+    DeviceGuard g(device_);
     check(cudaEventSynchronize(done_), "event synchronize");
     poll();
   }
@@ -83,7 +71,7 @@ class TimedWork : public Work {
 class CudaTimedStream : public TimedStream {
  public:
   CudaTimedStream(int device, int ctas) : device_(device), ctas_(ctas) {
-    Guard g(device_);
+    DeviceGuard g(device_);
     int lo = 0, hi = 0;
     check(cudaDeviceGetStreamPriorityRange(&lo, &hi), "stream priority range");
     check(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, hi), "stream create");
@@ -97,7 +85,7 @@ class CudaTimedStream : public TimedStream {
     }
     cv_.notify_all();
     poller_.join();
-    Guard g(device_);
+    DeviceGuard g(device_);
     cudaStreamSynchronize(stream_);
     for (auto& w : inflight_) w->poll();
     cudaEventDestroy(ready_);
@@ -106,8 +94,8 @@ class CudaTimedStream : public TimedStream {
 
   WorkPtr run(const OpInfo& i, double seconds, const std::vector<Copy>& copies, std::vector<at::Tensor> keep) override {
     std::lock_guard<std::mutex> opLock(opMu_);
-    Guard g(device_);
-    check(cudaEventRecord(ready_, static_cast<cudaStream_t>(cuda::currentStream(device_))), "event record");
+    DeviceGuard g(device_);
+    check(cudaEventRecord(ready_, nccl_detail::callerStream(device_)), "event record");
     check(cudaStreamWaitEvent(stream_, ready_, 0), "stream wait");
     check(launchSpin(stream_, static_cast<unsigned long long>(seconds * 1e9), ctas_, device_), "spin kernel");
     for (const auto& c : copies) {
@@ -137,7 +125,7 @@ class CudaTimedStream : public TimedStream {
       while (!inflight_.empty()) {
         auto w = inflight_.front();
         l.unlock();
-        Guard g(device_);
+        DeviceGuard g(device_);
         const bool done = w->poll();
         l.lock();
         if (!done) break;

@@ -1,5 +1,6 @@
 #pragma once
-// Internal CUDA helpers of the NCCL backend (nccl/*.cpp only).
+// Internal CUDA helpers of the NCCL backend (nccl/*.cpp) and of the timed fake communicator
+// (fake/timed_stream.cpp), which orders its ops as the NCCL backend does.
 #include <cuda_runtime_api.h>
 
 namespace tessera::nccl_detail {
