@@ -53,6 +53,7 @@ PP_RUNS_SET=${PP_RUNS:+1}
 PP_RUNS=${PP_RUNS:-mb8 mb16 nofuse paramsplit interleaved}
 TP_VARIANTS=${TP_VARIANTS:-base,chunks2,chunks4,carve16,carve24,chunks2+carve16,chunks4+carve16,chunks2+carve24}
 EMU_TP_VARIANTS=${EMU_TP_VARIANTS:-base,carve16,chunks2+carve16}
+FAKE_DDP_VARIANTS=${DDP_VARIANTS:-base,view,fused,view+fused,bf16}  # nocomm and emulated
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 RESULTS=${RESULTS:-$HERE/results}
 if [ $SMOKE = 1 ]; then
@@ -117,7 +118,7 @@ for s in "${SECTIONS[@]}"; do
     nocomm)  # one process each, as rank 0 of a world of 2 that does not communicate
       fake=(env FAKE_WORLD=2)
       B=8 run tessera-ddp-nocomm "${fake[@]}" "$BUILD/bench/tessera_bench_ddp" tessera \
-        --variants "${DDP_VARIANTS:-base,view,fused,view+fused,bf16}"
+        --variants "$FAKE_DDP_VARIANTS"
       B=16 run tessera-tp-nocomm "${fake[@]}" "$BUILD/bench/tessera_bench_tp"
       B=16 run tessera-tp-sp-nocomm "${fake[@]}" "$BUILD/bench/tessera_bench_tp" --sp
       [ $SMOKE = 1 ] || B=8 run pytorch-fsdp-nocomm "${fake[@]}" python3 "$HERE/torch_anchor.py" fsdp
@@ -132,7 +133,7 @@ for s in "${SECTIONS[@]}"; do
       [ $SMOKE = 1 ] || B=8 run tessera-fsdp-prefetch512-emulated-keepdone "${fake[@]}" FAKE_COMM_KEEP=done \
         "$BUILD/bench/tessera_bench_fsdp" --prefetch-mib 512
       B=8 run tessera-ddp-emulated "${fake[@]}" "$BUILD/bench/tessera_bench_ddp" tessera \
-        --variants "${DDP_VARIANTS:-base,view,fused,view+fused,bf16}"
+        --variants "$FAKE_DDP_VARIANTS"
       B=16 run tessera-tp-sp-emulated "${fake[@]}" "$BUILD/bench/tessera_bench_tp" --sp --variants "$EMU_TP_VARIANTS"
       B=16 run tessera-tp-emulated "${fake[@]}" "$BUILD/bench/tessera_bench_tp" --variants "$EMU_TP_VARIANTS" ;;
   esac

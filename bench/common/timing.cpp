@@ -87,7 +87,8 @@ std::string resultLine(const GptConfig& cfg, const BenchResult& r) {
   const int fake = fakeWorldSize();
   // Timed (FAKE_COMM_TIMED): "-emulated", the model's parameters in "fake_comm".
   const FakeTiming timing = fakeTimingFromEnv();
-  const std::string system = !fake ? r.system : r.system + (!timing.enabled ? "-nocomm" : timing.ignoreByCaller ? "-emulated-keepdone" : "-emulated");
+  std::string system = r.system;
+  if (fake) system += !timing.enabled ? "-nocomm" : timing.ignoreByCaller ? "-emulated-keepdone" : "-emulated";
   const std::string extra = fake ? fmt::format("\"fake_world\": {}, \"fake_comm\": \"{}\", {}", fake,
                                                timing.describe(), r.extra)
                                  : r.extra;
