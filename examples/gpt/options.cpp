@@ -39,8 +39,8 @@ std::vector<int> toList(const std::string& flag, const std::string& v) {
 
 std::string usage() {
   return "usage: train_gpt [--layout DPxPPxTP | --dp N --pp N --tp N] [--dp-mode ddp|fsdp] [--micro-batches M]\n"
-         "  [--schedule 1f1b|gpipe|interleaved] [--chunks V] [--layers-per-stage a,b,...] [--sp]\n"
-         "  [--model tiny|small|735m] [--d D] [--layers L] [--heads H] [--vocab V] [--seq-len T]\n"
+         "  [--schedule 1f1b|gpipe|interleaved] [--chunks V] [--extra-warmup K] [--layers-per-stage a,b,...]\n"
+         "  [--sp] [--model tiny|small|735m] [--d D] [--layers L] [--heads H] [--vocab V] [--seq-len T]\n"
          "  [--batch B] [--steps S] [--lr X] [--clip X] [--weight-decay X] [--precision fp32|bf16]\n"
          "  [--seed S] [--fsdp-prefetch-mib N] [--checkpoint-dir DIR] [--checkpoint-every K]\n"
          "  [--log-jsonl FILE] [--breakdown] [--peak-tflops X] [--no-fused-wgrad]\n"
@@ -98,6 +98,7 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
   i32("--micro-batches", o.microBatches);
   str("--schedule", o.schedule);
   i32("--chunks", o.chunks);
+  i32("--extra-warmup", o.extraWarmup);
   take("--layers-per-stage", [&](const std::string& v) { o.layersPerStage = toList("--layers-per-stage", v); });
   i64("--d", o.cfg.d);
   i64("--layers", o.cfg.layers);
@@ -130,6 +131,9 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
                 o.precision);
   TESSERA_CHECK(o.precision == "fp32" || onGpu, "train_gpt: --precision bf16 needs GPUs (CPU runs are fp32)");
   TESSERA_CHECK(o.steps >= 1, "train_gpt: --steps must be >= 1, got {}", o.steps);
+  TESSERA_CHECK(o.extraWarmup >= 0 && (o.extraWarmup == 0 || o.schedule == "1f1b"),
+                "train_gpt: --extra-warmup {} needs --schedule 1f1b and a count >= 0 (schedule: {})", o.extraWarmup,
+                o.schedule);
   if (o.schedule != "interleaved") o.chunks = 1;
   return o;
 }
@@ -160,7 +164,10 @@ bool usesFusedWgrad(const TrainOptions& o) { return o.fusedWgrad && o.dpMode == 
 std::string describe(const TrainOptions& o) {
   return fmt::format("dp {} ({}) x pp {} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}; {} steps",
                      o.dp, o.dpMode, o.pp, o.tp, o.sequenceParallel ? " +sp" : "", o.microBatches, o.schedule,
-                     o.chunks > 1 ? fmt::format(" ({} chunks)", o.chunks) : "", o.batch, o.cfg.seqLen, o.precision,
+                     o.chunks > 1                ? fmt::format(" ({} chunks)", o.chunks)
+                     : o.extraWarmup > 0 ? fmt::format(" (+{} warm-up forwards)", o.extraWarmup)
+                                         : "",
+                     o.batch, o.cfg.seqLen, o.precision,
                      usesFusedWgrad(o) ? ", weight gradients summed in the GEMM" : "", o.steps);
 }
 

@@ -16,6 +16,7 @@ struct TrainOptions {
   int microBatches = 0;           // 0: 1 without pp, else 2 · pp
   std::string schedule = "1f1b";  // 1f1b | gpipe | interleaved
   int chunks = 2;                 // virtual stages per rank (interleaved only)
+  int extraWarmup = 0;            // 1F1B's extra warm-up forwards (pipeline/schedule.h)
   std::vector<int> layersPerStage;
   std::string model;              // preset (model.h); empty: tiny on CPU, 735m on GPU
   GptConfig cfg;                  // the preset, then --d/--layers/--heads/--vocab/--seq-len

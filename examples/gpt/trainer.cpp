@@ -115,7 +115,8 @@ void Trainer::State::build() {
   const int64_t vocab = o.cfg.vocab;
   auto tpGroup = mesh->tpGroup();
   exec = std::make_unique<pipeline::PipelineExecutor>(
-      mesh->ppGroup(), pipeline::makeSchedule(scheduleKind(o.schedule), o.pp, o.microBatches, o.chunks), fns,
+      mesh->ppGroup(),
+      pipeline::makeSchedule(scheduleKind(o.schedule), o.pp, o.microBatches, o.chunks, o.extraWarmup), fns,
       [tpGroup, vocab](const at::Tensor& y, const at::Tensor& t) { return gptLoss(y, t, tpGroup, vocab); }, eo);
 }
 

@@ -40,19 +40,19 @@ void bindPipeline(pb::module_& m) {
       "tessera.Pipeline to run torch.nn.Modules")
       .def(pb::init([](CommPtr group, const std::string& schedule, int microBatches,
                        std::vector<PipelineExecutor::ChunkFn> stages, PipelineExecutor::LossFn loss,
-                       const std::string& device, bool freeSentOutputs) {
+                       const std::string& device, bool freeSentOutputs, int extraWarmup) {
              TESSERA_CHECK(group, "tessera pipeline: no pp communicator given");
              TESSERA_CHECK(!stages.empty(), "tessera pipeline: no stage given on rank {}", group->rank());
              pipeline::ExecutorOptions o;
              o.device = at::Device(device);
              o.freeSentOutputs = freeSentOutputs;
              auto sched = pipeline::makeSchedule(toScheduleKind(schedule), group->size(), microBatches,
-                                                 static_cast<int>(stages.size()));
+                                                 static_cast<int>(stages.size()), extraWarmup);
              return std::make_shared<PipelineExecutor>(std::move(group), std::move(sched), std::move(stages),
                                                        std::move(loss), o);
            }),
            pb::arg("group"), pb::arg("schedule"), pb::arg("micro_batches"), pb::arg("stages"), pb::arg("loss"),
-           pb::arg("device"), pb::arg("free_sent_outputs") = true)
+           pb::arg("device"), pb::arg("free_sent_outputs") = true, pb::arg("extra_warmup") = 0)
       .def(
           "step",
           [](PipelineExecutor& e, const std::optional<at::Tensor>& input, const std::optional<at::Tensor>& target) {

@@ -127,6 +127,8 @@ class Pipeline:
     micro-batch, the last stage's output goes to ``loss_fn(output, target)``.
     ``schedule``: ``"1f1b"`` (default), ``"gpipe"`` or ``"interleaved_1f1b"``.
     ``micro_batches``: the batch (dim 0) is split into this many equal micro-batches.
+    ``extra_warmup``: with ``"1f1b"``, this many more warm-up forwards on every stage but the
+    last (for stages of unequal cost; at most pp − rank + extra_warmup micro-batches in flight).
 
     :meth:`step` is collective over the group: pass ``input`` on pp rank 0 and ``target`` on
     the last pp rank (``None`` elsewhere). It runs forward and backward of every micro-batch;
@@ -140,14 +142,14 @@ class Pipeline:
     """
 
     def __init__(self, stages, group, *, micro_batches, loss_fn, schedule="1f1b", device=None,
-                 free_sent_outputs=True):
+                 free_sent_outputs=True, extra_warmup=0):
         self.group = _group_of(group, "pp")
         self.stages = list(stages)
         if device is None:
             device = "cpu" if self.group.backend == "gloo" else f"cuda:{torch.cuda.current_device()}"
         self.device = torch.device(device)
         self._exec = _C.PipelineExecutor(self.group, schedule, micro_batches, self.stages, loss_fn, str(self.device),
-                                         free_sent_outputs)
+                                         free_sent_outputs, extra_warmup)
 
     def step(self, input=None, target=None):
         return self._exec.step(input, target)

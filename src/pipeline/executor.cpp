@@ -12,8 +12,9 @@ namespace {
 // Preamble layout (int64, summed over the pp group; each slot has one contributor):
 // [0] input batch (pp rank 0; -1: no input)   [1] target batch (last pp rank; -1: no target,
 // -2: no loss function)   [2] input dtype   [3] input ndim   [4, 4 + kMaxHeaderDims) dims
-// then per pp rank r: [kCfg + 3r + 0..2] = schedule kind + 1, micro-batches, chunks.
-constexpr int kDims = 4, kCfg = kDims + kMaxHeaderDims;
+// then per pp rank r: [kCfg + kPer·r + 0..3] = schedule kind + 1, micro-batches, chunks, extra
+// warm-up forwards.
+constexpr int kDims = 4, kCfg = kDims + kMaxHeaderDims, kPer = 4;
 
 std::vector<int64_t> toVector(const at::Tensor& t) {
   auto c = t.cpu().contiguous();
@@ -44,7 +45,7 @@ int PipelineExecutor::rank() const { return group_->rank(); }
 
 std::vector<int64_t> PipelineExecutor::preamble(const at::Tensor& input, const at::Tensor& target) {
   const int P = sched_.pp, r = rank(), M = sched_.numMicro;
-  auto cpu = at::zeros({kCfg + 3 * P}, at::kLong);
+  auto cpu = at::zeros({kCfg + kPer * P}, at::kLong);
   auto* v = cpu.data_ptr<int64_t>();
   if (r == 0) {
     v[0] = input.defined() && input.dim() > 0 ? input.size(0) : -1;
@@ -55,21 +56,22 @@ std::vector<int64_t> PipelineExecutor::preamble(const at::Tensor& input, const a
     }
   }
   if (r == P - 1) v[1] = !loss_ ? -2 : target.defined() && target.dim() > 0 ? target.size(0) : -1;
-  v[kCfg + 3 * r] = static_cast<int64_t>(sched_.kind) + 1;
-  v[kCfg + 3 * r + 1] = M;
-  v[kCfg + 3 * r + 2] = sched_.chunks;
+  v[kCfg + kPer * r] = static_cast<int64_t>(sched_.kind) + 1;
+  v[kCfg + kPer * r + 1] = M;
+  v[kCfg + kPer * r + 2] = sched_.chunks;
+  v[kCfg + kPer * r + 3] = sched_.extraWarmup;
   auto t = cpu.to(opts_.device);
   group_->allReduce(t, ReduceOp::Sum)->wait();
   auto g = toVector(t);
 
   // Every rank runs the same checks on the same numbers: the same error everywhere.
   for (int q = 1; q < P; ++q)
-    for (int k = 0; k < 3; ++k)
-      TESSERA_CHECK(g[kCfg + 3 * q + k] == g[kCfg + k],
+    for (int k = 0; k < kPer; ++k)
+      TESSERA_CHECK(g[kCfg + kPer * q + k] == g[kCfg + k],
                     "pipeline step: the pp ranks disagree on the schedule: pp rank 0 runs kind {} with {} "
-                    "micro-batches x {} chunks, pp rank {} kind {} with {} x {}",
-                    g[kCfg] - 1, g[kCfg + 1], g[kCfg + 2], q, g[kCfg + 3 * q] - 1, g[kCfg + 3 * q + 1],
-                    g[kCfg + 3 * q + 2]);
+                    "micro-batches x {} chunks and {} extra warm-up forwards, pp rank {} kind {} with {} x {} and {}",
+                    g[kCfg] - 1, g[kCfg + 1], g[kCfg + 2], g[kCfg + 3], q, g[kCfg + kPer * q] - 1,
+                    g[kCfg + kPer * q + 1], g[kCfg + kPer * q + 2], g[kCfg + kPer * q + 3]);
   const int64_t B = g[0], T = g[1];
   TESSERA_CHECK(B >= 0, "pipeline step: pp rank 0 (the first stage) was given no input batch (an undefined or 0-dim tensor)");
   TESSERA_CHECK(T != -2, "pipeline step: pp rank {} (the last stage) has no loss function", P - 1);

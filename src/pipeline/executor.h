@@ -32,13 +32,21 @@
 // draws extra ones, and one with running statistics (batch norm) updates them, on the steps
 // that probe. On GPUs the preamble (and a probe) read a few integers back to the host.
 //
+// Communication: each Comm action of the table is posted as one batch when the rank reaches
+// it, but the rank waits for a received activation (gradient) only right before the forward
+// (backward) that uses it, and for its sends at the end of the step. So a stage computes
+// whatever it already holds while its neighbours are still busy: with unbalanced stages and
+// extra warm-up forwards (schedule.h) the faster stage does not hold the slower one back at
+// every batch. On CUDA these waits are stream waits; the host never blocks on a transfer.
+//
 // Memory (Megatron's discipline): a stage output, once sent, keeps only its autograd graph;
 // its data is replaced by an empty tensor (the receiver has its own copy; backward runs
 // from the saved output with the received gradient). This frees memory when the stage's
 // last op does not save its own result for backward (true of a residual add or a Linear; a
 // final tanh's backward keeps the result alive, whatever the executor drops).
 // peakInFlight() counts the (micro, chunk) pairs between forward and backward: for 1F1B
-// at most pp − rank; lastStats() also has the bytes of outputs the executor holds.
+// at most pp − rank (+ the extra warm-up, schedule.h); lastStats() also has the bytes of
+// outputs the executor holds.
 #include <ATen/ATen.h>
 
 #include <functional>

@@ -24,6 +24,16 @@ void PipelineExecutor::run(const std::vector<at::Tensor>& inputs, const std::vec
   // for backward (the scaled loss on the last stage), the received output gradient, the input
   // gradient to send.
   auto in = grid(), out = grid(), outGrad = grid(), inGrad = grid();
+  // The batch each received input / output gradient arrives with: waited on (on CUDA, a
+  // stream wait) just before the computation that uses it, so a rank computes whatever it
+  // already has while its neighbours still work on what it receives next. Sends are waited
+  // on at the end of the step only (their errors surface there at the latest).
+  std::vector<std::vector<WorkPtr>> inWork(V, std::vector<WorkPtr>(M)), gradWork(V, std::vector<WorkPtr>(M));
+  std::vector<WorkPtr> sends;
+  auto arrived = [](WorkPtr& w) {
+    if (w) w->wait();
+    w.reset();
+  };
   int inFlight = 0;
   int64_t held = 0;
   auto where = [&](const char* what, int m, int c) {
@@ -41,6 +51,7 @@ void PipelineExecutor::run(const std::vector<at::Tensor>& inputs, const std::vec
     const int m = a.micro, c = a.chunk;
     if (a.kind == Action::Forward) {
       const bool first = sched_.isFirstStage(r, c), last = sched_.isLastStage(r, c);
+      if (!first) arrived(inWork[c][m]);
       at::Tensor x = first ? inputs.at(m) : in[c][m];
       TESSERA_CHECK(x.defined(), "pipeline executor: {} has no input", where("forward", m, c));
       if (!first) x.requires_grad_(true);
@@ -63,6 +74,7 @@ void PipelineExecutor::run(const std::vector<at::Tensor>& inputs, const std::vec
       TESSERA_CHECK(y.defined(), "pipeline executor: {} before its forward", where("backward", m, c));
       TESSERA_CHECK(last || outGrad[c][m].defined(), "pipeline executor: {} has no output gradient",
                     where("backward", m, c));
+      if (!last) arrived(gradWork[c][m]);
       const bool lastOne = tick == lastBackward;
       if (opts_.beforeBackward) opts_.beforeBackward(m, c, lastOne);
       if (y.requires_grad()) {
@@ -93,12 +105,15 @@ void PipelineExecutor::run(const std::vector<at::Tensor>& inputs, const std::vec
           case CommKind::RecvBackward: ops.push_back({t.kind, outMeta_[tc], {}, where("output gradient", tm, tc)}); break;
         }
       }
-      auto got = p2p_->exchange(ops);
+      auto posted = p2p_->post(ops);
+      const auto& got = posted.received;
+      bool sent = false;
       for (size_t i = 0; i < a.comm.size(); ++i) {
         const auto& t = a.comm[i];
         const int tm = t.micro, tc = t.chunk;
-        if (t.kind == CommKind::RecvForward) in[tc][tm] = got[i];
-        if (t.kind == CommKind::RecvBackward) outGrad[tc][tm] = got[i];
+        sent = sent || isSend(t.kind);
+        if (t.kind == CommKind::RecvForward) in[tc][tm] = got[i], inWork[tc][tm] = posted.work;
+        if (t.kind == CommKind::RecvBackward) outGrad[tc][tm] = got[i], gradWork[tc][tm] = posted.work;
         if (t.kind == CommKind::SendBackward) inGrad[tc][tm] = at::Tensor();
         if (t.kind == CommKind::SendForward && opts_.freeSentOutputs) {
           auto& y = out[tc][tm];
@@ -111,8 +126,10 @@ void PipelineExecutor::run(const std::vector<at::Tensor>& inputs, const std::vec
           }
         }
       }
+      if (sent) sends.push_back(posted.work);
     }
   }
+  for (auto& w : sends) arrived(w);
   TESSERA_CHECK(inFlight == 0, "pipeline executor: {} (micro, chunk) pairs left without backward on pp rank {}",
                 inFlight, r);
 }

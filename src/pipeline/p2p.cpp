@@ -61,6 +61,12 @@ Header StageP2P::recvHeader(int peer) {
 }
 
 std::vector<at::Tensor> StageP2P::exchange(const std::vector<Transfer>& ops) {
+  auto p = post(ops);
+  if (p.work) p.work->wait();
+  return std::move(p.received);
+}
+
+StageP2P::Posted StageP2P::post(const std::vector<Transfer>& ops) {
   std::vector<P2POp> batch;
   std::vector<at::Tensor> out(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
@@ -83,8 +89,9 @@ std::vector<at::Tensor> StageP2P::exchange(const std::vector<Transfer>& ops) {
       batch.push_back({P2POp::Recv, out[i], peerOf(t.kind)});
     }
   }
-  if (!batch.empty()) group_->batchP2P(batch)->wait();
-  return out;
+  Posted p{std::move(out), nullptr};
+  if (!batch.empty()) p.work = group_->batchP2P(batch);
+  return p;
 }
 
 void StageP2P::sendForward(const at::Tensor& act, const TensorMeta& meta) {

@@ -1,8 +1,12 @@
 #pragma once
 // Typed point-to-point between neighbouring pipeline stages over a Communicator (the pp
 // group): activations go to next() = (rank + 1) % size, gradients to prev(); receives are
-// the mirror. Every exchange is one batchP2P (one NCCL group on GPUs), blocking the caller
-// until all its ops are done (on CUDA: the current stream waits, see work.h).
+// the mirror. Every exchange is one batchP2P (one NCCL group on GPUs). exchange() blocks the
+// caller until all its ops are done (on CUDA: the current stream waits, see work.h); post()
+// issues the batch and returns its Work, so the caller waits only where it uses what arrived
+// (the executor: just before the computation that needs a received tensor). Until that wait
+// a received buffer must not be read, and a sent tensor must not be written (the Work keeps
+// both alive until the op is done).
 //
 // Shapes: a receive must know the shape and dtype of what arrives. They are exchanged as a
 // small int64 header tensor (sendHeader/recvHeader: status, dtype, rank, dims) whenever they
@@ -71,6 +75,11 @@ class StageP2P {
   // first (nothing is sent when one fails). Tensors sent are made contiguous (a copy only
   // when they are not).
   std::vector<at::Tensor> exchange(const std::vector<Transfer>& ops);
+  struct Posted {
+    std::vector<at::Tensor> received;  // as exchange() returns them, filled once `work` is done
+    WorkPtr work;                      // null when `ops` was empty
+  };
+  Posted post(const std::vector<Transfer>& ops);
 
   // Typed forms (Megatron's p2p_communication names).
   void sendForward(const at::Tensor& act, const TensorMeta& meta);

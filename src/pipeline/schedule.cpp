@@ -30,7 +30,9 @@ const char* toString(CommKind k) {
 
 bool isSend(CommKind k) { return k == CommKind::SendForward || k == CommKind::SendBackward; }
 
-int oneFOneBBound(int pp, int rank, int numMicro) { return std::min(pp - rank, numMicro); }
+int oneFOneBBound(int pp, int rank, int numMicro, int extraWarmup) {
+  return std::min(pp - rank + (rank < pp - 1 ? extraWarmup : 0), numMicro);
+}
 
 namespace {
 
@@ -43,7 +45,7 @@ Action compute(Action::Kind k, int micro, int chunk) {
 }
 
 // The order of computations on `rank` (no communication yet).
-std::vector<Action> computeOrder(ScheduleKind kind, int pp, int rank, int M, int V) {
+std::vector<Action> computeOrder(ScheduleKind kind, int pp, int rank, int M, int V, int extra) {
   std::vector<Action> out;
   auto F = [&](int m, int c) { out.push_back(compute(Action::Forward, m, c)); };
   auto B = [&](int m, int c) { out.push_back(compute(Action::Backward, m, c)); };
@@ -53,7 +55,7 @@ std::vector<Action> computeOrder(ScheduleKind kind, int pp, int rank, int M, int
     return out;
   }
   if (kind == ScheduleKind::OneFOneB) {
-    int warm = std::min(pp - rank - 1, M);
+    int warm = std::min(pp - rank - 1 + (rank < pp - 1 ? extra : 0), M);
     for (int m = 0; m < warm; ++m) F(m, 0);
     for (int i = 0; i < M - warm; ++i) {
       F(warm + i, 0);
@@ -93,7 +95,7 @@ void placeCommunication(Schedule& s) {
   std::vector<size_t> pos(P, 0);
   // have[r][c * M + m]: bit 0 input arrived, bit 1 output gradient arrived, bit 2 forward done.
   std::vector<std::vector<int>> have(P, std::vector<int>(s.chunks * s.numMicro, 0));
-  for (int r = 0; r < P; ++r) order[r] = computeOrder(s.kind, P, r, s.numMicro, s.chunks);
+  for (int r = 0; r < P; ++r) order[r] = computeOrder(s.kind, P, r, s.numMicro, s.chunks, s.extraWarmup);
   s.ranks.assign(P, {});
   struct Move {
     bool fwd;
@@ -138,8 +140,11 @@ void placeCommunication(Schedule& s) {
 
 }  // namespace
 
-Schedule makeSchedule(ScheduleKind kind, int pp, int M, int V) {
+Schedule makeSchedule(ScheduleKind kind, int pp, int M, int V, int extraWarmup) {
   TESSERA_CHECK(pp >= 1, "pipeline schedule: pp = {} (must be >= 1)", pp);
+  TESSERA_CHECK(extraWarmup >= 0, "pipeline schedule: extra warm-up of {} forwards (must be >= 0)", extraWarmup);
+  TESSERA_CHECK(extraWarmup == 0 || kind == ScheduleKind::OneFOneB,
+                "pipeline schedule: extra warm-up forwards ({}) are for 1F1B only, not {}", extraWarmup, toString(kind));
   TESSERA_CHECK(M >= 1, "pipeline schedule: {} micro-batches (must be >= 1)", M);
   if (kind == ScheduleKind::Interleaved1F1B) {
     TESSERA_CHECK(V >= 2, "interleaved 1F1B needs at least 2 virtual stages (chunks) per rank, got {}", V);
@@ -162,6 +167,7 @@ Schedule makeSchedule(ScheduleKind kind, int pp, int M, int V) {
   s.pp = pp;
   s.numMicro = M;
   s.chunks = V;
+  s.extraWarmup = extraWarmup;
   placeCommunication(s);
   return s;
 }

@@ -13,6 +13,12 @@
 // - 1F1B: warm-up of min(P − r − 1, M) forwards, then one-forward-one-backward, then the
 //   remaining backwards. Needs M >= P (fewer is an error: the pipeline would never fill).
 //   At most P − r micro-batches are in flight on rank r.
+//   With `extraWarmup` = k > 0, every rank but the last warms up with k more forwards
+//   (min(P − r − 1 + k, M)); at most P − r + k micro-batches are then in flight there. This
+//   is for unbalanced stages: a slower stage keeps computing forwards while the faster stages
+//   after it return the first gradients, instead of waiting for them (with pp = 2 and the
+//   first stage 12 % slower, k = 2 removes the warm-up and cool-down waits: see
+//   pipeline/simulate.h). The last stage's warm-up stays 0: its backward never waits.
 // - Interleaved 1F1B (Megatron's ordering): chunks >= 2, pp >= 2, M % pp == 0; warm-up of
 //   (P − r − 1)·2 + (chunks − 1)·P forwards (all of them when M == P).
 // Communication placement: the compute orders above are played in lock-step ticks (each
@@ -56,6 +62,7 @@ struct Action {
 struct Schedule {
   ScheduleKind kind = ScheduleKind::OneFOneB;
   int pp = 1, numMicro = 1, chunks = 1;
+  int extraWarmup = 0;  // 1F1B only (see above)
   std::vector<std::vector<Action>> ranks;  // ranks[r][tick]
 
   int numStages() const { return pp * chunks; }
@@ -70,10 +77,11 @@ struct Schedule {
 
 // Throws tessera::Error naming the numbers when the combination is invalid (pp < 1, M < 1,
 // 1F1B with M < pp, interleaved with M % pp != 0, chunks < 2 or pp < 2, chunks != 1 for
-// GPipe/1F1B).
-Schedule makeSchedule(ScheduleKind kind, int pp, int numMicro, int chunks = 1);
+// GPipe/1F1B, extraWarmup < 0 or given to a schedule other than 1F1B).
+Schedule makeSchedule(ScheduleKind kind, int pp, int numMicro, int chunks = 1, int extraWarmup = 0);
 
-// The 1F1B bound of in-flight micro-batches on `rank`: pp − rank (M when M is smaller).
-int oneFOneBBound(int pp, int rank, int numMicro);
+// The 1F1B bound of in-flight micro-batches on `rank`: pp − rank, plus extraWarmup on every
+// rank but the last (M when M is smaller).
+int oneFOneBBound(int pp, int rank, int numMicro, int extraWarmup = 0);
 
 }  // namespace tessera::pipeline

@@ -77,6 +77,7 @@ void expectClose(const at::Tensor& got, const at::Tensor& want, const std::strin
 struct Case {
   ScheduleKind kind;
   int micro, chunks;
+  int extra = 0;  // 1F1B's extra warm-up forwards
 };
 
 std::vector<Case> casesFor(int P) {
@@ -84,6 +85,7 @@ std::vector<Case> casesFor(int P) {
   for (int M : {1, 2, 3, 4, 8}) {
     out.push_back({ScheduleKind::GPipe, M, 1});
     if (M >= P) out.push_back({ScheduleKind::OneFOneB, M, 1});
+    if (M >= P && P >= 2 && M >= 3) out.push_back({ScheduleKind::OneFOneB, M, 1, 2});
     if (P >= 2 && M % P == 0) out.push_back({ScheduleKind::Interleaved1F1B, M, 2});
   }
   return out;
@@ -99,7 +101,7 @@ std::unique_ptr<PipelineExecutor> makeExecutor(const CommPtr& g, const Sequentia
     fns.push_back(st.forward);
     if (params) params->insert(params->end(), st.parameters.begin(), st.parameters.end());
   }
-  return std::make_unique<PipelineExecutor>(g, makeSchedule(c.kind, P, c.micro, c.chunks), fns, mse);
+  return std::make_unique<PipelineExecutor>(g, makeSchedule(c.kind, P, c.micro, c.chunks, c.extra), fns, mse);
 }
 }  // namespace
 
@@ -108,7 +110,7 @@ TESSERA_WORKER(pp_matches_unsplit) {
   const auto& g = ctx.world;
   const int P = g->size(), r = g->rank();
   for (const auto& c : casesFor(P)) {
-    const std::string name = fmt::format("{} M={} chunks={}", toString(c.kind), c.micro, c.chunks);
+    const std::string name = fmt::format("{} M={} chunks={} extra warm-up={}", toString(c.kind), c.micro, c.chunks, c.extra);
     auto m = makeModel(5);
     std::vector<at::Tensor> mine;
     auto exec = makeExecutor(g, m, c, &mine);
@@ -138,8 +140,8 @@ TESSERA_WORKER(pp_matches_unsplit) {
       WCHECK(st.peakInFlight == exec->schedule().peakInFlight(r), "{}: peak in flight {} vs table {}", where,
              st.peakInFlight, exec->schedule().peakInFlight(r));
       if (c.kind == ScheduleKind::OneFOneB)
-        WCHECK(st.peakInFlight <= oneFOneBBound(P, r, c.micro), "{}: {} in flight > 1F1B bound {}", where, st.peakInFlight,
-               oneFOneBBound(P, r, c.micro));
+        WCHECK(st.peakInFlight <= oneFOneBBound(P, r, c.micro, c.extra), "{}: {} in flight > 1F1B bound {}", where,
+               st.peakInFlight, oneFOneBBound(P, r, c.micro, c.extra));
       WCHECK(st.probed == (step != 1), "{}: probed = {}", where, st.probed);
       // Every output this rank sends (all but the last stage's) is freed once sent.
       int sends = 0;
@@ -181,7 +183,7 @@ TESSERA_WORKER(pp_gpt) {
   const int P = g->size(), r = g->rank();
   TinyGptOptions o{.vocab = 32, .d = 16, .layers = 8, .heads = 2, .seqLen = 8};
   for (Case c : {Case{ScheduleKind::GPipe, 2, 1}, Case{ScheduleKind::OneFOneB, 4, 1},
-                 Case{ScheduleKind::Interleaved1F1B, 4, 2}}) {
+                 Case{ScheduleKind::OneFOneB, 4, 1, 2}, Case{ScheduleKind::Interleaved1F1B, 4, 2}}) {
     auto gpt = makeTinyGpt(11, o);
     SequentialModel m;
     m.embedding = torch::nn::AnyModule(GptEmbed(gpt->tok, gpt->pos));
@@ -195,18 +197,19 @@ TESSERA_WORKER(pp_gpt) {
       fns.push_back(st.forward);
       mine.insert(mine.end(), st.parameters.begin(), st.parameters.end());
     }
-    PipelineExecutor exec(g, makeSchedule(c.kind, P, c.micro, c.chunks), fns, gptLoss);
+    PipelineExecutor exec(g, makeSchedule(c.kind, P, c.micro, c.chunks, c.extra), fns, gptLoss);
     auto batch = gptBatch(21, 0, 8, o);
     auto refLoss = gptLoss(gpt->forward(batch.tokens), batch.targets);
     refLoss.backward();
     std::map<const void*, at::Tensor> ref;
     for (auto& p : gpt->parameters()) ref[p.unsafeGetTensorImpl()] = p.grad().clone(), p.mutable_grad() = at::Tensor();
     auto loss = exec.step(r == 0 ? batch.tokens : at::Tensor(), r == P - 1 ? batch.targets : at::Tensor());
-    const std::string where = fmt::format("gpt {} M={} rank {}", toString(c.kind), c.micro, r);
+    const std::string where = fmt::format("gpt {} M={} extra warm-up {} rank {}", toString(c.kind), c.micro, c.extra, r);
     expectClose(loss, refLoss.detach(), where + " loss");
     for (size_t i = 0; i < mine.size(); ++i)
       expectClose(mine[i].grad(), ref.at(mine[i].unsafeGetTensorImpl()), fmt::format("{} param {} grad", where, i));
-    if (c.kind == ScheduleKind::OneFOneB) WCHECK(exec.peakInFlight() <= P - r, "{}: {} in flight", where, exec.peakInFlight());
+    if (c.kind == ScheduleKind::OneFOneB)
+      WCHECK(exec.peakInFlight() <= oneFOneBBound(P, r, c.micro, c.extra), "{}: {} in flight", where, exec.peakInFlight());
   }
 }
 
@@ -293,6 +296,12 @@ TESSERA_WORKER(pp_errors) {
                         {"a batch of 10 samples is not divisible into 4 micro-batches"});
   expectErrorContaining([&] { exec->step(in(x), tgt(y.narrow(0, 0, 12))); },
                         {"the input batch has 24 samples but the target batch 12"});
+
+  // The ranks disagree on the schedule (pp rank 0 warms up with one more forward): every rank
+  // throws the same error, from the preamble, before any activation moves.
+  auto odd = makeExecutor(g, m, {ScheduleKind::OneFOneB, 4, 1, r == 0 ? 1 : 0});
+  expectErrorContaining([&] { odd->step(in(x), tgt(y)); },
+                        {"the pp ranks disagree on the schedule", "and 1 extra warm-up forwards", "with 4 x 1 and 0"});
 
   // Stage 0 emits 9 features where stage 1 takes 8: every rank names stage 1 and the shape.
   torch::manual_seed(9);

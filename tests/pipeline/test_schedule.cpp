@@ -136,13 +136,14 @@ std::string simulate(const Schedule& s) {
   }
 }
 
-void checkAll(ScheduleKind kind, int pp, int M, int V) {
-  auto s = makeSchedule(kind, pp, M, V);
-  std::string where = fmt::format("{} pp={} M={} chunks={}", toString(kind), pp, M, V);
+void checkAll(ScheduleKind kind, int pp, int M, int V, int extra = 0) {
+  auto s = makeSchedule(kind, pp, M, V, extra);
+  std::string where = fmt::format("{} pp={} M={} chunks={} extra warm-up={}", toString(kind), pp, M, V, extra);
   for (int r = 0; r < pp; ++r) {
     auto err = checkRank(s, r);
     EXPECT_EQ(err, "") << where << " rank " << r << "\n" << s.describe(r);
-    if (kind == ScheduleKind::OneFOneB) EXPECT_LE(s.peakInFlight(r), oneFOneBBound(pp, r, M)) << where << " rank " << r;
+    if (kind == ScheduleKind::OneFOneB)
+      EXPECT_LE(s.peakInFlight(r), oneFOneBBound(pp, r, M, extra)) << where << " rank " << r;
     if (kind == ScheduleKind::GPipe) EXPECT_EQ(s.peakInFlight(r), M) << where;
   }
   auto err = simulate(s);
@@ -158,7 +159,28 @@ TEST(Schedule, GPipeTablesAreValidAndDeadlockFree) {
 
 TEST(Schedule, OneFOneBTablesAreValidDeadlockFreeAndBounded) {
   for (int pp = 1; pp <= 4; ++pp)
-    for (int M = pp; M <= 8; ++M) checkAll(ScheduleKind::OneFOneB, pp, M, 1);
+    for (int M = pp; M <= 8; ++M)
+      for (int extra = 0; extra <= 3; ++extra) checkAll(ScheduleKind::OneFOneB, pp, M, 1, extra);
+}
+
+TEST(Schedule, OneFOneBExtraWarmUpOnEveryRankButTheLast) {
+  const int pp = 3, M = 8, extra = 2;
+  auto s = makeSchedule(ScheduleKind::OneFOneB, pp, M, 1, extra);
+  for (int r = 0; r < pp; ++r) {
+    int warm = 0;
+    for (const auto& a : s.ranks[r]) {
+      if (a.kind == Action::Backward) break;
+      if (a.kind == Action::Forward) ++warm;
+    }
+    const int want = pp - r - 1 + (r < pp - 1 ? extra : 0);
+    EXPECT_EQ(warm, want + 1) << "rank " << r;  // + the first steady forward
+    EXPECT_EQ(s.peakInFlight(r), want + 1) << "rank " << r;
+    EXPECT_EQ(oneFOneBBound(pp, r, M, extra), want + 1) << "rank " << r;
+  }
+  // The warm-up never exceeds the micro-batches: all forwards first, as GPipe.
+  auto all = makeSchedule(ScheduleKind::OneFOneB, 2, 2, 1, 3);
+  EXPECT_EQ(all.peakInFlight(0), 2);
+  EXPECT_EQ(oneFOneBBound(2, 0, 2, 3), 2);
 }
 
 TEST(Schedule, OneFOneBWarmUpIsPpMinusRankMinusOne) {
@@ -234,4 +256,7 @@ TEST(Schedule, InvalidCombinationsAreClearErrors) {
   expectError([] { makeSchedule(ScheduleKind::Interleaved1F1B, 2, 4, 1); }, {"at least 2 virtual stages"});
   expectError([] { makeSchedule(ScheduleKind::GPipe, 2, 0); }, {"0 micro-batches"});
   expectError([] { makeSchedule(ScheduleKind::OneFOneB, 2, 4, 2); }, {"1F1B takes one chunk"});
+  expectError([] { makeSchedule(ScheduleKind::GPipe, 2, 4, 1, 1); }, {"1F1B only", "GPipe"});
+  expectError([] { makeSchedule(ScheduleKind::Interleaved1F1B, 2, 4, 2, 1); }, {"1F1B only", "interleaved"});
+  expectError([] { makeSchedule(ScheduleKind::OneFOneB, 2, 4, 1, -1); }, {"extra warm-up of -1"});
 }
