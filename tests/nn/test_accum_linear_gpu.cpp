@@ -3,7 +3,8 @@
 // under bf16 autocast over 4 micro-batches against at::linear + autograd's accumulation (the
 // same autocast): forward bitwise equal; the summed weight gradient no further from the exact
 // (float64 CPU) sum than the reference's, which rounds each micro-batch's gradient to bf16
-// first. Skips visibly without a GPU or a CUDA LibTorch.
+// first. nn::embeddingAccumulateGrad on CUDA (deterministic, summed in float32). Skips visibly
+// without a GPU or a CUDA LibTorch.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -11,6 +12,7 @@
 #include "comm/gpu/gpu_test_util.h"
 #include "common/autocast.h"
 #include "kernels/gemm_accumulate.h"
+#include "nn/accum_embedding.h"
 #include "nn/accum_linear.h"
 #include "nn/accum_hook_check.h"
 
@@ -89,4 +91,34 @@ TEST(AccumLinearGpu, Bf16AutocastMicroBatches) {
 TEST(AccumLinearGpu, GradAccumulatorHooksStillFire) {
   TESSERA_REQUIRE_CUDA_LIBTORCH();
   tessera::testing::checkHooksSeeAccumulatedGrads(at::Device(at::kCUDA, 0));
+}
+
+// nn::embeddingAccumulateGrad on CUDA: 4 micro-batches of ids with many repeats against
+// at::embedding + autograd, the summed gradient within float32 rounding of the float64 sum, and
+// bitwise the same in two runs (index_put_ with accumulate sorts by row on CUDA).
+TEST(AccumEmbeddingGpu, MicroBatchesDeterministic) {
+  TESSERA_REQUIRE_CUDA_LIBTORCH();
+  const at::Device dev(at::kCUDA, 0);
+  const int64_t vocab = 1000, dim = 96;
+  torch::manual_seed(12);
+  auto w0 = at::randn({vocab, dim});
+  std::vector<at::Tensor> ids, probes;
+  auto exact = at::zeros({vocab, dim}, at::kDouble);
+  for (int m = 0; m < 4; ++m) {
+    ids.push_back(at::randint(0, 40, {2, 512}, at::kLong));  // 1024 lookups over 40 rows
+    probes.push_back(at::randn({2, 512, dim}));
+    exact.index_put_({ids.back().reshape({-1})}, probes.back().reshape({-1, dim}).to(at::kDouble), true);
+  }
+  auto run = [&](bool fused) {
+    auto w = w0.to(dev).requires_grad_(true);
+    for (int m = 0; m < 4; ++m) {
+      auto y = fused ? tessera::nn::embeddingAccumulateGrad(ids[m].to(dev), w) : at::embedding(w, ids[m].to(dev));
+      (y * probes[m].to(dev)).sum().backward();
+    }
+    return w.grad().to(at::kCPU);
+  };
+  auto a = run(true), b = run(true), ref = run(false);
+  EXPECT_TRUE(at::equal(a, b)) << "two runs differ";
+  EXPECT_LT(maxRelErr(a, exact), 1e-5);
+  EXPECT_LT(maxRelErr(ref, exact), 1e-5);
 }
