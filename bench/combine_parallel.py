@@ -16,6 +16,9 @@ is the bound that communication hidden for free would give.
 The emulated section (the same probe over the timed fake communicator, FAKE_COMM_TIMED: lines whose
 "fake_comm" is not "untimed") gets overhead_ms the same way: the machinery plus the modelled
 communication left exposed by the schedule (src/comm/fake/fake_timing.h says what it leaves out).
+Its pipeline rows (lines with "emulated", from tessera_bench_pp under PP_EMULATE, bench/pp/pp_emulate.h)
+are predictions: every unit's cost measured on one GPU, the P-stage schedule simulated
+(src/pipeline/simulate.h); such a log holds several rows, each keeping its own system name.
 """
 import argparse, datetime, json, os, sys
 
@@ -26,7 +29,8 @@ TITLES = {"tp": "Tensor parallel: tessera vs PyTorch DTensor TP",
           "pp": "Pipeline parallel: tessera vs torch.distributed.pipelining",
           "fsdp": "FSDP: tessera vs PyTorch FSDP2",
           "nocomm": "One GPU as rank 0 of 2, no communication (FAKE_WORLD=2): DDP, TP and FSDP, tessera and PyTorch",
-          "emulated": "One GPU as rank 0 of 2, communication emulated (FAKE_WORLD=2 FAKE_COMM_TIMED=1): DDP, TP and FSDP"}
+          "emulated": "One GPU standing in for 2, communication emulated: DDP, TP and FSDP as rank 0 of 2 "
+                      "(FAKE_WORLD=2 FAKE_COMM_TIMED=1); PP predicted from measured unit costs (PP_EMULATE=2)"}
 SINGLE_BATCH = 8
 
 
@@ -37,6 +41,9 @@ def parse(path):
     rows = []
     for r in read_results(path):
         v = r.get("variant")
+        if "emulated" in r:
+            rows.append(r)
+            continue
         rows.append(dict(r, system=system if v in (None, "base", "default") else "%s-%s" % (system, v)))
     return rows
 
@@ -50,6 +57,8 @@ def tokens_per_gpu_step(r):
 
 
 def section_of(row):
+    if "emulated" in row:
+        return "emulated"
     if "fake_world" in row:
         return "nocomm" if row.get("fake_comm", "untimed") == "untimed" else "emulated"
     system = row["system"]
@@ -100,7 +109,9 @@ def main():
             for k in ("sequence_parallel", "overlap", "micro_batches", "schedule", "partition", "peak_mem_GiB_per_rank",
                       "peak_in_flight_per_rank", "prefetch_budget_MiB", "peak_unsharded_units", "peak_unsharded_GiB",
                       "last_loss", "step_ms_all", "variant", "forward_chunks", "sm_carveout",
-                      "mem_before_backward_GiB", "peak_through_forward_GiB", "fused_wgrad", "fake_world", "fake_comm"):
+                      "mem_before_backward_GiB", "peak_through_forward_GiB", "fused_wgrad", "fake_world", "fake_comm",
+                      "extra_warmup", "layers_per_stage", "pipeline_ms", "optimizer_ms", "idle_ms_per_rank",
+                      "sequential_step_ms", "emulated"):
                 if k in r:
                     row[k] = r[k]
             rows.append(row)
@@ -119,17 +130,19 @@ def main():
         cols = ["system", "gpus", "batch", "tokens_per_s", "step_ms", "scaling", "scaling_vs_pytorch_single", "mfu",
                 "peak_mem_gib"]
         extra = {"tp": ["overhead_ms", "forward_chunks", "sm_carveout"],
-                 "pp": ["fused_wgrad", "peak_mem_GiB_per_rank", "peak_in_flight_per_rank"],
+                 "pp": ["fused_wgrad", "extra_warmup", "peak_mem_GiB_per_rank", "peak_in_flight_per_rank"],
                  "fsdp": ["prefetch_budget_MiB", "peak_unsharded_units", "peak_unsharded_GiB",
                           "mem_before_backward_GiB", "peak_through_forward_GiB"],
                  "nocomm": ["fake_world", "overhead_ms", "fused_wgrad", "mem_before_backward_GiB"],
                  "emulated": ["fake_world", "overhead_ms", "fused_wgrad", "mem_before_backward_GiB",
-                              "forward_chunks", "prefetch_budget_MiB"]}[sec]
+                              "forward_chunks", "prefetch_budget_MiB", "extra_warmup", "layers_per_stage",
+                              "idle_ms_per_rank"]}[sec]
         cols += extra
         models = sorted({x["fake_comm"] for x in rows if "fake_comm" in x and sec == "emulated"})
         lines = ["# %s" % TITLES[sec], "", "- date: %s" % date, "- machine: %s" % a.machine,
                  "- command: `%s`" % a.command, "- config: %s" % a.config, "- method: %s" % doc["method"]]
         lines += ["- communication model: %s" % m for m in models]
+        lines += ["- pipeline rows: %s" % m for m in sorted({x["emulated"] for x in rows if "emulated" in x})]
         lines += ["",
                  "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for row in rows:

@@ -10,7 +10,8 @@
 #   tp:   pytorch-tp, tessera-tp, tessera-tp-sp (each with the in-process variants TP_VARIANTS:
 #         forward pieces chunksN, SM carveouts carveN), tessera-tp-nooverlap (B=16 shared by NPROC GPUs);
 #   pp:   pytorch-pp-mb8 (B=16), pytorch-pp-mb16 (B=32), tessera-pp-1F1B-mb8, -mb16 (stages balanced
-#         by compute), -mb16-nofuse (weight gradients accumulated by autograd), -mb16-paramsplit (by parameters, as PyTorch's 6 + 6), interleaved-1F1B-mb16;
+#         by compute), -mb16-nofuse (weight gradients accumulated by autograd), -mb16-paramsplit (by parameters, as PyTorch's 6 + 6), interleaved-1F1B-mb16,
+#         -mb16-extraK / -mb8-extraK (1F1B with K = PP_EXTRA (2) extra warm-up forwards on the first stage);
 #   fsdp: pytorch-fsdp, tessera-fsdp-prefetch{0,256,512,1024,2048} (B=8 per GPU; MiB of budget);
 #   nocomm: the one-GPU probe without communication (bench/common/fake_world.h; one process as rank 0
 #         of FAKE_WORLD=2, PyTorch on its "fake" process group): pytorch-fsdp-nocomm,
@@ -20,7 +21,9 @@
 #         src/comm/fake/fake_timing.h: each op takes a modelled network's time on a stream of its own),
 #         TP in the variants EMU_TP_VARIANTS (base,carve16,chunks2+carve16), and tessera-fsdp-prefetch512-emulated-keepdone
 #         (FAKE_COMM_KEEP=done: the communicator keeps every op's tensors until it completes, as before
-#         FSDP kept its own): the schedule's exposed communication and buffer lifetimes on one GPU.
+#         FSDP kept its own): the schedule's exposed communication and buffer lifetimes on one GPU;
+#         and the 2-stage pipeline predicted from unit costs measured on one GPU (PP_EMULATE=2,
+#         bench/pp/pp_emulate.h): tessera-pp-1F1B-mb16/-mb8-...-emulated.
 #         PyTorch's DDP and DTensor TP are left out: its DDP fails on the fake group (the group's
 #         all-reduce future yields None to DDP's comm hook) and DTensor TP on it took 197 ms a step
 #         against 127 ms on two real GPUs (H200, 2026-11-23): not a measure of its machinery.
@@ -30,8 +33,9 @@
 # SINGLE_VARIANTS (tessera-single's in-process variants, ddp_bench.cpp: "base"; e.g. base,fused),
 # DDP_VARIANTS (nocomm, emulated: "base,view,fused,view+fused,bf16"), EMU_TP_VARIANTS (emulated),
 # FAKE_COMM_* (emulated: the communication model, src/comm/fake/fake_timing.h),
-# PP_RUNS ("mb8 mb16 nofuse paramsplit interleaved": which pp runs; mb8/mb16 are PyTorch's and
-# tessera's; nofuse is tessera's mb16 with at::linear's weight gradients, FUSED_WGRAD=0),
+# PP_RUNS ("mb8 mb16 extra nofuse paramsplit interleaved": which pp runs; mb8/mb16 are PyTorch's and
+# tessera's; extra is tessera's mb16 and mb8 with PP_EXTRA extra warm-up forwards; nofuse is
+# tessera's mb16 with at::linear's weight gradients, FUSED_WGRAD=0),
 # RESULTS (dir for the results, default bench/results), D/L/V/T/STEPS passed through.
 # Exit status: 0 when every run produced its row, 1 otherwise (the results hold what ran).
 set -uo pipefail
@@ -50,7 +54,8 @@ done
 [ ${#SECTIONS[@]} -eq 0 ] && SECTIONS=(tp pp fsdp)
 NPROC=${NPROC:-2}
 PP_RUNS_SET=${PP_RUNS:+1}
-PP_RUNS=${PP_RUNS:-mb8 mb16 nofuse paramsplit interleaved}
+PP_RUNS=${PP_RUNS:-mb8 mb16 extra nofuse paramsplit interleaved}
+PP_EXTRA=${PP_EXTRA:-2}
 TP_VARIANTS=${TP_VARIANTS:-base,chunks2,chunks4,carve16,carve24,chunks2+carve16,chunks4+carve16,chunks2+carve24}
 EMU_TP_VARIANTS=${EMU_TP_VARIANTS:-base,carve16,chunks2+carve16}
 FAKE_DDP_VARIANTS=${DDP_VARIANTS:-base,view,fused,view+fused,bf16}  # nocomm and emulated
@@ -104,6 +109,8 @@ for s in "${SECTIONS[@]}"; do
                B=16 MB=8 tessera_run tessera-pp-1F1B-mb8 tessera_bench_pp ;;
           mb16) B=32 MB=16 torch_run pytorch-pp-mb16 "$NPROC" pp
                 B=32 MB=16 tessera_run tessera-pp-1F1B-mb16 tessera_bench_pp ;;
+          extra) B=32 MB=16 EXTRA_WARMUP=$PP_EXTRA tessera_run "tessera-pp-1F1B-mb16-extra$PP_EXTRA" tessera_bench_pp
+                 B=16 MB=8 EXTRA_WARMUP=$PP_EXTRA tessera_run "tessera-pp-1F1B-mb8-extra$PP_EXTRA" tessera_bench_pp ;;
           paramsplit) B=32 MB=16 PARTITION=params tessera_run tessera-pp-1F1B-mb16-paramsplit tessera_bench_pp ;;
           nofuse) B=32 MB=16 FUSED_WGRAD=0 tessera_run tessera-pp-1F1B-mb16-nofuse tessera_bench_pp ;;
           interleaved) B=32 MB=16 tessera_run tessera-pp-interleaved-1F1B-mb16 tessera_bench_pp --interleaved ;;
@@ -135,7 +142,9 @@ for s in "${SECTIONS[@]}"; do
       B=8 run tessera-ddp-emulated "${fake[@]}" "$BUILD/bench/tessera_bench_ddp" tessera \
         --variants "$FAKE_DDP_VARIANTS"
       B=16 run tessera-tp-sp-emulated "${fake[@]}" "$BUILD/bench/tessera_bench_tp" --sp --variants "$EMU_TP_VARIANTS"
-      B=16 run tessera-tp-emulated "${fake[@]}" "$BUILD/bench/tessera_bench_tp" --variants "$EMU_TP_VARIANTS" ;;
+      B=16 run tessera-tp-emulated "${fake[@]}" "$BUILD/bench/tessera_bench_tp" --variants "$EMU_TP_VARIANTS"
+      B=32 MB=16 EXTRA_WARMUP=$PP_EXTRA run tessera-pp-mb16-emulated env PP_EMULATE=2 "$BUILD/bench/tessera_bench_pp"
+      B=16 MB=8 EXTRA_WARMUP=$PP_EXTRA run tessera-pp-mb8-emulated env PP_EMULATE=2 "$BUILD/bench/tessera_bench_pp" ;;
   esac
 done
 

@@ -6,8 +6,12 @@
 // 3 warm-ups then the median of STEPS). The blocks' and head's linears sum their weight gradients
 // in fp32 inside the GEMM across micro-batches (nn::linearAccumulateGrad; FUSED_WGRAD=0: at::linear).
 //   B=32 MB=16 torchrun --nproc_per_node=2 --no-python tessera_bench_pp [--gpipe | --interleaved]
-// The partition balances compute (PartitionOptions::embeddingIsLookup); PARTITION=params balances
-// parameter counts instead (for the anchor's 12 blocks the same 6 + 6 split as PyTorch's run).
+// The embedding sums its gradient into .grad row by row (nn::embeddingAccumulateGrad) when the
+// linears do. The partition balances compute (PartitionOptions::embeddingIsLookup); PARTITION=params
+// balances parameter counts instead (for the anchor's 12 blocks the same 6 + 6 split as PyTorch's
+// run); LAYERS="7,5" gives the blocks per stage. EXTRA_WARMUP=k: 1F1B with k extra warm-up forwards
+// on every stage but the last (schedule.h). PP_EMULATE=P (one process, one device): the P-stage
+// pipeline predicted from measured unit costs (pp_emulate.h).
 // PyTorch's run (torch_anchor.py pp) uses torch.distributed.pipelining.Schedule1F1B with
 // L/pp blocks per stage.
 // Rank 0 prints RESULT {json} (common/timing.h) with pp, micro_batches, schedule, partition and
@@ -31,8 +35,10 @@
 #include "gpt.h"
 #include "pipeline/executor.h"
 #include "pipeline/partition.h"
+#include "nn/accum_embedding.h"
 #include "pipeline/schedule.h"
 #include "fake_world.h"
+#include "pp_emulate.h"
 #include "timing.h"
 
 namespace bench = tessera::bench;
@@ -53,6 +59,31 @@ struct GptHeadImpl : torch::nn::Module {
 };
 TORCH_MODULE(GptHead);
 
+// The token embedding (BenchGpt's emb), its gradient summed into .grad when accumulateGrad.
+struct GptEmbedImpl : torch::nn::Module {
+  explicit GptEmbedImpl(const bench::GptConfig& c) {
+    emb = register_module("emb", torch::nn::Embedding(c.vocab, c.d));
+  }
+  at::Tensor forward(const at::Tensor& ids) {
+    return accumulateGrad ? tessera::nn::embeddingAccumulateGrad(ids, emb->weight) : emb->forward(ids);
+  }
+  torch::nn::Embedding emb{nullptr};
+  bool accumulateGrad = false;
+};
+TORCH_MODULE(GptEmbed);
+
+std::vector<int> layersFromEnv() {
+  std::vector<int> out;
+  const char* v = std::getenv("LAYERS");
+  if (!v || !*v) return out;
+  for (const auto& part : bench::splitList(v, ',')) {
+    TESSERA_CHECK(!part.empty() && part.find_first_not_of("0123456789") == std::string::npos,
+                  "LAYERS={}: want blocks per stage as comma-separated counts, e.g. 7,5", v);
+    out.push_back(std::stoi(part));
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -67,18 +98,21 @@ int main(int argc, char** argv) try {
   const int micro = static_cast<int>(bench::envInt("MB", 8));
   const int steps = static_cast<int>(bench::envInt("STEPS", 10));
   TESSERA_CHECK(bench::fakeWorldSize() == 0,
-                "pp_bench: FAKE_WORLD is not for pipelines (a stage without its peer measures nothing); unset it");
-  auto ctx = tessera::init();
-  const auto& world = ctx.world;
-  const int pp = world->size(), rank = world->rank();
+                "pp_bench: FAKE_WORLD is not for pipelines (a stage without its peer measures nothing); unset it "
+                "(PP_EMULATE=2 predicts two stages on one device)");
+  const int extraWarmup = static_cast<int>(bench::envInt("EXTRA_WARMUP", 0));
+  const int emulate = static_cast<int>(bench::envInt("PP_EMULATE", 0));
+  tessera::Context ctx;
+  if (!emulate) ctx = tessera::init();
+  const int pp = emulate ? emulate : ctx.world->size(), rank = emulate ? 0 : ctx.world->rank();
   const int chunks = kind == pl::ScheduleKind::Interleaved1F1B ? 2 : 1;
-  const auto device = ctx.device;
+  const auto device = emulate ? bench::singleProcessDevice() : ctx.device;
   bench::useDevice(device);
 
   // The whole model on the CPU (every rank alike), then this rank's stage modules to the device.
   torch::manual_seed(0);
   pl::SequentialModel model;
-  torch::nn::Embedding emb(cfg.vocab, cfg.d);
+  GptEmbed emb(cfg);
   model.embedding = torch::nn::AnyModule(emb);
   std::vector<bench::BenchBlock> blocks;
   // FUSED_WGRAD=0: at::linear, the weight gradients cast to fp32 and added into .grad by autograd
@@ -91,13 +125,36 @@ int main(int argc, char** argv) try {
   }
   GptHead head(cfg);
   head->accumulateGrad = fused;
+  emb->accumulateGrad = fused;
   model.head = torch::nn::AnyModule(head);
+  if (emulate) {
+    bench::PipelineUnits u;
+    emb->to(device);
+    head->to(device);
+    u.embed = [emb](const at::Tensor& t) mutable { return emb->forward(t); };
+    u.head = [head](const at::Tensor& t) mutable { return head->forward(t); };
+    u.params.push_back(emb->parameters());
+    for (auto& b : blocks) {
+      b->to(device);
+      u.blocks.push_back([b](const at::Tensor& t) mutable { return b->forward(t); });
+      u.params.push_back(b->parameters());
+      int64_t n = 0;
+      for (const auto& p : b->parameters()) n += p.numel();
+      u.blockParams.push_back(n);
+    }
+    u.params.push_back(head->parameters());
+    for (const auto& p : emb->parameters()) u.embedParams += p.numel();
+    for (const auto& p : head->parameters()) u.headParams += p.numel();
+    return bench::emulatePipeline(cfg, u, device, batch, micro, steps, pp, kind, extraWarmup);
+  }
+  const auto& world = ctx.world;
   pl::PartitionOptions po;
   po.pp = pp;
   po.chunks = chunks;
   // By compute (the default here; PARTITION=params for PyTorch's L/pp split by storage): the
   // embedding lookup costs nothing and the head's GEMM (plus the loss) runs on the last stage.
   po.embeddingIsLookup = std::string(std::getenv("PARTITION") ? std::getenv("PARTITION") : "compute") != "params";
+  po.layersPerStage = layersFromEnv();
   auto part = pl::partitionModel(model, po);
   std::vector<pl::PipelineExecutor::ChunkFn> fns;
   std::vector<at::Tensor> params;
@@ -112,7 +169,7 @@ int main(int argc, char** argv) try {
   }
   pl::ExecutorOptions eo;
   eo.device = device;
-  pl::PipelineExecutor exec(world, pl::makeSchedule(kind, pp, micro, chunks), fns, bench::gptLoss, eo);
+  pl::PipelineExecutor exec(world, pl::makeSchedule(kind, pp, micro, chunks, extraWarmup), fns, bench::gptLoss, eo);
   bench::FusedAdamW opt(params);
 
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
@@ -147,13 +204,15 @@ int main(int argc, char** argv) try {
   const std::string kindName = pl::toString(kind);
   std::string slug = kindName;
   std::replace(slug.begin(), slug.end(), ' ', '-');
-  bench::BenchResult r{fmt::format("tessera-pp-{}-mb{}", slug, micro), "pp", pp,
-                       static_cast<double>(batch * cfg.seqLen), times, *std::max_element(peaks.begin(), peaks.end()),
-                       fmt::format("\"pp\": {}, \"batch\": {}, \"micro_batches\": {}, \"schedule\": \"{}\", \"fused_wgrad\": {}, "
-                                   "\"partition\": \"{}\", \"peak_mem_GiB_per_rank\": [{:.2f}], "
-                                   "\"peak_in_flight_per_rank\": [{}], \"last_loss\": {}",
-                                   pp, batch, micro, kindName, fused ? "true" : "false", part.describe(), fmt::join(peaks, ", "),
-                                   fmt::join(inflight, ", "), bench::jsonNumber(lastLoss))};
+  const std::string system =
+      fmt::format("tessera-pp-{}-mb{}{}", slug, micro, extraWarmup ? fmt::format("-extra{}", extraWarmup) : "");
+  bench::BenchResult r{system, "pp", pp, static_cast<double>(batch * cfg.seqLen), times,
+                       *std::max_element(peaks.begin(), peaks.end()),
+                       fmt::format("\"pp\": {}, \"batch\": {}, \"micro_batches\": {}, \"schedule\": \"{}\", "
+                                   "\"extra_warmup\": {}, \"fused_wgrad\": {}, \"partition\": \"{}\", "
+                                   "\"peak_mem_GiB_per_rank\": [{:.2f}], \"peak_in_flight_per_rank\": [{}], \"last_loss\": {}",
+                                   pp, batch, micro, kindName, extraWarmup, fused ? "true" : "false", part.describe(),
+                                   fmt::join(peaks, ", "), fmt::join(inflight, ", "), bench::jsonNumber(lastLoss))};
   if (rank == 0) std::cout << bench::resultLine(cfg, r) << std::endl;
   world->barrier()->wait();
   bench::synchronize(device);

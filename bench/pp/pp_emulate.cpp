@@ -1,0 +1,215 @@
+// The one-device pipeline probe (contract in pp_emulate.h).
+#include "pp_emulate.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "comm/fake/fake_timing.h"
+#include "common/error.h"
+#include "device_timer.h"
+#include "pipeline/partition.h"
+#include "pipeline/simulate.h"
+#include "timing.h"
+
+namespace tessera::bench {
+
+namespace pl = tessera::pipeline;
+
+namespace {
+
+struct UnitCosts {
+  std::vector<double> fwd, bwd, opt;  // ms per micro-batch (fwd, bwd) and per step (opt), by unit
+};
+
+// Times every unit over `steps` steps after the warm-ups; returns the means and the activation bytes.
+UnitCosts measure(const GptConfig& cfg, PipelineUnits& u, const at::Device& dev, int64_t batch, int M, int steps,
+                  int64_t& actBytes, double& sequentialMs) {
+  const int n = static_cast<int>(u.blocks.size()) + 2;
+  std::vector<FusedAdamW> opts;
+  for (auto& p : u.params) opts.emplace_back(p);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
+  auto x = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(dev);
+  auto y = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(dev);
+  auto xs = x.chunk(M, 0), ys = y.chunk(M, 0);
+  UnitCosts c{std::vector<double>(n, 0), std::vector<double>(n, 0), std::vector<double>(n, 0)};
+  DeviceTimer timer(dev);
+  std::vector<double> seq;
+  for (int step = 0; step < kWarmSteps + steps; ++step) {
+    timer.clear();
+    // marks[u]: (begin, end) pairs of unit u's forward, backward, optimizer.
+    std::vector<std::vector<std::pair<int, int>>> fm(n), bm(n), om(n);
+    const int first = timer.mark();
+    {
+      Bf16Autocast autocast(dev.is_cuda());
+      for (int m = 0; m < M; ++m) {
+        std::vector<at::Tensor> ins(n), outs(n);
+        at::Tensor h;
+        for (int k = 0; k < n; ++k) {
+          const int a = timer.mark();
+          if (k == 0) {
+            h = u.embed(xs[m]);
+          } else {
+            ins[k] = h.detach().requires_grad_(true);
+            h = k == n - 1 ? gptLoss(u.head(ins[k]), ys[m]) / static_cast<double>(M) : u.blocks[k - 1](ins[k]);
+          }
+          if (k == 1) actBytes = static_cast<int64_t>(h.numel()) * h.element_size();
+          outs[k] = h;
+          fm[k].push_back({a, timer.mark()});
+        }
+        at::Tensor g;
+        for (int k = n - 1; k >= 0; --k) {
+          const int a = timer.mark();
+          if (k == n - 1) {
+            torch::autograd::backward({outs[k]});
+          } else {
+            torch::autograd::backward({outs[k]}, {g});
+          }
+          if (k > 0) g = ins[k].grad();
+          bm[k].push_back({a, timer.mark()});
+        }
+      }
+    }
+    for (int k = 0; k < n; ++k) {
+      const int a = timer.mark();
+      opts[k].step();
+      om[k].push_back({a, timer.mark()});
+      opts[k].zeroGrad(/*setToNone=*/true);
+    }
+    const int last = timer.mark();
+    synchronize(dev);
+    if (step < kWarmSteps) continue;
+    seq.push_back(timer.ms(first, last));
+    for (int k = 0; k < n; ++k) {
+      for (auto [a, b] : fm[k]) c.fwd[k] += timer.ms(a, b) / (M * steps);
+      for (auto [a, b] : bm[k]) c.bwd[k] += timer.ms(a, b) / (M * steps);
+      for (auto [a, b] : om[k]) c.opt[k] += timer.ms(a, b) / steps;
+    }
+  }
+  sequentialMs = median(seq);
+  return c;
+}
+
+struct Prediction {
+  std::string partition;
+  std::vector<int> layers;
+  int extra = 0;
+  double stepMs = 0, pipeMs = 0, optMs = 0;
+  std::vector<double> stageMs, idleMs;
+};
+
+}  // namespace
+
+int emulatePipeline(const GptConfig& cfg, PipelineUnits& u, const at::Device& dev, int64_t batch, int M, int steps,
+                    int pp, pl::ScheduleKind kind, int extraWarmup) {
+  TESSERA_CHECK(pp >= 2, "PP_EMULATE={}: emulate at least 2 stages", pp);
+  const int chunks = kind == pl::ScheduleKind::Interleaved1F1B ? 2 : 1;
+  const int L = static_cast<int>(u.blocks.size());
+  int64_t actBytes = 0;
+  double sequentialMs = 0;
+  const auto c = measure(cfg, u, dev, batch, M, steps, actBytes, sequentialMs);
+  const double transferMs = fakeOpSeconds(fakeTimingFromEnv(), "send", static_cast<double>(actBytes), 2) * 1e3;
+
+  // Candidate partitions: the two balanced ones, and for pp = 2 every split.
+  std::vector<std::pair<std::string, pl::Partition>> parts;
+  pl::PartitionOptions po;
+  po.pp = pp;
+  po.chunks = chunks;
+  po.embeddingParams = u.embedParams;
+  po.headParams = u.headParams;
+  po.embeddingIsLookup = true;
+  parts.push_back({"compute", pl::partitionBlocks(u.blockParams, po)});
+  po.embeddingIsLookup = false;
+  parts.push_back({"params", pl::partitionBlocks(u.blockParams, po)});
+  if (pp == 2 && chunks == 1)
+    for (int k = 1; k < L; ++k) {
+      po.layersPerStage = {k, L - k};
+      parts.push_back({fmt::format("split{}+{}", k, L - k), pl::partitionBlocks(u.blockParams, po)});
+    }
+  std::vector<int> extras;
+  if (kind == pl::ScheduleKind::OneFOneB) {
+    std::istringstream in(std::getenv("EXTRA_WARMUPS") ? std::getenv("EXTRA_WARMUPS") : "0 1 2 3");
+    for (int e; in >> e;) extras.push_back(e);
+    if (std::find(extras.begin(), extras.end(), extraWarmup) == extras.end()) extras.push_back(extraWarmup);
+  } else {
+    extras = {0};
+  }
+
+  std::vector<Prediction> preds;
+  for (const auto& [name, part] : parts) {
+    const int S = part.numStages();
+    std::vector<pl::StageCost> costs(S);
+    std::vector<double> optByRank(pp, 0);
+    for (int s = 0; s < S; ++s) {
+      std::vector<int> units;  // indices into c (0 embed, 1 + block, L + 1 head)
+      if (s == 0) units.push_back(0);
+      for (int b = part.firstBlock(s); b < part.endBlock(s); ++b) units.push_back(1 + b);
+      if (s == S - 1) units.push_back(L + 1);
+      for (int k : units) {
+        costs[s].forward += c.fwd[k];
+        costs[s].backward += c.bwd[k];
+        optByRank[s % pp] += c.opt[k];
+      }
+    }
+    std::vector<int> layers;
+    for (int s = 0; s < S; ++s) layers.push_back(part.endBlock(s) - part.firstBlock(s));
+    for (int e : extras) {
+      auto sim = pl::simulateStep(pl::makeSchedule(kind, pp, M, chunks, e), costs, transferMs);
+      Prediction p{name, layers, e, 0, sim.step, *std::max_element(optByRank.begin(), optByRank.end()), {}, sim.idle};
+      p.stepMs = p.pipeMs + p.optMs;
+      for (const auto& sc : costs) p.stageMs.push_back(M * (sc.forward + sc.backward));
+      preds.push_back(p);
+    }
+  }
+
+  double unitF = 0, unitB = 0, unitO = 0;
+  for (size_t k = 0; k < c.fwd.size(); ++k) unitF += c.fwd[k], unitB += c.bwd[k], unitO += c.opt[k];
+  std::cout << fmt::format(
+                   "pp emulation on one {}: {} micro-batches of {}; per micro-batch embed F {:.3f} B {:.3f} ms, block "
+                   "F {:.3f} B {:.3f} ms (mean), head+loss F {:.3f} B {:.3f} ms; optimizer {:.2f} ms a step; "
+                   "transfer {:.3f} ms ({} bytes); sequential step {:.2f} ms (units summed: {:.2f})",
+                   dev.str(), M, batch / M, c.fwd[0], c.bwd[0], (unitF - c.fwd[0] - c.fwd[L + 1]) / L,
+                   (unitB - c.bwd[0] - c.bwd[L + 1]) / L, c.fwd[L + 1], c.bwd[L + 1], unitO, transferMs, actBytes,
+                   sequentialMs, M * (unitF + unitB) + unitO)
+            << std::endl;
+  std::cout << "| partition | layers per stage | extra warm-up | predicted step ms | pipeline ms | optimizer ms | "
+               "stage compute ms | idle ms per rank |\n|---|---|---|---|---|---|---|---|\n";
+  for (const auto& p : preds)
+    std::cout << fmt::format("| {} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.1f} | {:.1f} |\n", p.partition,
+                             fmt::join(p.layers, "+"), p.extra, p.stepMs, p.pipeMs, p.optMs, fmt::join(p.stageMs, ", "),
+                             fmt::join(p.idleMs, ", "));
+  std::cout.flush();
+
+  const std::string kindName = pl::toString(kind);
+  std::string slug = kindName;
+  std::replace(slug.begin(), slug.end(), ' ', '-');
+  auto row = [&](const Prediction& p, const std::string& system) {
+    BenchResult r{system, "pp", pp, static_cast<double>(batch * cfg.seqLen), {p.stepMs / 1e3}, 0,
+                  fmt::format("\"pp\": {}, \"batch\": {}, \"micro_batches\": {}, \"schedule\": \"{}\", \"extra_warmup\": {}, "
+                              "\"partition\": \"{}\", \"layers_per_stage\": [{}], \"emulated\": \"one {}: unit costs "
+                              "measured, the {}-stage schedule simulated (src/pipeline/simulate.h)\", "
+                              "\"pipeline_ms\": {:.2f}, \"optimizer_ms\": {:.2f}, \"idle_ms_per_rank\": [{:.2f}], "
+                              "\"sequential_step_ms\": {:.2f}, \"transfer_ms\": {:.3f}",
+                              pp, batch, M, kindName, p.extra, p.partition, fmt::join(p.layers, ", "), dev.str(), pp,
+                              p.pipeMs, p.optMs, fmt::join(p.idleMs, ", "), sequentialMs, transferMs)};
+    std::cout << resultLine(cfg, r) << std::endl;
+  };
+  auto find = [&](const std::string& part, int e) {
+    return *std::find_if(preds.begin(), preds.end(), [&](const Prediction& p) { return p.partition == part && p.extra == e; });
+  };
+  const std::string base = fmt::format("tessera-pp-{}-mb{}", slug, M);
+  row(find("compute", 0), base + "-emulated");
+  if (extraWarmup != 0) row(find("compute", extraWarmup), fmt::format("{}-extra{}-emulated", base, extraWarmup));
+  const auto best = *std::min_element(preds.begin(), preds.end(),
+                                      [](const Prediction& a, const Prediction& b) { return a.stepMs < b.stepMs; });
+  row(best, fmt::format("{}-best-{}-extra{}-emulated", base, best.partition, best.extra));
+  return 0;
+}
+
+}  // namespace tessera::bench
