@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Combines the RESULT lines of bench/parallel.sh's runs into bench/results/{tp,pp,fsdp,nocomm,emulated}.{json,md}.
+"""Combines the RESULT lines of bench/parallel.sh's runs into bench/results/{tp,pp,fsdp,nocomm,emulated,pp_emulated}.{json,md}.
 
 Each log is named after its row's system (LOG_DIR/<system>.log), and the file name names the row
 (the anchor's PyTorch lines have no "system" key; a variant run of one binary gets its own name). Per section the rows are the two 1-GPU references
@@ -16,21 +16,24 @@ is the bound that communication hidden for free would give.
 The emulated section (the same probe over the timed fake communicator, FAKE_COMM_TIMED: lines whose
 "fake_comm" is not "untimed") gets overhead_ms the same way: the machinery plus the modelled
 communication left exposed by the schedule (src/comm/fake/fake_timing.h says what it leaves out).
-Its pipeline rows (lines with "emulated", from tessera_bench_pp under PP_EMULATE, bench/pp/pp_emulate.h)
-are predictions: every unit's cost measured on one GPU, the P-stage schedule simulated
-(src/pipeline/simulate.h); such a log holds several rows, each keeping its own system name.
+The pp_emulated section (lines with "emulated", from tessera_bench_pp under PP_EMULATE,
+bench/pp/pp_emulate.h) holds predictions: every unit's cost measured on one GPU, the P-stage
+schedule simulated (src/pipeline/simulate.h); such a log holds several rows, each keeping its own
+system name.
 """
 import argparse, datetime, json, os, sys
 
 from result_lines import read_results
 
-SECTIONS = {"tp": "pytorch-tp", "pp": "pytorch-pp", "fsdp": "pytorch-fsdp", "nocomm": None, "emulated": None}
+SECTIONS = {"tp": "pytorch-tp", "pp": "pytorch-pp", "fsdp": "pytorch-fsdp", "nocomm": None, "emulated": None,
+            "pp_emulated": None}
 TITLES = {"tp": "Tensor parallel: tessera vs PyTorch DTensor TP",
           "pp": "Pipeline parallel: tessera vs torch.distributed.pipelining",
           "fsdp": "FSDP: tessera vs PyTorch FSDP2",
           "nocomm": "One GPU as rank 0 of 2, no communication (FAKE_WORLD=2): DDP, TP and FSDP, tessera and PyTorch",
-          "emulated": "One GPU standing in for 2, communication emulated: DDP, TP and FSDP as rank 0 of 2 "
-                      "(FAKE_WORLD=2 FAKE_COMM_TIMED=1); PP predicted from measured unit costs (PP_EMULATE=2)"}
+          "emulated": "One GPU as rank 0 of 2, communication emulated (FAKE_WORLD=2 FAKE_COMM_TIMED=1): DDP, TP and FSDP",
+          "pp_emulated": "Pipeline parallel on 2 GPUs predicted on one: unit costs measured, the schedule simulated "
+                         "(PP_EMULATE=2)"}
 SINGLE_BATCH = 8
 
 
@@ -58,7 +61,7 @@ def tokens_per_gpu_step(r):
 
 def section_of(row):
     if "emulated" in row:
-        return "emulated"
+        return "pp_emulated"
     if "fake_world" in row:
         return "nocomm" if row.get("fake_comm", "untimed") == "untimed" else "emulated"
     system = row["system"]
@@ -135,8 +138,9 @@ def main():
                           "mem_before_backward_GiB", "peak_through_forward_GiB"],
                  "nocomm": ["fake_world", "overhead_ms", "fused_wgrad", "mem_before_backward_GiB"],
                  "emulated": ["fake_world", "overhead_ms", "fused_wgrad", "mem_before_backward_GiB",
-                              "forward_chunks", "prefetch_budget_MiB", "extra_warmup", "layers_per_stage",
-                              "idle_ms_per_rank"]}[sec]
+                              "forward_chunks", "prefetch_budget_MiB"],
+                 "pp_emulated": ["extra_warmup", "layers_per_stage", "pipeline_ms", "optimizer_ms", "idle_ms_per_rank",
+                                 "sequential_step_ms"]}[sec]
         cols += extra
         models = sorted({x["fake_comm"] for x in rows if "fake_comm" in x and sec == "emulated"})
         lines = ["# %s" % TITLES[sec], "", "- date: %s" % date, "- machine: %s" % a.machine,

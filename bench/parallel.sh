@@ -3,8 +3,8 @@
 # trained by PyTorch (bench/torch_anchor.py: DTensor TP, pipelining Schedule1F1B, FSDP2) and by
 # tessera (tessera_bench_tp / _pp / _fsdp), side by side with each system's 1-GPU run, then
 # bench/results/{tp,pp,fsdp}.{json,md} (bench/combine_parallel.py).
-#   bench/parallel.sh BUILD_DIR LOG_DIR [tp] [pp] [fsdp] [nocomm] [emulated]   (default: tp pp fsdp)
-#   bench/parallel.sh BUILD_DIR LOG_DIR --smoke [tp] [pp] [fsdp] [nocomm] [emulated]
+#   bench/parallel.sh BUILD_DIR LOG_DIR [tp] [pp] [fsdp] [nocomm] [emulated] [pp_emulated]   (default: tp pp fsdp)
+#   bench/parallel.sh BUILD_DIR LOG_DIR --smoke [tp] [pp] [fsdp] [nocomm] [emulated] [pp_emulated]
 # Runs, in order, each under `timeout` (a failed run leaves its row out, the rest go on):
 #   pytorch-single, tessera-single (B=8, 1 GPU; the scaling reference of each system);
 #   tp:   pytorch-tp, tessera-tp, tessera-tp-sp (each with the in-process variants TP_VARIANTS:
@@ -21,9 +21,9 @@
 #         src/comm/fake/fake_timing.h: each op takes a modelled network's time on a stream of its own),
 #         TP in the variants EMU_TP_VARIANTS (base,carve16,chunks2+carve16), and tessera-fsdp-prefetch512-emulated-keepdone
 #         (FAKE_COMM_KEEP=done: the communicator keeps every op's tensors until it completes, as before
-#         FSDP kept its own): the schedule's exposed communication and buffer lifetimes on one GPU;
-#         and the 2-stage pipeline predicted from unit costs measured on one GPU (PP_EMULATE=2,
-#         bench/pp/pp_emulate.h): tessera-pp-1F1B-mb16/-mb8-...-emulated.
+#         FSDP kept its own): the schedule's exposed communication and buffer lifetimes on one GPU.
+#   pp_emulated: the 2-stage pipeline predicted from unit costs measured on one GPU (PP_EMULATE=2,
+#         bench/pp/pp_emulate.h), batch 32 in 16 and 16 in 8: tessera-pp-1F1B-mb16/-mb8-...-emulated.
 #         PyTorch's DDP and DTensor TP are left out: its DDP fails on the fake group (the group's
 #         all-reduce future yields None to DDP's comm hook) and DTensor TP on it took 197 ms a step
 #         against 127 ms on two real GPUs (H200, 2026-11-23): not a measure of its machinery.
@@ -47,7 +47,7 @@ SMOKE=0 SECTIONS=()
 for a in "$@"; do
   case $a in
     --smoke) SMOKE=1 ;;
-    tp | pp | fsdp | nocomm | emulated) SECTIONS+=("$a") ;;
+    tp | pp | fsdp | nocomm | emulated | pp_emulated) SECTIONS+=("$a") ;;
     *) echo "parallel.sh: unknown argument $a" >&2; exit 2 ;;
   esac
 done
@@ -142,7 +142,8 @@ for s in "${SECTIONS[@]}"; do
       B=8 run tessera-ddp-emulated "${fake[@]}" "$BUILD/bench/tessera_bench_ddp" tessera \
         --variants "$FAKE_DDP_VARIANTS"
       B=16 run tessera-tp-sp-emulated "${fake[@]}" "$BUILD/bench/tessera_bench_tp" --sp --variants "$EMU_TP_VARIANTS"
-      B=16 run tessera-tp-emulated "${fake[@]}" "$BUILD/bench/tessera_bench_tp" --variants "$EMU_TP_VARIANTS"
+      B=16 run tessera-tp-emulated "${fake[@]}" "$BUILD/bench/tessera_bench_tp" --variants "$EMU_TP_VARIANTS" ;;
+    pp_emulated)  # one process, the units timed, the 2-stage schedule simulated
       B=32 MB=16 EXTRA_WARMUP=$PP_EXTRA run tessera-pp-mb16-emulated env PP_EMULATE=2 "$BUILD/bench/tessera_bench_pp"
       B=16 MB=8 EXTRA_WARMUP=$PP_EXTRA run tessera-pp-mb8-emulated env PP_EMULATE=2 "$BUILD/bench/tessera_bench_pp" ;;
   esac
