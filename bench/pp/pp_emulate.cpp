@@ -3,6 +3,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
