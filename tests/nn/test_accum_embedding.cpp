@@ -1,15 +1,15 @@
 // nn::embeddingAccumulateGrad on the CPU against at::embedding trained by autograd (its own copy
 // of the weight): outputs bitwise, the weight gradient summed over micro-batches that repeat ids
 // (within a micro-batch and across them), an existing .grad added to, grad mode off, and the
-// errors for what it cannot take. The CUDA path is in test_accum_linear_gpu.cpp.
+// errors for what it cannot take (the harness's expectErrorContaining, which throws when the
+// error is missing). The CUDA path is in test_accum_linear_gpu.cpp.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <functional>
 #include <string>
 
-#include "common/error.h"
+#include "harness/multiprocess.h"
 #include "nn/accum_embedding.h"
 
 namespace {
@@ -71,22 +71,15 @@ TEST(AccumEmbedding, WithoutGradModeOrFrozenIsEmbedding) {
 }
 
 TEST(AccumEmbedding, RefusesWhatItCannotTake) {
-  auto expectError = [&](const std::function<void()>& fn, const std::string& needle) {
-    try {
-      fn();
-      ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-    } catch (const tessera::Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
+  using tessera::testing::expectErrorContaining;
   auto w = at::randn({5, 2}).requires_grad_(true);
-  expectError([&] { embeddingAccumulateGrad(at::tensor({0.5f, 1.0f}), w); }, "got ids [2] float32");
-  expectError([&] { embeddingAccumulateGrad(at::tensor({1}, at::kLong), at::randn({5}).requires_grad_(true)); },
-              "weight [5]");
+  expectErrorContaining([&] { embeddingAccumulateGrad(at::tensor({0.5f, 1.0f}), w); }, {"got ids [2] float32"});
+  expectErrorContaining(
+      [&] { embeddingAccumulateGrad(at::tensor({1}, at::kLong), at::randn({5}).requires_grad_(true)); }, {"weight [5]"});
   auto w64 = at::randn({5, 2}, at::kDouble).requires_grad_(true);
-  expectError([&] { embeddingAccumulateGrad(at::tensor({1}, at::kLong), w64); },
-              "nn::embeddingAccumulateGrad: the weight must be a float32 leaf");
+  expectErrorContaining([&] { embeddingAccumulateGrad(at::tensor({1}, at::kLong), w64); },
+                        {"nn::embeddingAccumulateGrad: the weight must be a float32 leaf"});
   auto wt = at::randn({5, 2}).requires_grad_(true);
   wt.mutable_grad() = at::zeros({2, 5}).t();
-  expectError([&] { embeddingAccumulateGrad(at::tensor({1}, at::kLong), wt); }, "not contiguous");
+  expectErrorContaining([&] { embeddingAccumulateGrad(at::tensor({1}, at::kLong), wt); }, {"not contiguous"});
 }
