@@ -6,7 +6,8 @@
 #   pytorch-single (torchrun -n1 torch_ddp.py single), tessera-single (tessera_bench_ddp single),
 #   pytorch-ddp (torchrun -n2 torch_ddp.py ddp), tessera-ddp (torchrun -n2 tessera_bench_ddp
 #   tessera --variants ...: bucket views, bf16, SM carveouts), then PyTorch and tessera with NCCL
-#   limited to CTAS (8 16) CTAs; then combine.py.
+#   limited to CTAS (8 16) CTAs, tessera under NCCL's "efficiency" CTA policy (CTA_POLICY=0: not);
+#   then combine.py.
 # About 20-40 s per run on 2 x H200 (model init on the CPU dominates), ~2-3 min in all.
 # Env: SINGLE_VARIANTS / DDP_VARIANTS (the in-process variant lists, see ddp_bench.cpp), CTAS,
 # NPROC (2), RUN_TIMEOUT (s per run, 90; 5 runs fit in gpu-check's DDP_TIMEOUT 480), B/STEPS/D/L/V/T passed through (smoke tests:
@@ -63,6 +64,12 @@ for c in ${CTAS:-8 16}; do
   BENCH_SYSTEM=tessera-ddp-ctas$c NCCL_MAX_CTAS=$c run tessera-ddp-ctas$c torchrun --nproc_per_node="$NPROC" --standalone --no-python "$BIN" tessera \
     --variants "base,carve$c,bf16+carve$c"
 done
+# NCCL's CTA policy "efficiency" (as few CTAs as give decent bandwidth; TESSERA_NCCL_CTA_POLICY,
+# src/comm/nccl/nccl_communicator.cpp) with the fused variants (CTA_POLICY=0 skips it).
+if [ "${CTA_POLICY:-1}" != 0 ]; then
+  BENCH_SYSTEM=tessera-ddp-ctapolicy TESSERA_NCCL_CTA_POLICY=efficiency run tessera-ddp-ctapolicy \
+    torchrun --nproc_per_node="$NPROC" --standalone --no-python "$BIN" tessera --variants "view+fused,fused+bf16,view+fused+carve16"
+fi
 
 gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//;s/,/ driver/' | paste -sd';' || true)
 topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}' || true)

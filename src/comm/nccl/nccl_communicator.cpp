@@ -43,9 +43,34 @@ bool blockingOps() {
   return b;
 }
 
+// TESSERA_NCCL_CTA_POLICY=default|efficiency|zero: NCCL's CTA policy for every communicator
+// (ncclConfig_t::CTAPolicy, NCCL >= 2.27). "efficiency" has NCCL use as few CTAs (SMs) as give
+// decent bandwidth, for collectives that overlap compute (DDP's bucketed all-reduce); "zero" has
+// it use none where it can. Unset or "default": NCCL's own choice. Anything else is an error.
+int ctaPolicy() {
+  static const int p = [] {
+    const std::string v = env::get("TESSERA_NCCL_CTA_POLICY").value_or("default");
+    if (v == "default" || v.empty()) return -1;
+#ifdef NCCL_CTA_POLICY_EFFICIENCY
+    if (v == "efficiency") return NCCL_CTA_POLICY_EFFICIENCY;
+    if (v == "zero") return NCCL_CTA_POLICY_ZERO;
+    throw Error(fmt::format("TESSERA_NCCL_CTA_POLICY={}: want default, efficiency or zero", v));
+#else
+    throw Error(fmt::format("TESSERA_NCCL_CTA_POLICY={}: this NCCL ({}) has no CTA policies (NCCL >= 2.27)", v,
+                            NCCL_VERSION_CODE));
+#endif
+  }();
+  return p;
+}
+
 ncclConfig_t commConfig(bool blocking) {
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = blocking ? 1 : 0;
+#ifdef NCCL_CTA_POLICY_EFFICIENCY
+  if (ctaPolicy() >= 0) cfg.CTAPolicy = ctaPolicy();
+#else
+  ctaPolicy();  // refuses a policy this NCCL cannot take
+#endif
   return cfg;
 }
 

@@ -1,6 +1,6 @@
 // NCCL communicator on 2 GPUs: every collective for every dtype (odd sizes included) against
-// hand-computed results (the suite shared with Gloo), sub-communicators by ncclCommSplit,
-// input errors, and abort().
+// hand-computed results (the suite shared with Gloo), also under TESSERA_NCCL_CTA_POLICY=efficiency
+// and with a bad policy refused by name, sub-communicators by ncclCommSplit, input errors, and abort().
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -33,6 +33,22 @@ TESSERA_WORKER(nccl_suite) {
 TEST(NcclCollectives, EveryOpEveryDtypeMatchesHandComputed) {
   TESSERA_REQUIRE_GPUS(2);
   expectAllOk(runWorkers("nccl_suite", gpuRun(300)));
+}
+
+// The same suite with NCCL told to use as few CTAs as it can (ncclConfig_t::CTAPolicy).
+TEST(NcclCollectives, EveryOpUnderTheEfficiencyCtaPolicy) {
+  TESSERA_REQUIRE_GPUS(2);
+  expectAllOk(runWorkers("nccl_suite", gpuRun(300, {{"TESSERA_NCCL_CTA_POLICY", "efficiency"}})));
+}
+
+TESSERA_WORKER(nccl_bad_cta_policy) {
+  expectErrorContaining([&] { initWorker(w, Backend::Nccl); },
+                        {"TESSERA_NCCL_CTA_POLICY=fastest", "want default, efficiency or zero"});
+}
+
+TEST(NcclCollectives, BadCtaPolicyIsNamed) {
+  TESSERA_REQUIRE_GPUS(2);
+  expectAllOk(runWorkers("nccl_bad_cta_policy", gpuRun(60, {{"TESSERA_NCCL_CTA_POLICY", "fastest"}})));
 }
 
 TESSERA_WORKER(nccl_split) {
