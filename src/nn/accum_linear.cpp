@@ -2,6 +2,9 @@
 #include "nn/accum_linear.h"
 
 #include <ATen/ATen.h>
+
+#include <algorithm>
+#include <vector>
 #include <fmt/format.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -62,9 +65,31 @@ void accumulateWeightGrad(const at::Tensor& weight, const at::Tensor& gy, const 
                                 x.contiguous());
 }
 
+namespace {
+// A column of ones of at least k rows in `dtype` on `device`, for row sums as GEMMs. Cached per
+// thread (autograd runs backward on one thread per device) and never freed: a kernel queued on
+// any stream may still read an older one.
+at::Tensor onesColumn(int64_t k, c10::ScalarType dtype, const at::Device& device) {
+  thread_local std::vector<at::Tensor> cache;
+  for (auto it = cache.rbegin(); it != cache.rend(); ++it)
+    if (it->scalar_type() == dtype && it->device() == device && it->size(0) >= k) return it->narrow(0, 0, k);
+  cache.push_back(at::ones({std::max<int64_t>(k, 1 << 16), 1}, at::TensorOptions().dtype(dtype).device(device)));
+  return cache.back().narrow(0, 0, k);
+}
+}  // namespace
+
 void accumulateBiasGrad(const at::Tensor& bias, const at::Tensor& gy) {
-  auto sum = at::sum(gy, {0}, /*keepdim=*/false, at::kFloat);
   auto& g = bias.mutable_grad();
+  const auto dt = gy.scalar_type();
+  if (gy.is_cuda() && gy.dim() == 2 && (dt == at::kBFloat16 || dt == at::kHalf)) {
+    // Σ over rows as one GEMM summing in float32 straight into .grad (gyᵀ · 1, beta = 1): one
+    // kernel instead of a reduction and an add (800 of each per step of a 16-micro-batch pipeline).
+    const bool fresh = !g.defined();
+    if (fresh) g = at::empty(bias.sizes(), at::TensorOptions().dtype(at::kFloat).device(bias.device()));
+    kernels::gemmAccumulateTN(g.view({-1, 1}), gy.contiguous(), onesColumn(gy.size(0), dt, gy.device()), fresh);
+    return;
+  }
+  auto sum = at::sum(gy, {0}, /*keepdim=*/false, at::kFloat);
   if (g.defined()) {
     g.add_(sum);
   } else {

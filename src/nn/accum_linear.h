@@ -31,7 +31,8 @@ at::Tensor linearAccumulateGrad(const at::Tensor& x, const at::Tensor& weight, c
 // parallel/tensor): checkAccumulatable() before the op runs (the checks above, naming `op` and
 // `what`), then in backward accumulateWeightGrad: weight.grad += gyᵀ x (gy [k, out], x [k, in], one
 // dtype; a missing .grad is created and written by the GEMM), accumulateBiasGrad: bias.grad += Σ gy
-// over rows, in float32. Local; the op then returns no gradient for these parameters.
+// over rows, in float32 (for bf16/fp16 gy [k, out] on CUDA one GEMM gyᵀ·1 into .grad, else a
+// reduction and an add). Local; the op then returns no gradient for these parameters.
 void checkAccumulatable(const char* op, const char* what, const at::Tensor& param);
 void accumulateWeightGrad(const at::Tensor& weight, const at::Tensor& gy, const at::Tensor& x);
 void accumulateBiasGrad(const at::Tensor& bias, const at::Tensor& gy);
