@@ -233,9 +233,7 @@ TESSERA_WORKER(pp_gpt) {
 #ifdef TESSERA_PP_GPU_SUITE
 TEST(PipelineGpu, TinyGptMatchesUnsplitOnTwoGpus) {
   TESSERA_REQUIRE_GPUS(2);
-  auto o = gpuRun(300);
-  o.arg = "dev=cuda";
-  expectAllOk(runWorkers("pp_gpt", o));
+  expectAllOk(runWorkers("pp_gpt", gpuRun(300, {}, "dev=cuda")));
 }
 #else
 TEST(Pipeline, TinyGptMatchesUnsplitPp2) { expectAllOk(runWorkers("pp_gpt", {.ranks = 2})); }

@@ -29,11 +29,13 @@ namespace tessera::testing {
     }                                                                                    \
   } while (0)
 
-// Run options for 2-rank NCCL runs: NVLink multicast stays off (the GPU machine's rule).
-inline RunOptions gpuRun(int seconds, std::map<std::string, std::string> env = {}) {
+// Run options for 2-rank NCCL runs (workers get `arg`): NVLink multicast stays off (the GPU
+// machine's rule).
+inline RunOptions gpuRun(int seconds, std::map<std::string, std::string> env = {}, std::string arg = "") {
   RunOptions o;
   o.ranks = 2;
   o.timeout = std::chrono::seconds(seconds);
+  o.arg = std::move(arg);
   o.env = std::move(env);
   o.env["NCCL_NVLS_ENABLE"] = "0";
   o.env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] = "1";
