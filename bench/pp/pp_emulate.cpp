@@ -112,6 +112,8 @@ int emulatePipeline(const GptConfig& cfg, PipelineUnits& u, const at::Device& de
   TESSERA_CHECK(pp >= 2, "PP_EMULATE={}: emulate at least 2 stages", pp);
   const int chunks = kind == pl::ScheduleKind::Interleaved1F1B ? 2 : 1;
   const int L = static_cast<int>(u.blocks.size());
+  // The schedule's own checks (e.g. EXTRA_WARMUP with an interleaved schedule) before measuring.
+  pl::makeSchedule(kind, pp, M, chunks, extraWarmup);
   int64_t actBytes = 0;
   double sequentialMs = 0;
   const auto c = measure(cfg, u, dev, batch, M, steps, actBytes, sequentialMs);
@@ -131,7 +133,10 @@ int emulatePipeline(const GptConfig& cfg, PipelineUnits& u, const at::Device& de
   if (pp == 2 && chunks == 1)
     for (int k = 1; k < L; ++k) {
       po.layersPerStage = {k, L - k};
-      parts.push_back({fmt::format("split{}+{}", k, L - k), pl::partitionBlocks(u.blockParams, po)});
+      auto split = pl::partitionBlocks(u.blockParams, po);
+      // A split that is one of the balanced ones already is simulated once, under that name.
+      if (std::none_of(parts.begin(), parts.end(), [&](const auto& p) { return p.second.bounds == split.bounds; }))
+        parts.push_back({fmt::format("split{}+{}", k, L - k), split});
     }
   std::vector<int> extras;
   if (kind == pl::ScheduleKind::OneFOneB) {

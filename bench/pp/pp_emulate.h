@@ -4,11 +4,12 @@
 // micro-batch, each on its own detached input as a stage boundary would have it, and every
 // unit's forward, backward and optimizer step is timed with device events (DeviceTimer; 3 warm-up
 // steps, then the mean over STEPS). Those costs, summed per stage, go through
-// pipeline::simulateStep (src/pipeline/simulate.h) for every candidate partition (each split of
-// the blocks when P = 2, else the compute- and parameter-balanced ones) and extra warm-up
+// pipeline::simulateStep (src/pipeline/simulate.h) for every candidate partition (the compute- and
+// parameter-balanced ones, and for P = 2 every other split of the blocks) and extra warm-up
 // (EXTRA_WARMUPS, default "0 1 2 3"): the predicted step is the simulated schedule plus the
 // slowest rank's optimizer step, transfers modelled as fake_timing.h's point-to-point
-// (latency + bytes / bus bandwidth, FAKE_COMM_* to change).
+// (latency + bytes / bus bandwidth; its defaults, or FAKE_COMM_BUSBW_GBPS / FAKE_COMM_LATENCY_US
+// together with FAKE_COMM_TIMED=1, which is what makes fakeTimingFromEnv read them).
 // Rows (RESULT lines, system "...-emulated", world = P): the partition the 2-GPU benchmark uses
 // (compute-balanced) at extra warm-up 0 and at EXTRA_WARMUP, and the best predicted combination.
 // A table of every combination goes to stdout. Peak memory is not predicted (0 in the rows).

@@ -2,11 +2,11 @@
 #include "nn/accum_linear.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
 #include <vector>
-#include <fmt/format.h>
-#include <torch/csrc/autograd/custom_function.h>
 
 #include "comm/types.h"
 #include "common/autocast.h"

@@ -67,7 +67,7 @@ ncclConfig_t commConfig(bool blocking) {
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = blocking ? 1 : 0;
 #ifdef NCCL_CTA_POLICY_EFFICIENCY
-  if (ctaPolicy() >= 0) cfg.CTAPolicy = ctaPolicy();
+  if (const int p = ctaPolicy(); p >= 0) cfg.CTAPolicy = p;
 #else
   ctaPolicy();  // refuses a policy this NCCL cannot take
 #endif
