@@ -4,10 +4,12 @@
 # after STEPS steps their losses must agree:
 #   tp:  plain, sequence parallel, no backward overlap, forward in pieces (plain and sequence
 #        parallel)                                               (same full weights, same batch)
-#   pp:  1F1B split by compute, 1F1B split by parameters, GPipe, interleaved 1F1B, FUSED_WGRAD=0
+#   pp:  1F1B split by compute, 1F1B split by parameters, GPipe, interleaved 1F1B, FUSED_WGRAD=0,
+#        1F1B with 2 extra warm-up forwards, an explicit LAYERS split
 #   fsdp: prefetch off and prefetch with a budget
 # and the FAKE_WORLD=2 probe (bench/common/fake_world.h) of ddp (with its variants), tp and fsdp:
-# one process each, every RESULT line marked "fake_world": 2 and its system "-nocomm".
+# one process each, every RESULT line marked "fake_world": 2 and its system "-nocomm"; and the
+# one-process pipeline prediction (PP_EMULATE=2): three rows, every one marked "-emulated".
 # A variant that fails, prints no RESULT or disagrees (relative 1e-5; the sums run in other
 # orders, a wrong gradient is off by far more) fails the test (exit 1).
 #   bench_smoke.sh BUILD_DIR
@@ -58,7 +60,10 @@ b=$(loss pp-paramsplit B=8 MB=4 PARTITION=params -- tessera_bench_pp)
 c=$(loss pp-gpipe B=8 MB=4 -- tessera_bench_pp --gpipe)
 d=$(loss pp-interleaved B=8 MB=4 -- tessera_bench_pp --interleaved)
 e=$(loss pp-nofuse B=8 MB=4 FUSED_WGRAD=0 -- tessera_bench_pp)
-same "pp: 1F1B / parameter split / GPipe / interleaved / autograd's weight-gradient sums" "$a" "$b" "$c" "$d" "$e"
+f=$(loss pp-extra2 B=8 MB=4 EXTRA_WARMUP=2 -- tessera_bench_pp)
+g=$(loss pp-layers B=8 MB=4 LAYERS=3,1 -- tessera_bench_pp)
+same "pp: 1F1B / parameter split / GPipe / interleaved / autograd's weight-gradient sums / extra warm-up / LAYERS" \
+  "$a" "$b" "$c" "$d" "$e" "$f" "$g"
 a=$(loss fsdp-noprefetch B=2 -- tessera_bench_fsdp --prefetch-mib 0)
 b=$(loss fsdp-prefetch B=2 -- tessera_bench_fsdp --prefetch-mib 64)
 same "fsdp: no prefetch / prefetch" "$a" "$b"
@@ -81,5 +86,15 @@ probe() {  # probe NAME BIN ARGS...: the one-process probe runs and marks each o
 probe ddp tessera_bench_ddp tessera --variants base,view+fused,fused+bf16
 probe tp-sp tessera_bench_tp --sp
 probe fsdp tessera_bench_fsdp --prefetch-mib 64
+out=$(PP_EMULATE=2 EXTRA_WARMUP=2 B=8 MB=4 timeout -k 10 120 "$BUILD/bench/tessera_bench_pp" 2>&1)
+r=$?
+rows=$(grep -c '^RESULT {"system": "tessera-pp-1F1B-mb4-[^"]*emulated"' <<<"$out")
+if [ $r -eq 0 ] && [ "$rows" = 3 ]; then
+  echo "ok   pp emulation: 3 rows marked emulated"
+else
+  echo "FAIL pp emulation: exit $r, $rows emulated row(s); output tail:"
+  tail -15 <<<"$out"
+  rc=1
+fi
 [ $rc -eq 0 ] && echo "bench smoke: all variants agree" || echo "bench smoke: FAILED"
 exit $rc
