@@ -30,11 +30,9 @@ DeviceTimer::~DeviceTimer() {
 }
 
 int DeviceTimer::mark() {
-  if (!device_.is_cuda()) {
-    if (used_ == static_cast<int>(host_.size())) host_.emplace_back();
-    host_[used_] = std::chrono::steady_clock::now();
-    return used_++;
-  }
+  if (used_ == static_cast<int>(host_.size())) host_.emplace_back();
+  host_[used_] = std::chrono::steady_clock::now();
+  if (!device_.is_cuda()) return used_++;
 #ifdef TESSERA_HAVE_NCCL
   if (used_ == static_cast<int>(events_.size())) {
     cudaEvent_t e;
@@ -48,9 +46,14 @@ int DeviceTimer::mark() {
   return used_++;
 }
 
-double DeviceTimer::ms(int a, int b) {
+double DeviceTimer::hostMs(int a, int b) {
   TESSERA_CHECK(a >= 0 && b >= 0 && a < used_ && b < used_, "DeviceTimer: marks {} and {} (have {})", a, b, used_);
-  if (!device_.is_cuda()) return std::chrono::duration<double, std::milli>(host_[b] - host_[a]).count();
+  return std::chrono::duration<double, std::milli>(host_[b] - host_[a]).count();
+}
+
+double DeviceTimer::ms(int a, int b) {
+  if (!device_.is_cuda()) return hostMs(a, b);
+  TESSERA_CHECK(a >= 0 && b >= 0 && a < used_ && b < used_, "DeviceTimer: marks {} and {} (have {})", a, b, used_);
   float out = 0;
 #ifdef TESSERA_HAVE_NCCL
   cudaOk(cudaEventElapsedTime(&out, static_cast<cudaEvent_t>(events_[a]), static_cast<cudaEvent_t>(events_[b])),

@@ -1,9 +1,9 @@
 #pragma once
 // Time stamps on a device's work, for timing the parts of a step without synchronising between
 // them: mark() records a point on the caller's current stream (a CUDA event; on the CPU the host
-// clock, the CPU's ops being synchronous); after synchronize(), ms(a, b) is the time between two
-// marks. CUDA events need a build with NCCL (TESSERA_HAVE_NCCL, which brings CUDA); elsewhere a
-// CUDA device is an error. Local; not thread-safe.
+// clock, the CPU's ops being synchronous) and the host clock; after synchronize(), ms(a, b) is the
+// device's time between two marks, hostMs(a, b) the host's. CUDA events need a build with NCCL
+// (TESSERA_HAVE_NCCL, which brings CUDA); elsewhere a CUDA device is an error. Local; not thread-safe.
 #include <ATen/ATen.h>
 
 #include <chrono>
@@ -20,6 +20,9 @@ class DeviceTimer {
 
   int mark();                  // index of the new mark
   double ms(int a, int b);     // between marks a and b (the device synchronised since b)
+  double hostMs(int a, int b);  // host clock between the calls that made marks a and b: what the
+                                // host spent issuing the work (the device's time when it is longer
+                                // means the host ran ahead; shorter or equal, the host kept it waiting)
   void clear();                // forget the marks (keeps the events for reuse)
 
  private:

@@ -27,6 +27,8 @@ namespace {
 
 struct UnitCosts {
   std::vector<double> fwd, bwd, opt;  // ms per micro-batch (fwd, bwd) and per step (opt), by unit
+  std::vector<double> hostFwd, hostBwd;  // the host's time issuing them (ms per micro-batch)
+  double hostStepMs = 0;                 // the host's time issuing a whole step (median)
 };
 
 // Times every unit over `steps` steps after the warm-ups; returns the means and the activation bytes.
@@ -39,9 +41,10 @@ UnitCosts measure(const GptConfig& cfg, PipelineUnits& u, const at::Device& dev,
   auto x = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(dev);
   auto y = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(dev);
   auto xs = x.chunk(M, 0), ys = y.chunk(M, 0);
-  UnitCosts c{std::vector<double>(n, 0), std::vector<double>(n, 0), std::vector<double>(n, 0)};
+  UnitCosts c{std::vector<double>(n, 0), std::vector<double>(n, 0), std::vector<double>(n, 0),
+              std::vector<double>(n, 0), std::vector<double>(n, 0)};
   DeviceTimer timer(dev);
-  std::vector<double> seq;
+  std::vector<double> seq, hostSeq;
   for (int step = 0; step < kWarmSteps + steps; ++step) {
     timer.clear();
     // marks[u]: (begin, end) pairs of unit u's forward, backward, optimizer.
@@ -87,13 +90,15 @@ UnitCosts measure(const GptConfig& cfg, PipelineUnits& u, const at::Device& dev,
     synchronize(dev);
     if (step < kWarmSteps) continue;
     seq.push_back(timer.ms(first, last));
+    hostSeq.push_back(timer.hostMs(first, last));
     for (int k = 0; k < n; ++k) {
-      for (auto [a, b] : fm[k]) c.fwd[k] += timer.ms(a, b) / (M * steps);
-      for (auto [a, b] : bm[k]) c.bwd[k] += timer.ms(a, b) / (M * steps);
+      for (auto [a, b] : fm[k]) c.fwd[k] += timer.ms(a, b) / (M * steps), c.hostFwd[k] += timer.hostMs(a, b) / (M * steps);
+      for (auto [a, b] : bm[k]) c.bwd[k] += timer.ms(a, b) / (M * steps), c.hostBwd[k] += timer.hostMs(a, b) / (M * steps);
       for (auto [a, b] : om[k]) c.opt[k] += timer.ms(a, b) / steps;
     }
   }
   sequentialMs = median(seq);
+  c.hostStepMs = median(hostSeq);
   return c;
 }
 
@@ -174,15 +179,19 @@ int emulatePipeline(const GptConfig& cfg, PipelineUnits& u, const at::Device& de
     }
   }
 
-  double unitF = 0, unitB = 0, unitO = 0;
-  for (size_t k = 0; k < c.fwd.size(); ++k) unitF += c.fwd[k], unitB += c.bwd[k], unitO += c.opt[k];
+  double unitF = 0, unitB = 0, unitO = 0, hostF = 0, hostB = 0;
+  for (size_t k = 0; k < c.fwd.size(); ++k) {
+    unitF += c.fwd[k], unitB += c.bwd[k], unitO += c.opt[k];
+    if (k > 0 && k < c.fwd.size() - 1) hostF += c.hostFwd[k] / L, hostB += c.hostBwd[k] / L;
+  }
   std::cout << fmt::format(
                    "pp emulation on one {}: {} micro-batches of {}; per micro-batch embed F {:.3f} B {:.3f} ms, block "
                    "F {:.3f} B {:.3f} ms (mean), head+loss F {:.3f} B {:.3f} ms; optimizer {:.2f} ms a step; "
-                   "transfer {:.3f} ms ({} bytes); sequential step {:.2f} ms (units summed: {:.2f})",
+                   "transfer {:.3f} ms ({} bytes); sequential step {:.2f} ms (units summed: {:.2f}); the host issued "
+                   "a block's F in {:.3f} ms and B in {:.3f} ms (mean), the step in {:.2f} ms",
                    dev.str(), M, batch / M, c.fwd[0], c.bwd[0], (unitF - c.fwd[0] - c.fwd[L + 1]) / L,
                    (unitB - c.bwd[0] - c.bwd[L + 1]) / L, c.fwd[L + 1], c.bwd[L + 1], unitO, transferMs, actBytes,
-                   sequentialMs, M * (unitF + unitB) + unitO)
+                   sequentialMs, M * (unitF + unitB) + unitO, hostF, hostB, c.hostStepMs)
             << std::endl;
   std::cout << "| partition | layers per stage | extra warm-up | predicted step ms | pipeline ms | optimizer ms | "
                "stage compute ms | idle ms per rank |\n|---|---|---|---|---|---|---|---|\n";

@@ -2,7 +2,7 @@
 """Where a traced step's compute stream waits: idle gaps of the busiest stream of a Kineto trace
 (TESSERA_PROFILE), split into gaps spent waiting while a communication kernel runs (NCCL's, or the
 timed fake communicator's spin kernel) and other gaps (the host not keeping up, event waits on
-nothing), with the largest gaps and the CPU op the next compute kernel was launched from.
+nothing), how much of the idle time waited for the host to launch the next kernel, with the largest gaps and the CPU op the next compute kernel was launched from.
   bench/profile/gaps.py trace.json[.gz] [--top N]
 """
 import argparse, bisect, gzip, json, re, sys
@@ -76,6 +76,15 @@ def main():
                 best = e
         return best["name"] if best else "?"
 
+    # Host-bound idle: the kernel after a gap was launched (its runtime call ended) after the
+    # gap began, so the GPU waited for the host; otherwise it was queued already and the GPU
+    # waited on something else (an event, a stream wait, the launch latency between kernels).
+    host_bound = 0.0
+    for k0, k1 in zip(comp, comp[1:]):
+        g = k1["ts"] - (k0["ts"] + k0["dur"])
+        r = runtime.get(k1["args"].get("correlation"))
+        if g > 0 and r and r["ts"] + r["dur"] > k0["ts"] + k0["dur"]:
+            host_bound += g
     gaps = []
     for (s0, e0), (s1, e1) in zip(busy, busy[1:]):
         g = s1 - e0
@@ -91,6 +100,8 @@ def main():
     print(f"trace {a.trace}: compute stream {compute_stream}, comm streams {sorted(comm_streams, key=str)}")
     print(f"span {span/1e3:.2f} ms, compute busy {(span-idle)/1e3:.2f} ms, idle {idle/1e3:.2f} ms "
           f"(while communication ran: {idle_comm/1e3:.2f} ms, otherwise {(idle-idle_comm)/1e3:.2f} ms)")
+    print(f"idle waiting for the host's launch {host_bound/1e3:.2f} ms (kernels {len(comp)}; under the profiler, "
+          f"which slows the host: TESSERA_PROFILE_CPU=0 slows it less)")
     print(f"communication kernels {len(comm)}, {comm_total/1e3:.2f} ms busy, of which beside compute "
           f"{overlap(comm_iv, busy)/1e3:.2f} ms")
     agg = {}
@@ -101,7 +112,7 @@ def main():
         t[1] += g
         t[2] += c
     print("idle before each kind of kernel (ms): count, idle, of it beside communication, kernel <- launching op")
-    for (name, op), (n, g, c) in sorted(agg.items(), key=lambda x: -x[1][2])[:a.top]:
+    for (name, op), (n, g, c) in sorted(agg.items(), key=lambda x: (-x[1][2], -x[1][1]))[:a.top]:
         print(f"  {n:5d} {g/1e3:7.2f} {c/1e3:7.2f}  {name} <- {op}")
     print(f"largest gaps (us): gap, of it beside communication, at ms, next kernel <- launching op")
     for g, c, at, nxt in sorted(gaps, key=lambda x: -x[0])[:a.top]:

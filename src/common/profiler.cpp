@@ -50,7 +50,10 @@ void StepProfiler::beginStep(int64_t step) {
   if (path_.empty() || active_ || step != first_) return;
   using torch::profiler::impl::ActivityType;
   const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
-  const std::set<ActivityType> activities{ActivityType::CPU, ActivityType::CUDA};
+  // TESSERA_PROFILE_CPU=0: CUDA activity only, no CPU op records (which slow the host and so
+  // lengthen the gaps a host-bound step leaves on the GPU).
+  std::set<ActivityType> activities{ActivityType::CUDA};
+  if (env::get("TESSERA_PROFILE_CPU").value_or("1") != "0") activities.insert(ActivityType::CPU);
   torch::autograd::profiler::prepareProfiler(config, activities);
   torch::autograd::profiler::enableProfiler(config, activities);
   active_ = true;

@@ -2,6 +2,8 @@
 // Kineto traces of chosen steps of a training loop, for finding where a step's GPU time goes.
 //
 //   TESSERA_PROFILE=PATH[:FIRST[:COUNT]]   trace steps FIRST .. FIRST+COUNT-1 (defaults 3 and 2)
+//   TESSERA_PROFILE_CPU=0                  CUDA kernels and runtime calls only, no CPU ops (less
+//                                          host overhead, so truer gaps on the GPU)
 //
 // StepProfiler reads the variable once; beginStep(s) starts LibTorch's Kineto profiler (CPU ops
 // and CUDA kernels) at step FIRST, endStep(s) stops it after the last traced step and writes a
