@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""The issues' 2-GPU targets read off the committed results, so a session with two GPUs can say at
+once which issue a run settles. For each of DDP, TP, PP and FSDP it lists the 2-GPU rows measured
+on real GPUs (rows from one GPU, emulated or without communication are left out), each with the
+target it is held to, and says which rows meet it:
+
+  issue 3, DDP  (ddp.json):  scaling >= 0.97 and peak memory <= PyTorch DDP's in the same run
+  issue 4, TP   (tp.json):   scaling >= 0.85, both without and with sequence parallel
+  issue 5, PP   (pp.json):   1F1B, 16 micro-batches, scaling >= 0.90 (peak memory shown beside PyTorch's)
+  issue 6, FSDP (fsdp.json): scaling >= 0.97 and peak memory <= PyTorch FSDP2's in the same run
+
+  bench/targets.py [RESULTS_DIR]   (default bench/results)
+Reads only; exit status 0 whatever the verdicts (1 when a results file cannot be read).
+"""
+import json
+import os
+import sys
+
+
+def load(results, name):
+    with open(os.path.join(results, name + ".json")) as f:
+        return json.load(f)
+
+
+def measured_2gpu(rows, prefix):
+    out = []
+    for r in rows:
+        s = r.get("system", "")
+        if not s.startswith(prefix) or r.get("gpus") != 2:
+            continue
+        if any(w in s for w in ("emulated", "nocomm")) or r.get("fake_world"):
+            continue
+        out.append(r)
+    return out
+
+
+def row_of(rows, system):
+    return next((r for r in rows if r.get("system") == system), None)
+
+
+def line(r, ok, extra=""):
+    mem = r.get("peak_mem_gib")
+    return (f"  {'MEETS' if ok else '     '} {r['system']:<44} scaling {r.get('scaling', float('nan')):.3f}"
+            f"  peak {mem if mem is not None else '—'} GiB{extra}")
+
+
+def header(doc, title):
+    return f"{title}: {doc.get('date', '?')}, {doc.get('machine', '?')}"
+
+
+def check_ddp(doc):
+    rows = doc["rows"]
+    ref = row_of(rows, "pytorch-ddp")
+    cap = ref["peak_mem_gib"] if ref else None
+    print(header(doc, "issue 3, DDP: scaling >= 0.97, peak <= PyTorch DDP's"
+                 + (f" ({cap} GiB, scaling {ref['scaling']:.3f})" if ref else " (no PyTorch DDP row: memory unchecked)")))
+    met = []
+    for r in measured_2gpu(rows, "tessera-ddp"):
+        ok = r["scaling"] >= 0.97 and (cap is None or r["peak_mem_gib"] <= cap)
+        met += [r] if ok and cap is not None else []
+        print(line(r, ok))
+    return bool(met)
+
+
+def check_tp(doc):
+    rows = doc["rows"]
+    print(header(doc, "issue 4, TP: scaling >= 0.85 without and with sequence parallel"))
+    plain = sp = False
+    for r in measured_2gpu(rows, "tessera-tp"):
+        ok = r["scaling"] >= 0.85
+        if "-sp" in r["system"]:
+            sp |= ok
+        else:
+            plain |= ok
+        print(line(r, ok))
+    print(f"  without sequence parallel: {'met' if plain else 'not met'}; with: {'met' if sp else 'not met'}")
+    return plain and sp
+
+
+def check_pp(doc):
+    rows = doc["rows"]
+    ref = row_of(rows, "pytorch-pp-mb16")
+    print(header(doc, "issue 5, PP: 1F1B with 16 micro-batches, scaling >= 0.90"
+                 + (f" (PyTorch: {ref['scaling']:.3f}, peak {ref['peak_mem_gib']} GiB)" if ref else "")))
+    met = False
+    for r in measured_2gpu(rows, "tessera-pp-1F1B-mb16"):
+        ok = r["scaling"] >= 0.90
+        met |= ok
+        per_rank = r.get("peak_mem_GiB_per_rank")
+        print(line(r, ok, f" (per rank {per_rank})" if per_rank else ""))
+    return met
+
+
+def check_fsdp(doc):
+    rows = doc["rows"]
+    ref = row_of(rows, "pytorch-fsdp")
+    cap = ref["peak_mem_gib"] if ref else None
+    print(header(doc, "issue 6, FSDP: scaling >= 0.97, peak <= PyTorch FSDP2's"
+                 + (f" ({cap} GiB, scaling {ref['scaling']:.3f})" if ref else " (no FSDP2 row: memory unchecked)")))
+    met = False
+    for r in measured_2gpu(rows, "tessera-fsdp"):
+        ok = r["scaling"] >= 0.97 and cap is not None and r["peak_mem_gib"] <= cap
+        met |= ok
+        print(line(r, ok))
+    return met
+
+
+def main():
+    results = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    verdicts = {}
+    for issue, name, fn in ((3, "ddp", check_ddp), (4, "tp", check_tp), (5, "pp", check_pp), (6, "fsdp", check_fsdp)):
+        try:
+            verdicts[issue] = fn(load(results, name))
+        except (OSError, ValueError, KeyError) as e:
+            print(f"issue {issue}: cannot read {name}.json in {results}: {e}")
+            return 1
+        print()
+    print("targets met: " + ", ".join(f"issue {i} {'yes' if v else 'no'}" for i, v in verdicts.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
