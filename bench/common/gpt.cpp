@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "common/attention.h"
+#include "common/error.h"
 #include "nn/accum_linear.h"
 
 namespace tessera::bench {
@@ -68,6 +69,25 @@ FusedAdamW::FusedAdamW(std::vector<torch::Tensor> params, double lr, double beta
     : params_(std::move(params)), lr_(lr), beta1_(beta1), beta2_(beta2), eps_(eps), wd_(weightDecay) {}
 
 void FusedAdamW::step() {
+  std::vector<size_t> all(params_.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  stepIndices(all);
+}
+
+void FusedAdamW::step(const std::vector<torch::Tensor>& subset) {
+  if (index_.empty())
+    for (size_t i = 0; i < params_.size(); ++i) index_[params_[i].unsafeGetTensorImpl()] = i;
+  std::vector<size_t> which;
+  for (const auto& p : subset) {
+    auto it = index_.find(p.unsafeGetTensorImpl());
+    TESSERA_CHECK(it != index_.end(), "FusedAdamW: a parameter of shape {} is not one of this optimizer's",
+                  c10::str(p.sizes()));
+    which.push_back(it->second);
+  }
+  stepIndices(which);
+}
+
+void FusedAdamW::stepIndices(const std::vector<size_t>& which) {
   torch::NoGradGuard ng;
   if (expAvg_.empty()) {
     for (auto& p : params_) {
@@ -77,7 +97,7 @@ void FusedAdamW::step() {
     }
   }
   std::vector<torch::Tensor> ps, gs, ms, vs, ss;
-  for (size_t i = 0; i < params_.size(); ++i) {
+  for (size_t i : which) {
     const auto& g = params_[i].grad();
     if (!g.defined()) continue;
     ps.push_back(params_[i]);

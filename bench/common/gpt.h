@@ -15,6 +15,7 @@
 #include "common/autocast.h"
 
 #include <cstdint>
+#include <unordered_map>
 #include <vector>
 
 namespace tessera::bench {
@@ -77,11 +78,15 @@ class FusedAdamW {
   FusedAdamW(std::vector<torch::Tensor> params, double lr = 1e-4, double beta1 = 0.9, double beta2 = 0.999,
              double eps = 1e-8, double weightDecay = 1e-2);
   void step();
+  // Only `subset` (some of the constructor's parameters, by identity): DDP's onBucketReduced.
+  void step(const std::vector<torch::Tensor>& subset);
   // setToNone: .grad reset (freed); else zeroed in place (keeps DDP bucket views).
   void zeroGrad(bool setToNone);
 
  private:
+  void stepIndices(const std::vector<size_t>& which);
   std::vector<torch::Tensor> params_, expAvg_, expAvgSq_, steps_;
+  std::unordered_map<const void*, size_t> index_;
   double lr_, beta1_, beta2_, eps_, wd_;
 };
 

@@ -10,7 +10,9 @@
 // '+'-joined parts "view" (bucket views), "bf16" (bf16 gradient communication), "carve<N>" (N SMs
 // kept free of backward's GEMMs while buckets are in flight, common/sm_carveout.h; in single
 // mode over the whole step), "fused" (the model's linears sum their weight gradients in fp32 in
-// the GEMM, nn::linearAccumulateGrad: into the bucket itself with "view"). Each prints its own RESULT line, its system named
+// the GEMM, nn::linearAccumulateGrad: into the bucket itself with "view"), "optov" (the optimizer
+// steps each bucket's parameters as soon as its all-reduce is done, during backward:
+// DdpOptions::onBucketReduced; tessera mode only). Each prints its own RESULT line, its system named
 // <tessera-ddp|tessera-single|BENCH_SYSTEM>-<variant> ("base": no suffix).
 // --bucket-view sets DdpOptions::gradientAsBucketView (gradients then zeroed in place; without
 // it gradients are set to None after each step, as the anchor's zero_grad(set_to_none=True)).
@@ -50,6 +52,7 @@ struct Variant {
   std::string name;
   bool bucketView = false, commBf16 = false, fusedWgrad = false;
   int carveout = 0;
+  bool optimizerInBackward = false;  // "optov": DdpOptions::onBucketReduced steps each bucket's parameters
 };
 
 Variant parseVariant(const std::string& spec) {
@@ -61,10 +64,12 @@ Variant parseVariant(const std::string& spec) {
       v.commBf16 = true;
     } else if (part == "fused") {
       v.fusedWgrad = true;
+    } else if (part == "optov") {
+      v.optimizerInBackward = true;
     } else if (auto n = bench::numberedPart(part, "carve")) {
       v.carveout = *n;
     } else {
-      TESSERA_CHECK(part == "base", "ddp_bench: unknown variant part '{}' in '{}' (base, view, bf16, fused, carve<N>)", part,
+      TESSERA_CHECK(part == "base", "ddp_bench: unknown variant part '{}' in '{}' (base, view, bf16, fused, optov, carve<N>)", part,
                     spec);
     }
   }
@@ -126,22 +131,26 @@ int main(int argc, char** argv) try {
   if (auto name = std::getenv("BENCH_SYSTEM")) baseName = name;  // variants of one mode (run.sh)
   bool firstVariant = true;
   for (const auto& v : variants) {
+    TESSERA_CHECK(!v.optimizerInBackward || mode == "tessera",
+                  "ddp_bench: variant '{}': optov (the optimizer per DDP bucket) needs mode tessera", v.name);
     std::unique_ptr<tessera::DistributedDataParallel> ddp;
+    bench::FusedAdamW opt(model->parameters());
     if (mode == "tessera") {
       tessera::DdpOptions o;
       o.gradientAsBucketView = v.bucketView;
       if (v.commBf16) o.commDtype = at::kBFloat16;
       o.smCarveout = v.carveout;
+      if (v.optimizerInBackward) o.onBucketReduced = [&opt](const std::vector<at::Tensor>& ps) { opt.step(ps); };
       tessera::DistributedDataParallel::Named params, buffers;
       for (auto& p : model->named_parameters(true)) params.emplace_back(p.key(), p.value());
       for (auto& b : model->named_buffers(true)) buffers.emplace_back(b.key(), b.value());
       ddp = std::make_unique<tessera::DistributedDataParallel>(params, buffers, ctx.world, o);
     }
     model->setAccumulateGrad(v.fusedWgrad);
-    bench::FusedAdamW opt(model->parameters());
     const bool setToNone = !v.bucketView;
 
     bench::resetPeakMemory(device);
+    torch::Tensor lastLoss;
     auto times = bench::timeSteps(bench::kWarmSteps, steps, device, [&] {
       // Single mode: the carveout over the whole step (its cost without any communication).
       tessera::SmCarveoutGuard carve(ddp ? 0 : v.carveout);
@@ -151,7 +160,8 @@ int main(int argc, char** argv) try {
         loss = bench::gptLoss(model->forward(x), y);
       }
       loss.backward();
-      opt.step();
+      if (!v.optimizerInBackward) opt.step();  // else stepped bucket by bucket during backward
+      lastLoss = loss.detach();
       if (ddp && !setToNone) ddp->zeroGrad();
       else opt.zeroGrad(setToNone);
     });
@@ -183,8 +193,11 @@ int main(int argc, char** argv) try {
 
     std::string system = v.name == "base" ? baseName : baseName + "-" + v.name;
     std::string extra =
-        fmt::format("\"variant\": \"{}\", \"sm_carveout\": {}, \"fused_wgrad\": {}, \"zero_grad\": \"{}\"", v.name,
-                    v.carveout, v.fusedWgrad, setToNone ? "set_to_none" : "ddp.zeroGrad (in place)");
+        fmt::format("\"variant\": \"{}\", \"sm_carveout\": {}, \"fused_wgrad\": {}, \"optimizer_in_backward\": {}, "
+                    "\"zero_grad\": \"{}\"",
+                    v.name, v.carveout, v.fusedWgrad, v.optimizerInBackward,
+                    setToNone ? "set_to_none" : "ddp.zeroGrad (in place)");
+    extra += fmt::format(", \"last_loss\": {}", bench::jsonNumber(lastLoss.item<double>()));
     if (allreduceMs > 0) {
       extra += fmt::format(", \"allreduce_ms\": {:.2f}, \"buckets\": {}, \"bucket_mib\": \"{}\"", allreduceMs,
                            nBuckets, bucketMib);

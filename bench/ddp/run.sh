@@ -55,7 +55,7 @@ run pytorch-ddp torchrun --nproc_per_node="$NPROC" --standalone "$HERE/torch_ddp
 # no copy in or out: 0.3 ms over one GPU without communication, bench/results/nocomm.md), and N SMs
 # kept free of backward's GEMMs while buckets are in flight (carveN).
 run tessera-ddp torchrun --nproc_per_node="$NPROC" --standalone --no-python "$BIN" tessera \
-  --variants "${DDP_VARIANTS:-base,view,bf16,fused,view+fused,fused+bf16,view+fused+carve16,carve8,carve16,carve24,bf16+carve16}"
+  --variants "${DDP_VARIANTS:-base,view,bf16,fused,view+fused,fused+bf16,view+fused+optov,fused+bf16+optov,view+fused+carve16,carve8,carve16,carve24,bf16+carve16}"
 # NCCL limited to N CTAs (NCCL_MAX_CTAS, so the all-reduce takes fewer SMs; PyTorch too, for a fair
 # row), with the matching carveout (CTAS=0 skips these).
 for c in ${CTAS:-8 16}; do

@@ -26,12 +26,15 @@
 //   requires_grad, unless findUnusedParameters: otherwise tessera::Error names the
 //   parameters that got none (on the rank that saw it).
 // - A group of one (comm->size() == 1) communicates nothing: no buckets, no hooks, .grad as
-//   autograd left it (options that shape buckets or communication have no effect).
+//   autograd left it (options that shape buckets or communication have no effect), unless
+//   onBucketReduced is set: then buckets and hooks exist for it, without communication.
+// - onBucketReduced (optimizer in backward): see DdpOptions.
 // - Not thread-safe: one backward at a time per DDP object. The DDP object must outlive
 //   every backward pass over its parameters.
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,6 +70,18 @@ struct DdpOptions {
   // to the end of backward (common/sm_carveout.h; GPUs with LibTorch >= 2.7, else ignored).
   // 0: GEMMs use every SM. Default: TESSERA_OVERLAP_SM_CARVEOUT.
   int smCarveout = defaultSmCarveout();
+  // Optimizer in backward: called once per bucket and synchronised backward, with the bucket's
+  // parameters, once their averaged gradients are in .grad, so an optimizer step over them
+  // overlaps the rest of backward and the later buckets' all-reduces instead of following
+  // them. On CUDA it runs on the autograd engine's thread with a side stream current that
+  // waits for the bucket's all-reduce; at the end of backward the caller's stream waits for
+  // that stream (the next forward sees the updated parameters). On the CPU it runs after the
+  // all-reduce completed. Every parameter is passed to it exactly once per synchronised
+  // backward. The rest of backward must not read these parameters (true unless one parameter
+  // serves two layers), and nothing may scale their gradients afterwards (no global-norm
+  // clipping: there is no global norm yet when it runs). Not with findUnusedParameters (an
+  // error). Exceptions propagate out of backward.
+  std::function<void(const std::vector<at::Tensor>& params)> onBucketReduced;
 };
 
 class Reducer;

@@ -8,6 +8,9 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/version.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
 
@@ -54,8 +57,14 @@ Reducer::Reducer(DistributedDataParallel::Named named, CommPtr comm, DdpOptions 
   TESSERA_CHECK(opts_.smCarveout >= 0, "DistributedDataParallel: smCarveout {} is negative (a number of SMs)",
                 opts_.smCarveout);
 
-  // A group of one: each gradient already is the average. No buckets, hooks or collectives.
-  if (comm_->size() == 1) return;
+  TESSERA_CHECK(!(opts_.onBucketReduced && opts_.findUnusedParameters),
+                "DistributedDataParallel: onBucketReduced (an optimizer step per bucket during backward) cannot be "
+                "combined with findUnusedParameters: which parameters got no gradient is known only at the end of "
+                "backward");
+
+  // A group of one: each gradient already is the average. No buckets, hooks or collectives
+  // (but for onBucketReduced: buckets and hooks without communication).
+  if (comm_->size() == 1 && !opts_.onBucketReduced) return;
 
   std::vector<int> reverse(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) reverse[i] = static_cast<int>(params_.size() - 1 - i);
@@ -155,7 +164,8 @@ void Reducer::launchReady() {
 }
 
 void Reducer::launch(Bucket& b) {
-  if (!carveout_ && opts_.smCarveout > 0) carveout_ = std::make_unique<SmCarveoutGuard>(opts_.smCarveout);
+  const bool alone = comm_->size() == 1;
+  if (!carveout_ && opts_.smCarveout > 0 && !alone) carveout_ = std::make_unique<SmCarveoutGuard>(opts_.smCarveout);
   if (viewMode()) {
     for (size_t k = 0; k < b.params.size(); ++k) {
       auto& p = params_[b.params[k]];
@@ -170,8 +180,8 @@ void Reducer::launch(Bucket& b) {
       }
       p.tensor.mutable_grad() = view.view(p.tensor.sizes());
     }
-    b.work = comm_->allReduce(b.flat, ReduceOp::Avg);
-  } else {
+    if (!alone) b.work = comm_->allReduce(b.flat, ReduceOp::Avg);
+  } else if (!alone) {
     std::vector<at::Tensor> srcs;
     std::vector<int64_t> offs;
     for (size_t k = 0; k < b.params.size(); ++k) {
@@ -186,6 +196,45 @@ void Reducer::launch(Bucket& b) {
     kernels::flattenScaleCast(srcs, b.flat, offs, 1.0 / comm_->size());
     b.work = comm_->allReduce(b.flat, ReduceOp::Sum);
   }
+  if (opts_.onBucketReduced) afterReduce(b);
+}
+
+void Reducer::afterReduce(Bucket& b) {
+  std::vector<at::Tensor> ps;
+  for (int i : b.params) ps.push_back(params_[i].tensor);
+  auto hand = [&] {
+    if (b.work) b.work->wait();
+    if (!viewMode() && b.work) unflatten(b, {});
+    b.handed = true;
+    opts_.onBucketReduced(ps);
+  };
+  const auto dev = params_[0].tensor.device();
+  if (!dev.is_cuda()) {  // CPU ops are synchronous: wait() returns once the all-reduce is done
+    hand();
+    return;
+  }
+  // On a side stream, ordered after the caller's stream so far (the bucket's copies, or the
+  // gradients themselves in a group of one), then after the all-reduce.
+  c10::impl::VirtualGuardImpl impl(dev.type());
+  if (!sideStream_) sideStream_ = impl.getStreamFromGlobalPool(dev, /*isHighPriority=*/false);
+  c10::Event ordered(dev.type());
+  ordered.record(impl.getStream(dev));
+  ordered.block(*sideStream_);
+  c10::StreamGuard onSide(*sideStream_);
+  hand();
+}
+
+void Reducer::unflatten(Bucket& b, const std::vector<bool>& globallyUnused) {
+  std::vector<at::Tensor> dsts;
+  std::vector<int64_t> offs;
+  for (size_t k = 0; k < b.params.size(); ++k) {
+    auto& p = params_[b.params[k]];
+    if (!globallyUnused.empty() && globallyUnused[b.params[k]]) continue;  // nobody had a gradient: .grad as it was
+    if (!p.tensor.grad().defined()) p.tensor.mutable_grad() = at::empty_like(p.tensor);
+    dsts.push_back(p.tensor.grad());
+    offs.push_back(b.offsets[k]);
+  }
+  kernels::unflattenCast(b.flat, dsts, offs);
 }
 
 std::vector<int> Reducer::agreedReadyOrder() {
@@ -231,18 +280,15 @@ void Reducer::finalize() {
     for (size_t i = 0; i < params_.size(); ++i) globallyUnused[i] = cpu[i].item<int32_t>() == 0;
   }
   for (auto& b : buckets_) {
-    b.work->wait();
-    if (viewMode()) continue;
-    std::vector<at::Tensor> dsts;
-    std::vector<int64_t> offs;
-    for (size_t k = 0; k < b.params.size(); ++k) {
-      auto& p = params_[b.params[k]];
-      if (globallyUnused[b.params[k]]) continue;  // nobody had a gradient: leave .grad as it was
-      if (!p.tensor.grad().defined()) p.tensor.mutable_grad() = at::empty_like(p.tensor);
-      dsts.push_back(p.tensor.grad());
-      offs.push_back(b.offsets[k]);
-    }
-    kernels::unflattenCast(b.flat, dsts, offs);
+    if (b.work) b.work->wait();
+    if (viewMode() || b.handed || !b.work) continue;
+    unflatten(b, globallyUnused);
+  }
+  if (sideStream_) {  // the caller's stream after onBucketReduced's work
+    const auto dev = params_[0].tensor.device();
+    c10::Event done(dev.type());
+    done.record(*sideStream_);
+    done.block(c10::impl::VirtualGuardImpl(dev.type()).getStream(dev));
   }
   bool rebuild = opts_.rebuildBuckets && !rebuilt_;
   rebuilt_ = true;
@@ -256,6 +302,7 @@ void Reducer::resetIteration() {
   for (auto& b : buckets_) {
     b.pending = static_cast<int>(b.params.size());
     b.work.reset();
+    b.handed = false;
   }
   nextLaunch_ = 0;
   inBackward_ = false;

@@ -14,9 +14,15 @@
 //   the order rank 0 saw gradients become ready.
 //   From the first launch to finalize(), options.smCarveout SMs are kept free of GEMMs
 //   (common/sm_carveout.h), so backward's GEMMs fit beside the running all-reduces.
+//   With onBucketReduced, each launched bucket is handed to it at once (afterReduce): on CUDA
+//   on a side stream that waits for the all-reduce (and copies the bucket back into .grad
+//   first when gradients are not bucket views); finalize() makes the caller's stream wait
+//   for the side stream.
 #include <ATen/core/Tensor.h>
+#include <c10/core/Stream.h>
 
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -55,13 +61,16 @@ class Reducer {
     std::vector<int64_t> offsets;
     at::Tensor flat;
     int pending = 0;
-    WorkPtr work;
+    WorkPtr work;     // null in a group of one
+    bool handed = false;  // given to onBucketReduced (its gradients are back in .grad)
   };
 
   void build(const std::vector<int>& order);
   void onGradReady(int i);
   void launchReady();
   void launch(Bucket& b);
+  void afterReduce(Bucket& b);
+  void unflatten(Bucket& b, const std::vector<bool>& globallyUnused);
   void finalize();
   void resetIteration();
   std::vector<int> agreedReadyOrder();
@@ -79,6 +88,7 @@ class Reducer {
   bool rebuilt_ = false;
   std::vector<int> readyOrder_;
   std::unique_ptr<SmCarveoutGuard> carveout_;  // while buckets are in flight in backward
+  std::optional<c10::Stream> sideStream_;      // onBucketReduced's stream (CUDA)
 };
 
 }  // namespace tessera

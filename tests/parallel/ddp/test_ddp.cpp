@@ -90,6 +90,28 @@ torch::optim::SGD sgd(torch::nn::Module& m) {
   return torch::optim::SGD(m.parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
 }
 
+// torch::optim::SGD's momentum step (dampening 0, no Nesterov, no weight decay), op for op, on
+// whichever parameters it is given: the optimizer DDP's onBucketReduced runs bucket by bucket.
+struct MomentumSgd {
+  double lr = 0.05, momentum = 0.9;
+  std::map<const void*, at::Tensor> bufs;
+  int64_t stepped = 0;  // parameters stepped so far
+  void step(const std::vector<at::Tensor>& params) {
+    at::NoGradGuard ng;
+    for (const auto& p : params) {
+      auto& buf = bufs[p.unsafeGetTensorImpl()];
+      const auto& g = p.grad();
+      if (!buf.defined()) {
+        buf = g.clone().detach();
+      } else {
+        buf.mul_(momentum).add_(g, 1.0);
+      }
+      p.add_(buf, -lr);
+      ++stepped;
+    }
+  }
+};
+
 at::Tensor flatParams(torch::nn::Module& m) {
   std::vector<at::Tensor> v;
   for (auto& p : m.parameters()) v.push_back(p.detach().reshape({-1}));
@@ -100,7 +122,9 @@ at::Tensor flatParams(torch::nn::Module& m) {
 
 // arg: model=mlp|gpt; view=0|1; comm=fp32|bf16; cap=<bytes>; accum=<k>; unused=0|1; dev=cpu|cuda;
 // fused=0|1 (the MLP's linears sum weight gradients into .grad inside the GEMM,
-// nn::linearAccumulateGrad: DDP's hooks must still see them; the reference uses at::linear)
+// nn::linearAccumulateGrad: DDP's hooks must still see them; the reference uses at::linear);
+// optov=1 (the optimizer steps each bucket's parameters from onBucketReduced during backward
+// instead of after it: the same parameters, every parameter stepped once per step)
 TESSERA_WORKER(ddp_train) {
   auto a = parseArgs(w.arg);
   auto get = [&](const char* k, const char* d) { return a.count(k) ? a[k] : std::string(d); };
@@ -117,13 +141,20 @@ TESSERA_WORKER(ddp_train) {
   if (a.count("cap")) o.bucketCapBytes = o.firstBucketCapBytes = std::stoul(a["cap"]);
   o.findUnusedParameters = unused;
   o.smCarveout = std::stoi(get("carve", "0"));
+  const bool optov = get("optov", "0") == "1";
+  MomentumSgd inBackward;
+  if (optov) o.onBucketReduced = [&inBackward](const std::vector<at::Tensor>& ps) { inBackward.step(ps); };
 
   // Every rank starts from a different init: DDP must broadcast rank 0's (seed 100).
   auto task = makeTask(model, 100 + w.rank, unused, dev, get("fused", "0") == "1");
   DistributedDataParallel ddp(namedParameters(*task.module), namedBuffers(*task.module), ctx.world, o);
-  // A group of one communicates nothing: no buckets (the gradients are the average already).
-  WCHECK((w.world == 1) == ddp.bucketLayout().empty(), "world {}: {} buckets", w.world, ddp.bucketLayout().size());
+  // A group of one communicates nothing: no buckets (the gradients are the average already),
+  // unless the optimizer runs per bucket.
+  WCHECK((w.world == 1 && !optov) == ddp.bucketLayout().empty(), "world {}: {} buckets", w.world,
+         ddp.bucketLayout().size());
   auto opt = sgd(*task.module);
+  int64_t trained = 0;
+  for (const auto& p : task.module->parameters()) trained += p.requires_grad() ? 1 : 0;
   for (int step = 0; step < kSteps; ++step) {
     ddp.zeroGrad();
     for (int k = 0; k < accum; ++k) {
@@ -135,7 +166,12 @@ TESSERA_WORKER(ddp_train) {
         loss.backward();
       }
     }
-    opt.step();
+    if (optov) {
+      WCHECK(inBackward.stepped == (step + 1) * trained, "step {}: {} parameter steps from onBucketReduced, want {}",
+             step, inBackward.stepped, (step + 1) * trained);
+    } else {
+      opt.step();
+    }
   }
 
   // Single-process reference: rank 0's init, one step per iteration on every rank's data.
@@ -186,7 +222,8 @@ INSTANTIATE_TEST_SUITE_P(
     Gpu, DdpTraining,
     ::testing::Values(DdpCase{2, "model=gpt"}, DdpCase{2, "model=gpt;view=1"}, DdpCase{2, "model=gpt;comm=bf16"},
                       DdpCase{2, "model=gpt;cap=512;accum=2"}, DdpCase{2, "model=mlp;unused=1"},
-                      DdpCase{2, "model=gpt;carve=16"}, DdpCase{2, "model=gpt;cap=512;carve=24;view=1"}));
+                      DdpCase{2, "model=gpt;carve=16"}, DdpCase{2, "model=gpt;cap=512;carve=24;view=1"},
+                      DdpCase{2, "model=gpt;cap=4096;optov=1"}, DdpCase{2, "model=gpt;cap=4096;view=1;optov=1"}));
 #else
 TEST_P(DdpTraining, MatchesSingleProcessAndRanksAgree) {
   auto c = GetParam();
@@ -200,5 +237,10 @@ INSTANTIATE_TEST_SUITE_P(
                       DdpCase{3, "model=gpt;cap=512"}, DdpCase{2, "model=mlp;accum=3"},
                       DdpCase{2, "model=gpt;accum=2;view=1"}, DdpCase{2, "model=mlp;unused=1"},
                       DdpCase{2, "model=mlp;unused=1;view=1"}, DdpCase{2, "model=mlp;fused=1"},
-                      DdpCase{2, "model=mlp;fused=1;accum=3;view=1;cap=512"}));
+                      DdpCase{2, "model=mlp;fused=1;accum=3;view=1;cap=512"},
+                      // The optimizer per bucket during backward: small buckets (several per step), bucket
+                      // views or copies, bf16 communication, accumulation, and a group of one.
+                      DdpCase{2, "model=gpt;cap=4096;optov=1"}, DdpCase{2, "model=gpt;cap=4096;view=1;optov=1"},
+                      DdpCase{2, "model=mlp;comm=bf16;optov=1"}, DdpCase{2, "model=mlp;accum=3;fused=1;optov=1"},
+                      DdpCase{1, "model=gpt;optov=1"}));
 #endif

@@ -62,6 +62,11 @@ TESSERA_WORKER(ddp_bad_options) {
   o.smCarveout = -4;
   expectErrorContaining([&] { DistributedDataParallel ddp(namedParameters(*m), {}, ctx.world, o); },
                         {"smCarveout -4 is negative"});
+  o = DdpOptions{};
+  o.findUnusedParameters = true;
+  o.onBucketReduced = [](const std::vector<at::Tensor>&) {};
+  expectErrorContaining([&] { DistributedDataParallel ddp(namedParameters(*m), {}, ctx.world, o); },
+                        {"onBucketReduced", "findUnusedParameters"});
 }
 
 TEST(Ddp, ContradictoryOptionsAreRejected) { expectAllOk(runWorkers("ddp_bad_options", {.ranks = 2})); }
