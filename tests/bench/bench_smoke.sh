@@ -83,7 +83,7 @@ probe() {  # probe NAME BIN ARGS...: the one-process probe runs and marks each o
     rc=1
   fi
 }
-probe ddp tessera_bench_ddp tessera --variants base,view+fused,fused+bf16
+probe ddp tessera_bench_ddp tessera --variants base,view+fused,fused+bf16,view+fused+optov
 probe tp-sp tessera_bench_tp --sp
 probe fsdp tessera_bench_fsdp --prefetch-mib 64
 out=$(PP_EMULATE=2 EXTRA_WARMUP=2 B=8 MB=4 timeout -k 10 120 "$BUILD/bench/tessera_bench_pp" 2>&1)
