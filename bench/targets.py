@@ -48,18 +48,23 @@ def header(doc, title):
     return f"{title}: {doc.get('date', '?')}, {doc.get('machine', '?')}"
 
 
-def check_ddp(doc):
+def check_against_pytorch(doc, title, ref_system, ref_name, prefix):
+    """Rows meeting scaling >= 0.97 at no more peak memory than `ref_system` in the same run."""
     rows = doc["rows"]
-    ref = row_of(rows, "pytorch-ddp")
+    ref = row_of(rows, ref_system)
     cap = ref["peak_mem_gib"] if ref else None
-    print(header(doc, "issue 3, DDP: scaling >= 0.97, peak <= PyTorch DDP's"
-                 + (f" ({cap} GiB, scaling {ref['scaling']:.3f})" if ref else " (no PyTorch DDP row: memory unchecked)")))
-    met = []
-    for r in measured_2gpu(rows, "tessera-ddp"):
-        ok = r["scaling"] >= 0.97 and (cap is None or r["peak_mem_gib"] <= cap)
-        met += [r] if ok and cap is not None else []
+    print(header(doc, f"{title}: scaling >= 0.97, peak <= {ref_name}'s"
+                 + (f" ({cap} GiB, scaling {ref['scaling']:.3f})" if ref else f" (no {ref_name} row: not judged)")))
+    met = False
+    for r in measured_2gpu(rows, prefix):
+        ok = cap is not None and r["scaling"] >= 0.97 and r["peak_mem_gib"] <= cap
+        met |= ok
         print(line(r, ok))
-    return bool(met)
+    return met
+
+
+def check_ddp(doc):
+    return check_against_pytorch(doc, "issue 3, DDP", "pytorch-ddp", "PyTorch DDP", "tessera-ddp")
 
 
 def check_tp(doc):
@@ -92,17 +97,7 @@ def check_pp(doc):
 
 
 def check_fsdp(doc):
-    rows = doc["rows"]
-    ref = row_of(rows, "pytorch-fsdp")
-    cap = ref["peak_mem_gib"] if ref else None
-    print(header(doc, "issue 6, FSDP: scaling >= 0.97, peak <= PyTorch FSDP2's"
-                 + (f" ({cap} GiB, scaling {ref['scaling']:.3f})" if ref else " (no FSDP2 row: memory unchecked)")))
-    met = False
-    for r in measured_2gpu(rows, "tessera-fsdp"):
-        ok = r["scaling"] >= 0.97 and cap is not None and r["peak_mem_gib"] <= cap
-        met |= ok
-        print(line(r, ok))
-    return met
+    return check_against_pytorch(doc, "issue 6, FSDP", "pytorch-fsdp", "PyTorch FSDP2", "tessera-fsdp")
 
 
 def main():
