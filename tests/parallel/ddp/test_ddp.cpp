@@ -218,6 +218,18 @@ TEST_P(DdpTraining, MatchesSingleProcessAndRanksAgreeOnGpus) {
   expectAllOk(runWorkers("ddp_train", o));
 }
 
+// One GPU, a group of one: the optimizer per bucket on its side stream (no communication, the
+// stream ordering alone) against single-process training.
+TEST(DdpGpu, OptimizerPerBucketOnOneGpu) {
+  TESSERA_REQUIRE_GPUS(1);
+  for (const char* arg : {"model=gpt;cap=4096;optov=1;dev=cuda", "model=gpt;cap=4096;view=1;optov=1;dev=cuda"}) {
+    auto o = gpuRun(300);
+    o.ranks = 1;
+    o.arg = arg;
+    expectAllOk(runWorkers("ddp_train", o));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Gpu, DdpTraining,
     ::testing::Values(DdpCase{2, "model=gpt"}, DdpCase{2, "model=gpt;view=1"}, DdpCase{2, "model=gpt;comm=bf16"},
