@@ -2,7 +2,8 @@
 """Where a traced step's compute stream waits: idle gaps of the busiest stream of a Kineto trace
 (TESSERA_PROFILE), split into gaps spent waiting while a communication kernel runs (NCCL's, or the
 timed fake communicator's spin kernel) and other gaps (the host not keeping up, event waits on
-nothing), how much of the idle time waited for the host to launch the next kernel, with the largest gaps and the CPU op the next compute kernel was launched from.
+nothing), how much of the idle time waited for the host to launch the next kernel, with the
+largest gaps and the CPU op the next compute kernel was launched from.
   bench/profile/gaps.py trace.json[.gz] [--top N]
 """
 import argparse, bisect, gzip, json, re, sys

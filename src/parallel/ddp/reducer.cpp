@@ -205,7 +205,6 @@ void Reducer::afterReduce(Bucket& b) {
   auto hand = [&] {
     if (b.work) b.work->wait();
     if (!viewMode() && b.work) unflatten(b, {});
-    b.handed = true;
     opts_.onBucketReduced(ps);
   };
   const auto dev = params_[0].tensor.device();
@@ -281,7 +280,8 @@ void Reducer::finalize() {
   }
   for (auto& b : buckets_) {
     if (b.work) b.work->wait();
-    if (viewMode() || b.handed || !b.work) continue;
+    // With onBucketReduced every bucket was copied back when it was handed over (afterReduce).
+    if (viewMode() || opts_.onBucketReduced || !b.work) continue;
     unflatten(b, globallyUnused);
   }
   if (sideStream_) {  // the caller's stream after onBucketReduced's work
@@ -302,7 +302,6 @@ void Reducer::resetIteration() {
   for (auto& b : buckets_) {
     b.pending = static_cast<int>(b.params.size());
     b.work.reset();
-    b.handed = false;
   }
   nextLaunch_ = 0;
   inBackward_ = false;

@@ -61,8 +61,7 @@ class Reducer {
     std::vector<int64_t> offsets;
     at::Tensor flat;
     int pending = 0;
-    WorkPtr work;     // null in a group of one
-    bool handed = false;  // given to onBucketReduced (its gradients are back in .grad)
+    WorkPtr work;  // null in a group of one
   };
 
   void build(const std::vector<int>& order);
