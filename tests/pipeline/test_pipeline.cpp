@@ -185,6 +185,8 @@ TORCH_MODULE(GptHead);
 }  // namespace
 
 // arg "dev=cuda": NCCL and CUDA tensors (one GPU per rank), else Gloo on the CPU.
+// Three steps per case, every parameter moved by SGD on the reference gradients between them: the
+// first step probes the shapes, the later two run without a probe on updated weights.
 TESSERA_WORKER(pp_gpt) {
   const bool cuda = w.arg == "dev=cuda";
   auto ctx = initWorker(w, cuda ? Backend::Nccl : Backend::Gloo);
@@ -213,21 +215,30 @@ TESSERA_WORKER(pp_gpt) {
     ExecutorOptions eo;
     eo.device = dev;
     PipelineExecutor exec(g, makeSchedule(c.kind, P, c.micro, c.chunks, c.extra), fns, gptLoss, eo);
-    auto batch = gptBatch(21, 0, 8, o);
-    batch.tokens = batch.tokens.to(dev);
-    batch.targets = batch.targets.to(dev);
-    auto refLoss = gptLoss(gpt->forward(batch.tokens), batch.targets);
-    refLoss.backward();
-    std::map<const void*, at::Tensor> ref;
-    for (auto& p : gpt->parameters()) ref[p.unsafeGetTensorImpl()] = p.grad().clone(), p.mutable_grad() = at::Tensor();
-    auto loss = exec.step(r == 0 ? batch.tokens : at::Tensor(), r == P - 1 ? batch.targets : at::Tensor());
-    const std::string where = fmt::format("gpt {} M={} extra warm-up {} rank {}", toString(c.kind), c.micro, c.extra, r);
-    expectClose(loss, refLoss.detach(), where + " loss", rtol, atol);
-    for (size_t i = 0; i < mine.size(); ++i)
-      expectClose(mine[i].grad(), ref.at(mine[i].unsafeGetTensorImpl()), fmt::format("{} param {} grad", where, i), rtol,
-                  atol);
-    if (c.kind == ScheduleKind::OneFOneB)
-      WCHECK(exec.peakInFlight() <= oneFOneBBound(P, r, c.micro, c.extra), "{}: {} in flight", where, exec.peakInFlight());
+    for (int step = 0; step < 3; ++step) {
+      auto batch = gptBatch(21 + step, 0, 8, o);
+      batch.tokens = batch.tokens.to(dev);
+      batch.targets = batch.targets.to(dev);
+      auto refLoss = gptLoss(gpt->forward(batch.tokens), batch.targets);
+      refLoss.backward();
+      std::map<const void*, at::Tensor> ref;
+      for (auto& p : gpt->parameters()) ref[p.unsafeGetTensorImpl()] = p.grad().clone(), p.mutable_grad() = at::Tensor();
+      auto loss = exec.step(r == 0 ? batch.tokens : at::Tensor(), r == P - 1 ? batch.targets : at::Tensor());
+      const std::string where =
+          fmt::format("gpt {} M={} extra warm-up {} step {} rank {}", toString(c.kind), c.micro, c.extra, step, r);
+      expectClose(loss, refLoss.detach(), where + " loss", rtol, atol);
+      for (size_t i = 0; i < mine.size(); ++i)
+        expectClose(mine[i].grad(), ref.at(mine[i].unsafeGetTensorImpl()), fmt::format("{} param {} grad", where, i),
+                    rtol, atol);
+      if (c.kind == ScheduleKind::OneFOneB)
+        WCHECK(exec.peakInFlight() <= oneFOneBBound(P, r, c.micro, c.extra), "{}: {} in flight", where,
+               exec.peakInFlight());
+      at::NoGradGuard ng;
+      for (auto& p : gpt->parameters()) {
+        p.sub_(ref.at(p.unsafeGetTensorImpl()), 0.5);
+        p.mutable_grad() = at::Tensor();
+      }
+    }
   }
 }
 
