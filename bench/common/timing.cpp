@@ -59,11 +59,13 @@ at::Device singleProcessDevice() {
 
 void synchronize(const at::Device& d) { synchronizeDevice(d); }
 
-std::vector<double> timeSteps(int warm, int steps, const at::Device& d, const std::function<void()>& fn) {
+std::vector<double> timeSteps(int warm, int steps, const at::Device& d, const std::function<void()>& fn,
+                              bool profile) {
   std::vector<double> times;
   // TESSERA_PROFILE=PATH[:FIRST[:COUNT]] traces chosen steps (warm-ups count; a traced step's time
   // includes the profiler's cost, so a profiled run's timing is not a result).
-  StepProfiler profiler(static_cast<int>(envInt("RANK", 0)));
+  const int rank = static_cast<int>(envInt("RANK", 0));
+  StepProfiler profiler = profile ? StepProfiler(rank) : StepProfiler(rank, "");
   for (int i = 0; i < warm + steps; ++i) {
     synchronize(d);
     profiler.beginStep(i);

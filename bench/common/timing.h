@@ -45,8 +45,10 @@ using tessera::resetPeakMemory;
 using tessera::useDevice;
 void synchronize(const at::Device& d);
 // Runs fn warm + steps times, the device synchronised around each; returns the last `steps`
-// durations (s). TESSERA_PROFILE (common/profiler.h) traces chosen steps, RANK naming the file.
-std::vector<double> timeSteps(int warm, int steps, const at::Device& d, const std::function<void()>& fn);
+// durations (s). TESSERA_PROFILE (common/profiler.h) traces chosen steps, RANK naming the file;
+// profile = false: never (a helper measurement of a run that traces its training steps).
+std::vector<double> timeSteps(int warm, int steps, const at::Device& d, const std::function<void()>& fn,
+                              bool profile = true);
 
 struct BenchResult {
   std::string system, mode;

@@ -186,7 +186,7 @@ int main(int argc, char** argv) try {
         std::vector<tessera::WorkPtr> works;
         for (auto& b : bufs) works.push_back(ctx.world->allReduce(b));
         for (auto& w : works) w->wait();
-      });
+      }, /*profile=*/false);
       allreduceMs = bench::median(arTimes) * 1e3;
     }
     firstVariant = false;
