@@ -8,7 +8,7 @@
 # Runs, in order, each under `timeout` (a failed run leaves its row out, the rest go on):
 #   pytorch-single, tessera-single (B=8, 1 GPU; the scaling reference of each system);
 #   tp:   pytorch-tp, tessera-tp, tessera-tp-sp (each with the in-process variants TP_VARIANTS:
-#         forward pieces chunksN, SM carveouts carveN), tessera-tp-nooverlap (B=16 shared by NPROC GPUs);
+#         forward pieces chunksN, SM carveouts carveN, the row layers' ring reduction ring), tessera-tp-nooverlap (B=16 shared by NPROC GPUs);
 #   pp:   pytorch-pp-mb8 (B=16), pytorch-pp-mb16 (B=32), tessera-pp-1F1B-mb8, -mb16 (stages balanced
 #         by compute), -mb16-nofuse (weight gradients accumulated by autograd), -mb16-paramsplit (by parameters, as PyTorch's 6 + 6), interleaved-1F1B-mb16,
 #         -mb16-extraK / -mb8-extraK (1F1B with K = PP_EXTRA (2) extra warm-up forwards on the first stage);
@@ -19,7 +19,7 @@
 #         what each system's parallel step costs on one GPU besides communication (runs on 1 GPU).
 #   emulated: tessera's nocomm runs again with the fake communicator timed (FAKE_COMM_TIMED=1,
 #         src/comm/fake/fake_timing.h: each op takes a modelled network's time on a stream of its own),
-#         TP in the variants EMU_TP_VARIANTS (base,carve16,chunks2+carve16), and tessera-fsdp-prefetch512-emulated-keepdone
+#         TP in the variants EMU_TP_VARIANTS (base,carve16,chunks2+carve16,ring,ring+carve16), and tessera-fsdp-prefetch512-emulated-keepdone
 #         (FAKE_COMM_KEEP=done: the communicator keeps every op's tensors until it completes, as before
 #         FSDP kept its own): the schedule's exposed communication and buffer lifetimes on one GPU.
 #   pp_emulated: the 2-stage pipeline predicted from unit costs measured on one GPU (PP_EMULATE=2,
@@ -56,8 +56,8 @@ NPROC=${NPROC:-2}
 PP_RUNS_SET=${PP_RUNS:+1}
 PP_RUNS=${PP_RUNS:-mb8 mb16 extra nofuse paramsplit interleaved}
 PP_EXTRA=${PP_EXTRA:-2}
-TP_VARIANTS=${TP_VARIANTS:-base,chunks2,chunks4,carve16,carve24,chunks2+carve16,chunks4+carve16,chunks2+carve24}
-EMU_TP_VARIANTS=${EMU_TP_VARIANTS:-base,carve16,chunks2+carve16}
+TP_VARIANTS=${TP_VARIANTS:-base,chunks2,chunks4,carve16,carve24,chunks2+carve16,chunks4+carve16,chunks2+carve24,ring+carve16}
+EMU_TP_VARIANTS=${EMU_TP_VARIANTS:-base,carve16,chunks2+carve16,ring,ring+carve16}
 FAKE_DDP_VARIANTS=${DDP_VARIANTS:-base,view,fused,view+fused,bf16}  # nocomm and emulated
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 RESULTS=${RESULTS:-$HERE/results}
@@ -98,7 +98,7 @@ for s in "${SECTIONS[@]}"; do
     tp)
       B=16 torch_run pytorch-tp "$NPROC" tp
       # In-process variants (tp_bench.cpp): forward in pieces (chunksN), SMs kept free of the
-      # GEMMs beside a collective (carveN).
+      # GEMMs beside a collective (carveN), the row layers' forward reduced by a ring (ring).
       B=16 tessera_run tessera-tp tessera_bench_tp --variants "$TP_VARIANTS"
       B=16 tessera_run tessera-tp-sp tessera_bench_tp --sp --variants "$TP_VARIANTS"
       B=16 tessera_run tessera-tp-nooverlap tessera_bench_tp --no-overlap ;;

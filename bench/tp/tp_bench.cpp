@@ -13,9 +13,11 @@
 // after the weight-gradient GEMM instead of beside it.
 // --variants LIST (comma-separated): run these overlap settings one after the other on the same
 // model (a fresh optimizer each): "base" (one GEMM then one collective, no carveout), or
-// '+'-joined "chunks<N>" (forward in N pieces) and "carve<N>" (N SMs kept free of GEMMs that
-// run beside a collective); each prints its own RESULT line named tessera-tp[-sp]-<variant>.
-// Without it, one run with the layers' defaults (TESSERA_TP_FORWARD_CHUNKS, ..._SM_CARVEOUT).
+// '+'-joined "chunks<N>" (forward in N pieces), "carve<N>" (N SMs kept free of GEMMs that
+// run beside a collective) and "ring" (the row layers' forward reduced by a ring of
+// point-to-point transfers, row_linear.h); each prints its own RESULT line named tessera-tp[-sp]-<variant>.
+// Without it, one run with the layers' defaults (TESSERA_TP_FORWARD_CHUNKS, ..._SM_CARVEOUT,
+// TESSERA_TP_RING).
 // Rank 0 prints RESULT {json} (common/timing.h) with tp, sequence_parallel, overlap.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -88,20 +90,24 @@ TORCH_MODULE(TpGpt);
 
 }  // namespace
 
-// A variant: "base", or '+'-joined "chunks<N>" (forward pieces) and "carve<N>" (SMs kept free
-// of GEMMs beside a collective); see tp::LinearOverlap.
+// A variant: "base", or '+'-joined "chunks<N>" (forward pieces), "carve<N>" (SMs kept free
+// of GEMMs beside a collective) and "ring" (the row layers' forward reduction by a ring of
+// point-to-point transfers); see tp::LinearOverlap.
 tp::LinearOverlap parseVariant(const std::string& spec) {
   tp::LinearOverlap o;
   o.forwardChunks = 1;
   o.smCarveout = 0;
+  o.ring = false;
   for (const auto& part : bench::splitList(spec, '+')) {
     if (auto n = bench::numberedPart(part, "chunks")) {
       o.forwardChunks = *n;
     } else if (auto c = bench::numberedPart(part, "carve")) {
       o.smCarveout = *c;
+    } else if (part == "ring") {
+      o.ring = true;
     } else {
-      TESSERA_CHECK(part == "base", "tp_bench: unknown variant part '{}' in '{}' (base, chunks<N>, carve<N>)", part,
-                    spec);
+      TESSERA_CHECK(part == "base", "tp_bench: unknown variant part '{}' in '{}' (base, chunks<N>, carve<N>, ring)",
+                    part, spec);
     }
   }
   return o;
@@ -165,8 +171,8 @@ int main(int argc, char** argv) try {
                          bench::peakMemoryGiB(device),
                          fmt::format("\"tp\": {}, \"batch\": {}, \"sequence_parallel\": {}, \"overlap\": {}, "
                                      "\"variant\": \"{}\", \"forward_chunks\": {}, \"sm_carveout\": {}, "
-                                     "\"last_loss\": {}",
-                                     world->size(), batch, sp, overlap, spec, ov.forwardChunks, ov.smCarveout,
+                                     "\"ring\": {}, \"last_loss\": {}",
+                                     world->size(), batch, sp, overlap, spec, ov.forwardChunks, ov.smCarveout, ov.ring,
                                      bench::jsonNumber(lastLoss))};
     if (world->rank() == 0) std::cout << bench::resultLine(cfg, r) << std::endl;
   }

@@ -14,21 +14,25 @@ using namespace tessera::testing;
 TESSERA_WORKER(bad_overlap_settings) {
   expectErrorContaining([] { defaultSmCarveout(); }, {"TESSERA_OVERLAP_SM_CARVEOUT=-3", "not a number of SMs"});
   expectErrorContaining([] { tp::defaultForwardChunks(); }, {"TESSERA_TP_FORWARD_CHUNKS=0", "not a number of pieces"});
+  expectErrorContaining([] { tp::defaultRing(); }, {"TESSERA_TP_RING=2", "not 0 or 1"});
 }
 TEST(Settings, MalformedOverlapSettingsAreNamed) {
   expectAllOk(runWorkers("bad_overlap_settings",
-                         {.ranks = 1, .env = {{"TESSERA_OVERLAP_SM_CARVEOUT", "-3"}, {"TESSERA_TP_FORWARD_CHUNKS", "0"}}}));
+                         {.ranks = 1,
+                          .env = {{"TESSERA_OVERLAP_SM_CARVEOUT", "-3"}, {"TESSERA_TP_FORWARD_CHUNKS", "0"}, {"TESSERA_TP_RING", "2"}}}));
 }
 
 TESSERA_WORKER(good_overlap_settings) {
   WCHECK(defaultSmCarveout() == 16, "TESSERA_OVERLAP_SM_CARVEOUT=16 read as {}", defaultSmCarveout());
   WCHECK(tp::defaultForwardChunks() == 3, "TESSERA_TP_FORWARD_CHUNKS=3 read as {}", tp::defaultForwardChunks());
   tp::LinearOverlap o;  // the defaults of every TP layer
-  WCHECK(o.smCarveout == 16 && o.forwardChunks == 3, "LinearOverlap defaults {} / {}", o.smCarveout, o.forwardChunks);
+  WCHECK(o.smCarveout == 16 && o.forwardChunks == 3 && o.ring, "LinearOverlap defaults {} / {} / ring {}", o.smCarveout,
+         o.forwardChunks, o.ring);
 }
 TEST(Settings, OverlapSettingsBecomeTheDefaults) {
   expectAllOk(runWorkers("good_overlap_settings",
-                         {.ranks = 1, .env = {{"TESSERA_OVERLAP_SM_CARVEOUT", "16"}, {"TESSERA_TP_FORWARD_CHUNKS", "3"}}}));
+                         {.ranks = 1,
+                          .env = {{"TESSERA_OVERLAP_SM_CARVEOUT", "16"}, {"TESSERA_TP_FORWARD_CHUNKS", "3"}, {"TESSERA_TP_RING", "1"}}}));
 }
 
 TEST(Settings, MalformedProfileSpecIsNamed) {

@@ -173,6 +173,15 @@ int defaultForwardChunks() {
   return value;
 }
 
+bool defaultRing() {
+  static const bool value = [] {
+    auto v = env::getInt("TESSERA_TP_RING").value_or(0);
+    TESSERA_CHECK(v == 0 || v == 1, "TESSERA_TP_RING={} is not 0 or 1", v);
+    return v == 1;
+  }();
+  return value;
+}
+
 at::Tensor columnLinearAsyncGrad(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                  const CommPtr& tp, bool sequenceParallel, LinearOverlap overlap,
                                  LinearBackwardTrace trace, bool accumulateGrad) {

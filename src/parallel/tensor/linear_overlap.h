@@ -38,6 +38,8 @@ using LinearBackwardTrace = std::function<void(const char* event)>;
 
 // TESSERA_TP_FORWARD_CHUNKS, read once (default 1; a malformed value is a tessera::Error).
 int defaultForwardChunks();
+// TESSERA_TP_RING, read once (0 or 1, default 0; anything else is a tessera::Error).
+bool defaultRing();
 
 // How a tensor-parallel linear overlaps its collectives with its GEMMs.
 struct LinearOverlap {
@@ -47,6 +49,10 @@ struct LinearOverlap {
   int forwardChunks = defaultForwardChunks();
   // SMs kept free of GEMMs that run beside a collective (GPUs, LibTorch >= 2.7; 0: none).
   int smCarveout = defaultSmCarveout();
+  // A row-parallel layer's forward reduction by a ring of point-to-point transfers, each
+  // beside the GEMM of the next token shard (row_linear.h); instead of forward pieces. Needs
+  // the rows divisible by the group's size (else the pieces' path is taken).
+  bool ring = defaultRing();
 };
 
 // x: [..., in] replicated over tp, or [tokens/tp, ..., in] with sequenceParallel;

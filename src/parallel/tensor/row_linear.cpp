@@ -72,6 +72,33 @@ at::Tensor reduceScatterColumns(const at::Tensor& x2, const at::Tensor& wt, cons
   return parts.size() == 1 ? parts[0] : at::cat(parts, 1);
 }
 
+// This rank's token shard of Σ_q x_q wtᵀ (+ b) by the ring of row_linear.h (x2's rows divisible
+// by the group's size).
+at::Tensor ringReduceScatterRows(const at::Tensor& x2, const at::Tensor& wt, const at::Tensor& b, const RowState& st) {
+  const auto& comm = st.comm;
+  const int64_t p = comm->size(), me = comm->rank(), mLocal = x2.size(0) / p;
+  const int next = static_cast<int>((me + 1) % p), prev = static_cast<int>((me + p - 1) % p);
+  at::Tensor incoming;
+  WorkPtr inFlight;
+  std::optional<SmCarveoutGuard> carve;
+  for (int64_t s = 0;; ++s) {
+    const int64_t shard = ((me - s - 1) % p + p) % p;
+    auto part = at::mm(x2.narrow(0, shard * mLocal, mLocal), wt);  // beside the transfer of step s − 1
+    if (inFlight) {
+      inFlight->wait();
+      part.add_(incoming);
+    }
+    if (s + 1 == p) {
+      carve.reset();
+      if (b.defined()) part.add_(b);
+      return part;
+    }
+    incoming = at::empty_like(part);
+    inFlight = comm->batchP2P({{P2POp::Send, part, next}, {P2POp::Recv, incoming, prev}});
+    if (!carve) carve.emplace(st.overlap.smCarveout);
+  }
+}
+
 struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
   // bias is optional: an undefined tensor may not be an input of a custom Function in 1.13.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
@@ -86,16 +113,27 @@ struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
     const int64_t out = weight.size(0);
     auto x2 = x.reshape({-1, weight.size(1)}).contiguous();
     auto wt = wc.t();
-    // The bias once: rank 0 adds it before the sum (every rank's shard then has it once).
-    auto b = bias && st->comm->rank() == 0 ? bias->to(dt) : at::Tensor();
     auto shape = x.sizes().vec();
     shape.back() = out;
+    const int64_t p = st->comm->size();
+    if (st->overlap.ring && x2.size(0) % p == 0) {
+      auto mine = ringReduceScatterRows(x2, wt, bias ? bias->to(dt) : at::Tensor(), *st);
+      if (st->sp) {
+        shape[0] /= p;
+        return mine.view(shape);
+      }
+      auto y = at::empty({x2.size(0), out}, x2.options());
+      st->comm->allGather(y, mine)->wait();
+      return y.view(shape);
+    }
+    // The bias once: rank 0 adds it before the sum (every rank's shard then has it once).
+    auto b = bias && st->comm->rank() == 0 ? bias->to(dt) : at::Tensor();
     if (!st->sp) {
       auto y = at::empty({x2.size(0), out}, x2.options());
       allReduceRows(x2, wt, b, y, *st);
       return y.view(shape);
     }
-    shape[0] /= st->comm->size();
+    shape[0] /= p;
     return reduceScatterColumns(x2, wt, b, *st).view(shape);
   }
 

@@ -12,6 +12,14 @@
 // collectives run beside the next pieces' GEMMs; with sequenceParallel the backward gathers
 // gy in pieces likewise (seq_chunks.h). overlap.smCarveout SMs are kept free of the GEMMs
 // that run beside a collective. The output is written in place and reduced in place: no copy.
+// overlap.ring (when the rows divide by the group's size p) reduces the forward by a ring
+// instead, a GEMM + reduce-scatter decomposed by token shard: at step s = 0..p−1 each rank
+// computes its partial product for the shard of rank (r − s − 1) mod p, adds the partial sum
+// received from rank r − 1 and sends the total to rank r + 1 (point-to-point), so each transfer
+// runs beside the next step's GEMM and the last step's shard is the rank's own. Only the last
+// add waits on the network. Without sequenceParallel the shards are then all-gathered (that
+// gather is exposed: half the bytes of the all-reduce it replaces). The bias is added to each
+// rank's own shard. Sums run in another order than NCCL's, so results differ by rounding.
 //
 // Collective over tp in forward and (sequenceParallel) backward: every rank runs the same
 // calls. x: [..., in/tp] (this rank's input features), or [tokens, ..., in/tp] with

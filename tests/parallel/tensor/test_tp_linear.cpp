@@ -5,7 +5,8 @@
 // products (tp partial sums), a few ulps on values of order 1: rtol 1e-5, atol 1e-6.
 // A mode "<case>_chunks<N>" runs the same case with the forward in N pieces (row layers reduce
 // piece by piece; with sequence parallel the column layer gathers and the row layer's backward
-// gathers piece by piece): the results must not change.
+// gathers piece by piece): the results must not change. A mode "<case>_ring" reduces the row
+// layers' forward by the ring of point-to-point transfers (row_linear.h) instead.
 #include <ATen/ATen.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
@@ -40,7 +41,7 @@ at::Tensor seeded(std::vector<int64_t> shape, int seed) {
 }
 }  // namespace
 
-// arg: [cuda:]<mode>[_chunks<N>][:carve<N>] — cuda: NCCL and CUDA tensors (the GPU suite).
+// arg: [cuda:]<mode>[_chunks<N>|_ring][:carve<N>] — cuda: NCCL and CUDA tensors (the GPU suite).
 TESSERA_WORKER(tp_linear) {
   std::string mode = w.arg;
   const bool cuda = mode.rfind("cuda:", 0) == 0;
@@ -48,8 +49,13 @@ TESSERA_WORKER(tp_linear) {
   tp::LinearOverlap overlap;
   overlap.forwardChunks = 1;
   overlap.smCarveout = 0;
+  overlap.ring = false;
   if (auto pos = mode.find(":carve"); pos != std::string::npos) {
     overlap.smCarveout = std::stoi(mode.substr(pos + 6));
+    mode = mode.substr(0, pos);
+  }
+  if (auto pos = mode.find("_ring"); pos != std::string::npos) {
+    overlap.ring = true;
     mode = mode.substr(0, pos);
   }
   if (auto pos = mode.find("_chunks"); pos != std::string::npos) {
@@ -155,14 +161,17 @@ TEST_P(TpLinearGpu, MatchesUnshardedLayersOnNccl) {
 }
 INSTANTIATE_TEST_SUITE_P(Cases, TpLinearGpu,
                          ::testing::Values("column", "row", "mlp", "mlp_seq", "row_chunks3:carve16", "mlp_chunks2:carve16",
-                                           "mlp_seq_chunks2", "mlp_seq_chunks3:carve16"));
+                                           "mlp_seq_chunks2", "mlp_seq_chunks3:carve16", "row_ring",
+                                           "mlp_ring:carve16", "mlp_seq_ring", "mlp_seq_ring:carve16"));
 #else
 INSTANTIATE_TEST_SUITE_P(Cases, TpLinear,
                          ::testing::Values(TpCase{2, "column"}, TpCase{4, "column"}, TpCase{2, "column_gather"},
                                            TpCase{2, "row"}, TpCase{4, "row"}, TpCase{2, "mlp"}, TpCase{4, "mlp"},
                                            TpCase{2, "mlp_seq"}, TpCase{4, "mlp_seq"}, TpCase{1, "mlp"},
                                            TpCase{2, "row_chunks3"}, TpCase{2, "mlp_chunks2"},
-                                           TpCase{4, "mlp_seq_chunks2"}, TpCase{2, "mlp_seq_chunks3"}));
+                                           TpCase{4, "mlp_seq_chunks2"}, TpCase{2, "mlp_seq_chunks3"},
+                                           TpCase{2, "row_ring"}, TpCase{4, "row_ring"}, TpCase{2, "mlp_ring"},
+                                           TpCase{2, "mlp_seq_ring"}, TpCase{4, "mlp_seq_ring"}));
 #endif
 
 TESSERA_WORKER(tp_bad_sizes) {
