@@ -79,6 +79,22 @@ TEST(FakeTiming, FromEnvironment) {
     EnvGuard g(Vars{{"FAKE_COMM_TIMED", "1"}, {"FAKE_COMM_KEEP", "forever"}});
     EXPECT_THROW(fakeTimingFromEnv(), Error);
   }
+  {
+    EnvGuard g(Vars{{"FAKE_COMM_TIMED", "1"}, {"FAKE_COMM_CTAS", "8"}, {"FAKE_COMM_TRAFFIC", "1"}});
+    const auto t = fakeTimingFromEnv();
+    EXPECT_TRUE(t.traffic);
+    EXPECT_NE(t.describe().find("memory traffic"), std::string::npos) << t.describe();
+  }
+  for (auto bad : {Vars{{"FAKE_COMM_TIMED", "1"}, {"FAKE_COMM_TRAFFIC", "1"}},
+                   Vars{{"FAKE_COMM_TIMED", "1"}, {"FAKE_COMM_CTAS", "8"}, {"FAKE_COMM_TRAFFIC", "yes"}}}) {
+    EnvGuard g(bad);
+    try {
+      fakeTimingFromEnv();
+      FAIL() << "a bad FAKE_COMM_TRAFFIC setting was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("FAKE_COMM_TRAFFIC"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(FakeTiming, RefusedOnTheCpu) {
@@ -96,17 +112,23 @@ TEST(FakeTiming, RefusedOnTheCpu) {
 
 const at::Device kDev(at::kCUDA, 0);
 
-FakeTiming slow(bool ignoreByCaller = false) {
+FakeTiming slow(bool ignoreByCaller = false, bool traffic = false) {
   FakeTiming t;
   t.enabled = true;
   t.latencyUs = 300000;  // 0.3 s per op
   t.ignoreByCaller = ignoreByCaller;
+  t.ctas = traffic ? 4 : 0;
+  t.traffic = traffic;
   return t;
 }
 
-TEST(FakeTimingGpu, OutputWrittenAfterTheModelledTimeAndWaitOrdersTheCaller) {
+// Both kernels: the sleeping one, and with `traffic` the one copying memory for the op's time.
+class FakeTimingGpuKernels : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(SpinOrTraffic, FakeTimingGpuKernels, ::testing::Bool());
+
+TEST_P(FakeTimingGpuKernels, OutputWrittenAfterTheModelledTimeAndWaitOrdersTheCaller) {
   TESSERA_REQUIRE_CUDA_LIBTORCH();
-  auto c = makeFakeCommunicator(1, 2, kDev, "timed", slow());
+  auto c = makeFakeCommunicator(1, 2, kDev, "timed", slow(false, GetParam()));
   auto in = at::arange(6, at::TensorOptions().dtype(at::kFloat).device(kDev));
   auto out = at::zeros({12}, in.options());
   auto w = c->allGather(out, in);

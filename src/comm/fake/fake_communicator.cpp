@@ -29,7 +29,7 @@ class FakeCommunicator : public Communicator {
     if (timing_.enabled) {
       TESSERA_CHECK(device_.is_cuda(), "fake communicator '{}': timing (FAKE_COMM_TIMED) needs a CUDA device, not {}",
                     name, device_.str());
-      stream_ = fake_detail::makeTimedStream(device_.index(), timing_.ctas);
+      stream_ = fake_detail::makeTimedStream(device_.index(), timing_.ctas, timing_.traffic);
     }
   }
   Backend backend() const override { return device_.is_cuda() ? Backend::Nccl : Backend::Gloo; }

@@ -26,7 +26,7 @@ std::string FakeTiming::describe() const {
   if (!enabled) return "untimed";
   return fmt::format("latency {} us, busbw GB/s all-reduce {} all-gather {} reduce-scatter {} other {}, ctas {}{}",
                      latencyUs, allReduceGBps, allGatherGBps, reduceScatterGBps, otherGBps, ctas,
-                     ignoreByCaller ? ", ByCaller ignored" : "");
+                     std::string(traffic ? ", memory traffic" : "") + (ignoreByCaller ? ", ByCaller ignored" : ""));
 }
 
 FakeTiming fakeTimingFromEnv() {
@@ -41,6 +41,14 @@ FakeTiming fakeTimingFromEnv() {
   t.latencyUs = positiveEnv("FAKE_COMM_LATENCY_US", t.latencyUs);
   if (std::getenv("FAKE_COMM_CTAS") && *std::getenv("FAKE_COMM_CTAS") && std::string(std::getenv("FAKE_COMM_CTAS")) != "0")
     t.ctas = static_cast<int>(positiveEnv("FAKE_COMM_CTAS", 0));
+  const char* traffic = std::getenv("FAKE_COMM_TRAFFIC");
+  if (traffic && *traffic) {
+    TESSERA_CHECK(std::string(traffic) == "0" || std::string(traffic) == "1", "FAKE_COMM_TRAFFIC={}: expected 0 or 1",
+                  traffic);
+    t.traffic = std::string(traffic) == "1";
+    TESSERA_CHECK(!t.traffic || t.ctas > 0,
+                  "FAKE_COMM_TRAFFIC=1 needs FAKE_COMM_CTAS > 0 (the SMs that stream memory for each op)");
+  }
   const char* keep = std::getenv("FAKE_COMM_KEEP");
   if (keep && *keep) {
     TESSERA_CHECK(std::string(keep) == "done" || std::string(keep) == "contract",

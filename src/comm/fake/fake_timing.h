@@ -15,7 +15,10 @@
 // What it leaves out: the network's contention with compute for memory bandwidth, and (unless
 // `ctas` > 0) for SMs: NCCL's kernels occupy one SM per channel for the op's duration; with
 // ctas > 0 the spin kernel takes that many whole SMs (all their shared memory), so GEMMs
-// running beside it lose them as they would to NCCL.
+// running beside it lose them as they would to NCCL. With `traffic` too, those SMs copy memory
+// for the op's time instead of sleeping, so the op also costs memory bandwidth and power as
+// NCCL's kernels do (an H200 training step runs at its 700 W cap, where more power drawn means
+// lower clocks for the GEMMs beside it). NVLink's own power is still left out.
 // Defaults: tessera's NCCL bus bandwidths on 2 × H200 (NV18) at 256 MiB
 // (bench/results/collectives.md) and 12 µs latency (what 1 MiB all-reduce took there).
 #include <string>
@@ -27,12 +30,14 @@ struct FakeTiming {
   double latencyUs = 12;
   double allReduceGBps = 300, allGatherGBps = 255, reduceScatterGBps = 227, otherGBps = 255;
   int ctas = 0;                 // SMs the spin kernel occupies; 0: one tiny block (no SM taken)
+  bool traffic = false;         // those SMs stream memory for the op's time (needs ctas > 0)
   bool ignoreByCaller = false;  // keep Keep::ByCaller ops' tensors too, until the op completes
   std::string describe() const;
 };
 
 // FAKE_COMM_TIMED=1 turns timing on; FAKE_COMM_BUSBW_GBPS (all ops), FAKE_COMM_LATENCY_US,
-// FAKE_COMM_CTAS and FAKE_COMM_KEEP=done (ignoreByCaller) adjust it. A value that is not a
+// FAKE_COMM_CTAS, FAKE_COMM_TRAFFIC=1 (traffic; needs FAKE_COMM_CTAS) and FAKE_COMM_KEEP=done
+// (ignoreByCaller) adjust it. A value that is not a
 // positive number is an error naming the variable.
 FakeTiming fakeTimingFromEnv();
 

@@ -70,8 +70,9 @@ class TimedWork : public Work {
 
 class CudaTimedStream : public TimedStream {
  public:
-  CudaTimedStream(int device, int ctas) : device_(device), ctas_(ctas) {
+  CudaTimedStream(int device, int ctas, bool traffic) : device_(device), ctas_(ctas) {
     DeviceGuard g(device_);
+    if (traffic) check(cudaMalloc(&scratch_, 2 * kScratchBytes), "scratch allocation");
     int lo = 0, hi = 0;
     check(cudaDeviceGetStreamPriorityRange(&lo, &hi), "stream priority range");
     check(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, hi), "stream create");
@@ -90,6 +91,7 @@ class CudaTimedStream : public TimedStream {
     for (auto& w : inflight_) w->poll();
     cudaEventDestroy(ready_);
     cudaStreamDestroy(stream_);
+    if (scratch_) cudaFree(scratch_);
   }
 
   WorkPtr run(const OpInfo& i, double seconds, const std::vector<Copy>& copies, std::vector<at::Tensor> keep) override {
@@ -97,7 +99,8 @@ class CudaTimedStream : public TimedStream {
     DeviceGuard g(device_);
     check(cudaEventRecord(ready_, nccl_detail::callerStream(device_)), "event record");
     check(cudaStreamWaitEvent(stream_, ready_, 0), "stream wait");
-    check(launchSpin(stream_, static_cast<unsigned long long>(seconds * 1e9), ctas_, device_), "spin kernel");
+    check(launchSpin(stream_, static_cast<unsigned long long>(seconds * 1e9), ctas_, device_, scratch_, kScratchBytes),
+          "spin kernel");
     for (const auto& c : copies) {
       if (c.bytes > 0 && c.dst != c.src)
         check(cudaMemcpyAsync(c.dst, c.src, c.bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
@@ -134,7 +137,9 @@ class CudaTimedStream : public TimedStream {
     }
   }
 
+  static constexpr size_t kScratchBytes = size_t{64} << 20;
   int device_, ctas_;
+  void* scratch_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t ready_ = nullptr;
   std::mutex opMu_, mu_;
@@ -146,8 +151,8 @@ class CudaTimedStream : public TimedStream {
 
 }  // namespace
 
-std::shared_ptr<TimedStream> makeTimedStream(int device, int ctas) {
-  return std::make_shared<CudaTimedStream>(device, ctas);
+std::shared_ptr<TimedStream> makeTimedStream(int device, int ctas, bool traffic) {
+  return std::make_shared<CudaTimedStream>(device, ctas, traffic);
 }
 
 }  // namespace tessera::fake_detail

@@ -28,7 +28,8 @@ class TimedStream {
 };
 
 // A stream on CUDA device `device` whose spin kernel occupies `ctas` whole SMs (0: one small
-// block). Throws in builds without CUDA.
-std::shared_ptr<TimedStream> makeTimedStream(int device, int ctas);
+// block); with `traffic` (ctas > 0) the kernel streams a 2 x 64 MiB scratch buffer instead of
+// sleeping (timed_kernel.h). Throws in builds without CUDA.
+std::shared_ptr<TimedStream> makeTimedStream(int device, int ctas, bool traffic = false);
 
 }  // namespace tessera::fake_detail

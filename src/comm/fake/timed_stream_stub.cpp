@@ -5,7 +5,7 @@
 
 namespace tessera::fake_detail {
 
-std::shared_ptr<TimedStream> makeTimedStream(int, int) {
+std::shared_ptr<TimedStream> makeTimedStream(int, int, bool) {
   throw Error("fake communicator: FAKE_COMM_TIMED needs a CUDA device and a build with CUDA (this one has none)");
 }
 
