@@ -11,8 +11,9 @@
 // sequenceParallel) and starts each piece's collective as soon as its GEMM is queued, so the
 // collectives run beside the next pieces' GEMMs; with sequenceParallel the backward gathers
 // gy in pieces likewise (seq_chunks.h). overlap.smCarveout SMs are kept free of the GEMMs
-// that run beside a collective. The output is written in place and reduced in place: no copy.
-// overlap.ring (when the rows divide by the group's size p) reduces the forward by a ring
+// that run beside a collective. The output is written in place and reduced in place: no copy
+// (the ring below allocates each step's partial product and, without sequence parallel, the
+// gathered output). overlap.ring (when the rows divide by the group's size p) reduces the forward by a ring
 // instead, a GEMM + reduce-scatter decomposed by token shard: at step s = 0..p−1 each rank
 // computes its partial product for the shard of rank (r − s − 1) mod p, adds the partial sum
 // received from rank r − 1 and sends the total to rank r + 1 (point-to-point), so each transfer
