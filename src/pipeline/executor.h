@@ -46,7 +46,12 @@
 // final tanh's backward keeps the result alive, whatever the executor drops).
 // peakInFlight() counts the (micro, chunk) pairs between forward and backward: for 1F1B
 // at most pp − rank (+ the extra warm-up, schedule.h); lastStats() also has the bytes of
-// outputs the executor holds.
+// outputs the executor holds. These are the executor's tallies of its own walk of the table,
+// not measurements; test_pipeline measures what is really alive (weak references to the
+// storages of each micro-batch's saved activations, received input and sent output) and
+// finds at most the table's in-flight micro-batches alive, and every sent output freed by
+// its backward (on Gloo; on CUDA the communicator releases a sent tensor once the device
+// has passed the send).
 #include <ATen/ATen.h>
 
 #include <functional>

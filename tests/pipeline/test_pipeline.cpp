@@ -1,12 +1,12 @@
 // Pipeline execution on Gloo (pp = 2 and 4 processes) against the unsplit model.
 //
-// Model: Linear(4→8) embedding, 8 blocks of tanh(Linear(8→8)), Linear(8→2) head, mean
-// squared error; every rank builds the whole model from the same seed, computes the
-// reference (whole batch, one backward) and then runs its own stages through the pipeline.
-// For GPipe, 1F1B and interleaved 1F1B (2 chunks) and 1, 2, 3, 4, 8 micro-batches (where
-// the schedule allows), three steps each (batch 24: probes the shapes; batch 24 again:
-// cached shapes; batch 48: shapes change, probes again): the loss on every rank and every
-// parameter gradient of this rank's stages equal the reference's.
+// Model: Linear(4→8) embedding, 8 residual blocks x + Linear(tanh(Linear(x))) (d 8),
+// Linear(8→2) head, mean squared error; every rank builds the whole model from the same
+// seed, computes the reference (whole batch, one backward) and then runs its own stages
+// through the pipeline. For GPipe, 1F1B and interleaved 1F1B (2 chunks) and 1, 2, 3, 4, 8
+// micro-batches (where the schedule allows), three steps each (batch 24: probes the shapes;
+// batch 24 again: cached shapes; batch 48: shapes change, probes again): the loss on every
+// rank and every parameter gradient of this rank's stages equal the reference's.
 // Tolerance: fp32, rtol 1e-5, atol 1e-7. The pipeline computes the same products on
 // micro-batches: the GEMMs' reduction over the batch is split into per-micro-batch sums
 // accumulated in autograd, and each micro-batch loss is scaled by 1/M before backward, so
@@ -19,13 +19,19 @@
 // The TinyGpt cases also run on 2 GPUs over NCCL (test_pipeline_gpu, TESSERA_PP_GPU_SUITE:
 // CUDA tensors, stream-ordered waits on the receives; rtol 1e-4, atol 1e-6 there, as cuBLAS and
 // the attention kernels may pick other reduction orders for the micro-batch shapes).
-// Also: peak in-flight micro-batches ≤ pp − rank (+ extra warm-up) for 1F1B (and equal to the table's
-// peak for every schedule), outputs freed after their send; and errors (indivisible batch,
-// too few micro-batches, mismatched shapes between stages, input/target disagreement)
-// thrown on every rank, the communicator still usable afterwards.
+// Memory, measured through weak references to storages (MemoryProbe), not the executor's
+// tallies: a micro-batch's activations (what its blocks saved for backward, its received
+// input) live from its forward to its backward, so at most as many micro-batches at once as
+// the table has in flight (pp − rank (+ extra warm-up) for 1F1B, all M on GPipe's first
+// stage); and a sent output's storage is freed once its send has completed (both models'
+// stages end in a residual add, which saves nothing for backward, so only the executor's
+// freeing can free it; checked on Gloo only).
+// Errors: indivisible batch, too few micro-batches, mismatched shapes between stages,
+// input/target disagreement thrown on every rank, the communicator still usable afterwards.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -42,18 +48,100 @@ using namespace tessera::testing;
 namespace {
 constexpr int64_t IN = 4, D = 8, OUT = 2, BLOCKS = 8;
 
-struct TanhBlockImpl : torch::nn::Module {
-  explicit TanhBlockImpl(int64_t d) : fc(register_module("fc", torch::nn::Linear(d, d))) {}
-  torch::Tensor forward(const torch::Tensor& x) { return torch::tanh(fc->forward(x)); }
-  torch::nn::Linear fc;
+using WeakStorage = c10::weak_intrusive_ptr<c10::StorageImpl>;
+WeakStorage weakStorage(const at::Tensor& t) { return t.storage().getWeakStorageImpl(); }
+
+// Where ResBlock reports the activation it saves for backward (set by MemoryProbe while a
+// stage's forward runs with gradients; null otherwise).
+std::vector<WeakStorage>* g_savedSink = nullptr;
+
+// x + fc2(tanh(fc1(x))): tanh and fc2 save h for backward; the block's output is saved by
+// nothing (the add saves no operand), so a stage ending in this block really frees its
+// output when the executor drops it after the send.
+struct ResBlockImpl : torch::nn::Module {
+  explicit ResBlockImpl(int64_t d)
+      : fc1(register_module("fc1", torch::nn::Linear(d, d))), fc2(register_module("fc2", torch::nn::Linear(d, d))) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = torch::tanh(fc1->forward(x));
+    if (g_savedSink) g_savedSink->push_back(weakStorage(h));
+    return x + fc2->forward(h);
+  }
+  torch::nn::Linear fc1, fc2;
 };
-TORCH_MODULE(TanhBlock);
+TORCH_MODULE(ResBlock);
+
+// What the executor really keeps alive on this rank, seen through weak references to
+// storages (an expired one has been freed): per (chunk, micro-batch) of the step, the
+// activations its ResBlocks saved for backward and the input received from the previous
+// stage (held by the executor for its gradient; stage 0's input is a view of the batch, not
+// counted), and the output the stage returned.
+// Wrap each chunk's function with wrap() and pass hook() the executor's options; call
+// newStep() before every step, then read peakLive and error.
+struct MemoryProbe {
+  std::vector<std::vector<std::vector<WeakStorage>>> saved;  // [chunk][micro]
+  std::vector<std::vector<WeakStorage>> outputs;            // [chunk][micro]
+  std::vector<bool> sends, receives;                        // [chunk]: its output is sent, its input received
+  int peakLive = 0;    // most (chunk, micro) pairs with an activation alive, seen at a forward
+  std::string error;   // the first output found alive after its send completed
+
+  MemoryProbe(const Schedule& s, int rank) : saved(s.chunks), outputs(s.chunks), sends(s.chunks), receives(s.chunks) {
+    for (int c = 0; c < s.chunks; ++c) sends[c] = !s.isLastStage(rank, c), receives[c] = !s.isFirstStage(rank, c);
+  }
+  void newStep() {
+    for (auto& v : saved) v.clear();
+    for (auto& v : outputs) v.clear();
+    peakLive = 0;
+    error.clear();
+  }
+  int live() const {
+    int n = 0;
+    for (const auto& chunk : saved)
+      for (const auto& mb : chunk)
+        n += std::any_of(mb.begin(), mb.end(), [](const WeakStorage& w) { return !w.expired(); });
+    return n;
+  }
+  // Forwards run in micro-batch order on every chunk, so the k-th forward of chunk c (with
+  // gradients: the shape probe runs without) is micro-batch k.
+  PipelineExecutor::ChunkFn wrap(int c, PipelineExecutor::ChunkFn f) {
+    return [this, c, f = std::move(f)](const at::Tensor& x) {
+      if (!at::GradMode::is_enabled()) return f(x);
+      std::vector<WeakStorage> mine;
+      if (receives[c]) mine.push_back(weakStorage(x));
+      g_savedSink = &mine;
+      at::Tensor y;
+      try {
+        y = f(x);
+      } catch (...) {
+        g_savedSink = nullptr;
+        throw;
+      }
+      g_savedSink = nullptr;
+      saved[c].push_back(std::move(mine));
+      outputs[c].push_back(weakStorage(y));
+      peakLive = std::max(peakLive, live());
+      return y;
+    };
+  }
+  // Before the backward of (m, c) the gradient of output m has arrived, so its send (and
+  // every earlier one of that chunk, the communicator runs them in order) has completed:
+  // with the executor's freeing, nothing holds those outputs' storages any more.
+  void beforeBackward(int m, int c) {
+    if (!sends[c] || !error.empty()) return;
+    for (int k = 0; k <= m && k < static_cast<int>(outputs[c].size()); ++k)
+      if (!outputs[c][k].expired())
+        error = fmt::format("the output of micro-batch {} (chunk {}) is still alive at the backward of micro-batch {}",
+                            k, c, m);
+  }
+  void hook(ExecutorOptions& o) {
+    o.beforeBackward = [this](int m, int c, bool) { beforeBackward(m, c); };
+  }
+};
 
 SequentialModel makeModel(uint64_t seed) {
   torch::manual_seed(seed);
   SequentialModel m;
   m.embedding = torch::nn::AnyModule(torch::nn::Linear(IN, D));
-  for (int i = 0; i < BLOCKS; ++i) m.blocks.emplace_back(TanhBlock(D));
+  for (int i = 0; i < BLOCKS; ++i) m.blocks.emplace_back(ResBlock(D));
   m.head = torch::nn::AnyModule(torch::nn::Linear(D, OUT));
   return m;
 }
@@ -97,16 +185,20 @@ std::vector<Case> casesFor(int P) {
 }
 
 std::unique_ptr<PipelineExecutor> makeExecutor(const CommPtr& g, const SequentialModel& m, const Case& c,
-                                               std::vector<at::Tensor>* params = nullptr) {
+                                               std::vector<at::Tensor>* params = nullptr,
+                                               MemoryProbe* probe = nullptr) {
   const int P = g->size(), r = g->rank();
   auto part = partitionModel(m, {.pp = P, .chunks = c.chunks});
+  auto sched = makeSchedule(c.kind, P, c.micro, c.chunks, c.extra);
   std::vector<PipelineExecutor::ChunkFn> fns;
   for (int k = 0; k < c.chunks; ++k) {
     auto st = buildStage(m, part, part.stageOf(r, k));
-    fns.push_back(st.forward);
+    fns.push_back(probe ? probe->wrap(k, st.forward) : st.forward);
     if (params) params->insert(params->end(), st.parameters.begin(), st.parameters.end());
   }
-  return std::make_unique<PipelineExecutor>(g, makeSchedule(c.kind, P, c.micro, c.chunks, c.extra), fns, mse);
+  ExecutorOptions eo;
+  if (probe) probe->hook(eo);
+  return std::make_unique<PipelineExecutor>(g, std::move(sched), fns, mse, eo);
 }
 }  // namespace
 
@@ -118,7 +210,8 @@ TESSERA_WORKER(pp_matches_unsplit) {
     const std::string name = fmt::format("{} M={} chunks={} extra warm-up={}", toString(c.kind), c.micro, c.chunks, c.extra);
     auto m = makeModel(5);
     std::vector<at::Tensor> mine;
-    auto exec = makeExecutor(g, m, c, &mine);
+    MemoryProbe mem(makeSchedule(c.kind, P, c.micro, c.chunks, c.extra), r);
+    auto exec = makeExecutor(g, m, c, &mine, &mem);
     for (int step = 0; step < 3; ++step) {
       const int64_t B = step < 2 ? 24 : 48;
       auto x = randnSeeded({B, IN}, 100 + step), y = randnSeeded({B, OUT}, 200 + step);
@@ -133,6 +226,7 @@ TESSERA_WORKER(pp_matches_unsplit) {
       for (auto& p : params) ref[p.unsafeGetTensorImpl()] = p.grad().clone();
       for (auto& p : params) p.mutable_grad() = at::Tensor();
 
+      mem.newStep();
       auto loss = exec->step(r == 0 ? x : at::Tensor(), r == P - 1 ? y : at::Tensor());
       const std::string where = fmt::format("{} step {} rank {}", name, step, r);
       WCHECK(loss.dim() == 0 && loss.scalar_type() == at::kFloat, "{}: loss is not a float scalar", where);
@@ -141,22 +235,27 @@ TESSERA_WORKER(pp_matches_unsplit) {
       for (size_t i = 0; i < mine.size(); ++i)
         expectClose(mine[i].grad(), ref.at(mine[i].unsafeGetTensorImpl()), fmt::format("{} param {} grad", where, i));
 
-      const auto& st = exec->lastStats();
-      WCHECK(st.peakInFlight == exec->schedule().peakInFlight(r), "{}: peak in flight {} vs table {}", where,
-             st.peakInFlight, exec->schedule().peakInFlight(r));
+      // Live activations, measured: (micro, chunk) pairs whose saved tensors or received input
+      // are still alive, counted at every forward. They are the table's in-flight pairs, no
+      // more (an input or a graph kept past its backward would show, as would forwards run
+      // ahead of the table).
+      const auto& sched = exec->schedule();
+      WCHECK(mem.peakLive == sched.peakInFlight(r), "{}: {} micro-batches' activations alive at once, the table has {}",
+             where, mem.peakLive, sched.peakInFlight(r));
       if (c.kind == ScheduleKind::OneFOneB)
-        WCHECK(st.peakInFlight <= oneFOneBBound(P, r, c.micro, c.extra), "{}: {} in flight > 1F1B bound {}", where,
-               st.peakInFlight, oneFOneBBound(P, r, c.micro, c.extra));
+        WCHECK(mem.peakLive <= oneFOneBBound(P, r, c.micro, c.extra), "{}: {} alive > 1F1B bound {}", where,
+               mem.peakLive, oneFOneBBound(P, r, c.micro, c.extra));
+      if (c.kind == ScheduleKind::GPipe && r == 0)
+        WCHECK(mem.peakLive == c.micro, "{}: GPipe's first stage holds {} micro-batches, not all {}", where,
+               mem.peakLive, c.micro);
+      // Every output this rank sends (all but the last stage's) is freed once its send has
+      // completed: its storage is gone by its backward.
+      WCHECK(mem.error.empty(), "{}: {}", where, mem.error);
+      const auto& st = exec->lastStats();
       WCHECK(st.probed == (step != 1), "{}: probed = {}", where, st.probed);
-      // Every output this rank sends (all but the last stage's) is freed once sent.
       int sends = 0;
-      for (int k = 0; k < c.chunks; ++k) sends += exec->schedule().isLastStage(r, k) ? 0 : c.micro;
+      for (int k = 0; k < c.chunks; ++k) sends += sched.isLastStage(r, k) ? 0 : c.micro;
       WCHECK(st.freedOutputs == sends, "{}: freed {} outputs, sent {}", where, st.freedOutputs, sends);
-      // So the executor holds at most one micro-batch's output (between its forward and its
-      // send) plus the last stage's scalar losses, not one per micro-batch in flight.
-      const int64_t oneOutput = B / c.micro * D * 4, losses = c.micro * 4;
-      WCHECK(st.peakOutputBytes <= oneOutput + losses, "{}: held {} bytes of outputs (one is {})", where,
-             st.peakOutputBytes, oneOutput);
     }
   }
 }
@@ -205,16 +304,22 @@ TESSERA_WORKER(pp_gpt) {
     for (size_t i = 0; i < gpt->blocks->size(); ++i) m.blocks.emplace_back(gpt->blocks->ptr<GptBlockImpl>(i));
     m.head = torch::nn::AnyModule(GptHead(gpt->lnf, gpt->head));
     auto part = partitionModel(m, {.pp = P, .chunks = c.chunks});
+    auto sched = makeSchedule(c.kind, P, c.micro, c.chunks, c.extra);
+    // The blocks end in a residual add, so the executor's freeing of sent outputs is real here:
+    // on Gloo, check that each one's storage is gone by its backward (on CUDA, NCCL releases a
+    // sent tensor only once its stream has passed the send, which the host does not wait for).
+    MemoryProbe mem(sched, r);
     std::vector<PipelineExecutor::ChunkFn> fns;
     std::vector<at::Tensor> mine;
     for (int k = 0; k < c.chunks; ++k) {
       auto st = buildStage(m, part, part.stageOf(r, k));
-      fns.push_back(st.forward);
+      fns.push_back(cuda ? st.forward : mem.wrap(k, st.forward));
       mine.insert(mine.end(), st.parameters.begin(), st.parameters.end());
     }
     ExecutorOptions eo;
     eo.device = dev;
-    PipelineExecutor exec(g, makeSchedule(c.kind, P, c.micro, c.chunks, c.extra), fns, gptLoss, eo);
+    if (!cuda) mem.hook(eo);
+    PipelineExecutor exec(g, sched, fns, gptLoss, eo);
     for (int step = 0; step < 3; ++step) {
       auto batch = gptBatch(21 + step, 0, 8, o);
       batch.tokens = batch.tokens.to(dev);
@@ -223,9 +328,20 @@ TESSERA_WORKER(pp_gpt) {
       refLoss.backward();
       std::map<const void*, at::Tensor> ref;
       for (auto& p : gpt->parameters()) ref[p.unsafeGetTensorImpl()] = p.grad().clone(), p.mutable_grad() = at::Tensor();
+      mem.newStep();
       auto loss = exec.step(r == 0 ? batch.tokens : at::Tensor(), r == P - 1 ? batch.targets : at::Tensor());
       const std::string where =
           fmt::format("gpt {} M={} extra warm-up {} step {} rank {}", toString(c.kind), c.micro, c.extra, step, r);
+      if (!cuda) {
+        for (int k = 0; k < c.chunks; ++k)
+          WCHECK(mem.outputs[k].size() == static_cast<size_t>(c.micro), "{}: chunk {}: {} forwards seen", where, k,
+                 mem.outputs[k].size());
+        WCHECK(mem.error.empty(), "{}: {}", where, mem.error);
+      }
+      int sends = 0;
+      for (int k = 0; k < c.chunks; ++k) sends += sched.isLastStage(r, k) ? 0 : c.micro;
+      WCHECK(exec.lastStats().freedOutputs == sends, "{}: freed {} outputs, sent {}", where,
+             exec.lastStats().freedOutputs, sends);
       expectClose(loss, refLoss.detach(), where + " loss", rtol, atol);
       for (size_t i = 0; i < mine.size(); ++i)
         expectClose(mine[i].grad(), ref.at(mine[i].unsafeGetTensorImpl()), fmt::format("{} param {} grad", where, i),
