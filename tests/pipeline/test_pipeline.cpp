@@ -3,10 +3,11 @@
 // Model: Linear(4→8) embedding, 8 residual blocks x + Linear(tanh(Linear(x))) (d 8),
 // Linear(8→2) head, mean squared error; every rank builds the whole model from the same
 // seed, computes the reference (whole batch, one backward) and then runs its own stages
-// through the pipeline. For GPipe, 1F1B and interleaved 1F1B (2 chunks) and 1, 2, 3, 4, 8
-// micro-batches (where the schedule allows), three steps each (batch 24: probes the shapes;
-// batch 24 again: cached shapes; batch 48: shapes change, probes again): the loss on every
-// rank and every parameter gradient of this rank's stages equal the reference's.
+// through the pipeline. For GPipe, 1F1B (also with 2 extra warm-up forwards) and interleaved
+// 1F1B (2 chunks) with 1 to 8 micro-batches (where the schedule allows), 1F1B on an explicit
+// unbalanced split, and at pp 2 interleaved with 3 chunks (6 stages), three steps each (batch
+// 3·M: probes the shapes; 3·M again: cached shapes; 6·M: shapes change, probes again): the
+// loss on every rank and every parameter gradient of this rank's stages equal the reference's.
 // Tolerance: fp32, rtol 1e-5, atol 1e-7. The pipeline computes the same products on
 // micro-batches: the GEMMs' reduction over the batch is split into per-micro-batch sums
 // accumulated in autograd, and each micro-batch loss is scaled by 1/M before backward, so
@@ -29,6 +30,7 @@
 // Errors: indivisible batch, too few micro-batches, mismatched shapes between stages,
 // input/target disagreement thrown on every rank, the communicator still usable afterwards.
 #include <gtest/gtest.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -170,16 +172,29 @@ void expectClose(const at::Tensor& got, const at::Tensor& want, const std::strin
 struct Case {
   ScheduleKind kind;
   int micro, chunks;
-  int extra = 0;  // 1F1B's extra warm-up forwards
+  int extra = 0;            // 1F1B's extra warm-up forwards
+  std::vector<int> layers;  // explicit blocks per stage (empty: balanced)
 };
+
+std::string describe(const Case& c) {
+  return fmt::format("{} M={} chunks={} extra warm-up={}{}", toString(c.kind), c.micro, c.chunks, c.extra,
+                     c.layers.empty() ? "" : fmt::format(" layers [{}]", fmt::join(c.layers, ", ")));
+}
 
 std::vector<Case> casesFor(int P) {
   std::vector<Case> out;
-  for (int M : {1, 2, 3, 4, 8}) {
+  for (int M = 1; M <= 8; ++M) {
     out.push_back({ScheduleKind::GPipe, M, 1});
     if (M >= P) out.push_back({ScheduleKind::OneFOneB, M, 1});
-    if (M >= P && P >= 2 && M >= 3) out.push_back({ScheduleKind::OneFOneB, M, 1, 2});
-    if (P >= 2 && M % P == 0) out.push_back({ScheduleKind::Interleaved1F1B, M, 2});
+    if (M >= P && M >= 3) out.push_back({ScheduleKind::OneFOneB, M, 1, 2});
+    if (M % P == 0) out.push_back({ScheduleKind::Interleaved1F1B, M, 2});
+  }
+  // An explicit, unbalanced split of the 8 blocks.
+  out.push_back({ScheduleKind::OneFOneB, 5, 1, 0, P == 2 ? std::vector<int>{1, 7} : std::vector<int>{3, 1, 1, 3}});
+  // Three chunks per rank: 6 stages of 1-2 blocks (8 blocks cannot feed 12 stages at pp = 4).
+  if (P == 2) {
+    out.push_back({ScheduleKind::Interleaved1F1B, 4, 3});
+    out.push_back({ScheduleKind::Interleaved1F1B, 6, 3});
   }
   return out;
 }
@@ -188,7 +203,7 @@ std::unique_ptr<PipelineExecutor> makeExecutor(const CommPtr& g, const Sequentia
                                                std::vector<at::Tensor>* params = nullptr,
                                                MemoryProbe* probe = nullptr) {
   const int P = g->size(), r = g->rank();
-  auto part = partitionModel(m, {.pp = P, .chunks = c.chunks});
+  auto part = partitionModel(m, {.pp = P, .chunks = c.chunks, .layersPerStage = c.layers});
   auto sched = makeSchedule(c.kind, P, c.micro, c.chunks, c.extra);
   std::vector<PipelineExecutor::ChunkFn> fns;
   for (int k = 0; k < c.chunks; ++k) {
@@ -207,13 +222,18 @@ TESSERA_WORKER(pp_matches_unsplit) {
   const auto& g = ctx.world;
   const int P = g->size(), r = g->rank();
   for (const auto& c : casesFor(P)) {
-    const std::string name = fmt::format("{} M={} chunks={} extra warm-up={}", toString(c.kind), c.micro, c.chunks, c.extra);
+    const std::string name = describe(c);
     auto m = makeModel(5);
     std::vector<at::Tensor> mine;
     MemoryProbe mem(makeSchedule(c.kind, P, c.micro, c.chunks, c.extra), r);
     auto exec = makeExecutor(g, m, c, &mine, &mem);
+    if (!c.layers.empty()) {
+      const int stage = exec->schedule().stageOf(r, 0);
+      WCHECK(mine.size() == 2 * 2 * static_cast<size_t>(c.layers[stage]) + 2 * (stage == 0) + 2 * (stage == P - 1),
+             "{} rank {}: {} parameter tensors for {} blocks", name, r, mine.size(), c.layers[stage]);
+    }
     for (int step = 0; step < 3; ++step) {
-      const int64_t B = step < 2 ? 24 : 48;
+      const int64_t B = c.micro * (step < 2 ? 3 : 6);
       auto x = randnSeeded({B, IN}, 100 + step), y = randnSeeded({B, OUT}, 200 + step);
       // Reference: the unsplit model on the whole batch.
       auto params = allParams(m);
