@@ -51,6 +51,12 @@ void checkDivisible(const at::Tensor& x, int64_t dim, const CommPtr& c, const ch
                 op, dim, x.dim() ? x.size(dim) : 0, fmt::join(x.sizes(), ", "), c->size(), c->rank());
 }
 
+// A 0-D tensor has no dimension to gather (the gathers would index an empty shape).
+void checkHasDim(const at::Tensor& x, const char* op) {
+  TESSERA_CHECK(x.defined() && x.dim() >= 1, "tp::{}: needs a tensor of at least one dimension, got a {}", op,
+                x.defined() ? "0-D tensor" : "undefined tensor");
+}
+
 at::Tensor splitLast(const at::Tensor& x, const CommPtr& c, const char* op) {
   checkDivisible(x, -1, c, op);
   return x.chunk(c->size(), -1)[c->rank()].contiguous();
@@ -128,6 +134,7 @@ at::Tensor reduceFromRegion(const at::Tensor& x, const CommPtr& tp) {
   return apply<Mapping<AllReduce, Identity>>(x, tp, "reduce_from_region");
 }
 at::Tensor gatherLastDim(const at::Tensor& x, const CommPtr& tp) {
+  checkHasDim(x, "gather_last_dim");  // also for a group of one
   return apply<Mapping<GatherLast, SplitLast>>(x, tp, "gather_last_dim");
 }
 at::Tensor splitLastDim(const at::Tensor& x, const CommPtr& tp) {
@@ -135,6 +142,7 @@ at::Tensor splitLastDim(const at::Tensor& x, const CommPtr& tp) {
   return apply<Mapping<SplitLast, GatherLast>>(x, tp, "split_last_dim");
 }
 at::Tensor gatherSeq(const at::Tensor& x, const CommPtr& tp) {
+  checkHasDim(x, "gather_seq");  // also for a group of one
   return apply<Mapping<GatherFirst, ReduceScatterFirst>>(x, tp, "gather_seq");
 }
 at::Tensor reduceScatterSeq(const at::Tensor& x, const CommPtr& tp) {

@@ -3,7 +3,9 @@
 // its forward/backward pair. Each is collective over `tp` in forward AND in backward (every
 // rank of the group must run the same forward and the same backward), and skips the
 // communication entirely when the group has one rank. Tensors of any device the group's
-// backend takes; the gathered/split dimension must divide evenly (clear error otherwise).
+// backend takes; the gathered/split dimension must exist (no 0-D tensors) and a split one
+// divide evenly: otherwise a tessera::Error naming the op and the sizes, on every rank before
+// any communication, also for a group of one.
 #include <ATen/core/Tensor.h>
 
 #include "comm/communicator.h"
