@@ -16,11 +16,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <mutex>
 #include <thread>
-#include <utility>
 
 #include "harness/multiprocess.h"
+#include "recording_comm.h"
 #include "parallel/tensor/linear.h"
 
 using namespace tessera;
@@ -28,87 +27,6 @@ using namespace tessera::testing;
 
 namespace {
 constexpr int64_t IN = 8, OUT = 16, S = 8, B = 3;
-
-// The events of one rank, in the order they happened on the calling threads.
-struct EventLog {
-  std::mutex mu;
-  std::vector<std::string> events;
-  void add(std::string e) {
-    std::lock_guard<std::mutex> l(mu);
-    events.push_back(std::move(e));
-  }
-  std::vector<std::string> take() {
-    std::lock_guard<std::mutex> l(mu);
-    return std::exchange(events, {});
-  }
-};
-
-class RecordingWork : public Work {
- public:
-  RecordingWork(OpInfo i, WorkPtr inner, EventLog* log) : Work(std::move(i)), inner_(std::move(inner)), log_(log) {}
-  void wait() override {
-    log_->add("wait:" + info_.op);
-    inner_->wait();
-  }
-  void synchronize() override {
-    log_->add("wait:" + info_.op);
-    inner_->synchronize();
-  }
-  bool completed() override { return inner_->completed(); }
-
- private:
-  WorkPtr inner_;
-  EventLog* log_;
-};
-
-// Forwards every op to `inner` and logs "launch:<op>" / "wait:<op>".
-class RecordingComm : public Communicator {
- public:
-  RecordingComm(CommPtr inner, EventLog* log)
-      : Communicator(inner->rank(), inner->size(), "rec:" + inner->name()), inner_(std::move(inner)), log_(log) {}
-  Backend backend() const override { return inner_->backend(); }
-  void abort(const std::string& r) override { inner_->abort(r); }
-  WorkPtr last() const { return last_; }
-
- protected:
-  WorkPtr wrap(const OpInfo& i, WorkPtr w) {
-    log_->add("launch:" + i.op);
-    return last_ = std::make_shared<RecordingWork>(i, std::move(w), log_);
-  }
-  WorkPtr doAllReduce(const OpInfo& i, const at::Tensor& t, ReduceOp op) override {
-    return wrap(i, inner_->allReduce(t, op));
-  }
-  WorkPtr doBroadcast(const OpInfo& i, const at::Tensor& t, int root) override {
-    return wrap(i, inner_->broadcast(t, root));
-  }
-  WorkPtr doReduce(const OpInfo& i, const at::Tensor& t, int root, ReduceOp op) override {
-    return wrap(i, inner_->reduce(t, root, op));
-  }
-  WorkPtr doAllGather(const OpInfo& i, const at::Tensor& out, const at::Tensor& in) override {
-    return wrap(i, inner_->allGather(out, in));
-  }
-  WorkPtr doReduceScatter(const OpInfo& i, const at::Tensor& out, const at::Tensor& in, ReduceOp op) override {
-    return wrap(i, inner_->reduceScatter(out, in, op));
-  }
-  WorkPtr doAllToAll(const OpInfo& i, const at::Tensor& out, const at::Tensor& in) override {
-    return wrap(i, inner_->allToAll(out, in));
-  }
-  WorkPtr doBatchP2P(const OpInfo& i, const std::vector<P2POp>& ops) override {
-    return wrap(i, inner_->batchP2P(ops));
-  }
-  WorkPtr doBarrier(const OpInfo& i) override { return wrap(i, inner_->barrier()); }
-  std::shared_ptr<Communicator> doSplit(int, const std::vector<int>&, const std::string&,
-                                        const std::string&) override {
-    throw std::runtime_error("RecordingComm: split is not supported");
-  }
-  void checkDevice(const OpInfo&, const char*, const at::Tensor&) const override {}  // inner checks
-  at::TensorOptions scratchOptions() const override { return at::TensorOptions(); }
-
- private:
-  CommPtr inner_;
-  EventLog* log_;
-  WorkPtr last_;
-};
 
 void expectClose(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
   WCHECK(got.defined() && got.sizes() == want.sizes(), "{}: missing or shape mismatch", what);
