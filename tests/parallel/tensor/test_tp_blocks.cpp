@@ -62,12 +62,15 @@ TESSERA_WORKER(tp_blocks) {
     auto& p = *pairs[k].second;
     auto name = [&](const char* n) { return fmt::format("blocks.{}.{} grad", k, n); };
     expectClose(p->ln1->weight.grad(), r->ln1->weight.grad(), name("ln1.weight"));
+    expectClose(p->ln1->bias.grad(), r->ln1->bias.grad(), name("ln1.bias"));
+    expectClose(p->ln2->weight.grad(), r->ln2->weight.grad(), name("ln2.weight"));
     expectClose(p->ln2->bias.grad(), r->ln2->bias.grad(), name("ln2.bias"));
     expectClose(p->attn->qkv->weight.grad(), qkvShard(r->qkv->weight.grad(), tp), name("qkv.weight"));
     expectClose(p->attn->qkv->bias.grad(), qkvShard(r->qkv->bias.grad(), tp), name("qkv.bias"));
     expectClose(p->attn->proj->weight.grad(), shard(r->proj->weight.grad(), 1, tp), name("proj.weight"));
     expectClose(p->attn->proj->bias.grad(), r->proj->bias.grad(), name("proj.bias"));
     expectClose(p->mlp->fc1->weight.grad(), shard(r->fc1->weight.grad(), 0, tp), name("fc1.weight"));
+    expectClose(p->mlp->fc1->bias.grad(), shard(r->fc1->bias.grad(), 0, tp), name("fc1.bias"));
     expectClose(p->mlp->fc2->weight.grad(), shard(r->fc2->weight.grad(), 1, tp), name("fc2.weight"));
     expectClose(p->mlp->fc2->bias.grad(), r->fc2->bias.grad(), name("fc2.bias"));
   }

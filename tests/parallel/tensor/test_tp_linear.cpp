@@ -166,6 +166,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, TpLinearGpu,
 #else
 INSTANTIATE_TEST_SUITE_P(Cases, TpLinear,
                          ::testing::Values(TpCase{2, "column"}, TpCase{4, "column"}, TpCase{2, "column_gather"},
+                                           TpCase{4, "column_gather"},
                                            TpCase{2, "row"}, TpCase{4, "row"}, TpCase{2, "mlp"}, TpCase{4, "mlp"},
                                            TpCase{2, "mlp_seq"}, TpCase{4, "mlp_seq"}, TpCase{1, "mlp"},
                                            TpCase{2, "row_chunks3"}, TpCase{2, "mlp_chunks2"},
