@@ -39,7 +39,8 @@ ParallelMlpImpl::ParallelMlpImpl(CommPtr tp, int64_t d, bool sp, const std::stri
 
 at::Tensor ParallelMlpImpl::forward(const at::Tensor& x) { return fc2->forward(at::gelu(fc1->forward(x))); }
 
-ParallelAttentionImpl::ParallelAttentionImpl(CommPtr tp, int64_t d, int64_t heads, bool sp, const std::string& name) {
+ParallelAttentionImpl::ParallelAttentionImpl(CommPtr tp, int64_t d, int64_t heads, bool sp, const std::string& name_)
+    : name(name_) {
   TESSERA_CHECK(tp, "tp block '{}': no tensor-parallel communicator given", name);
   TESSERA_CHECK(heads > 0 && d % heads == 0, "tp block '{}': d = {} is not divisible by heads = {}", name, d, heads);
   TESSERA_CHECK(heads % tp->size() == 0, "tp block '{}': heads = {} is not divisible by the tensor-parallel size {}",
@@ -63,6 +64,10 @@ void ParallelAttentionImpl::loadFull(const at::Tensor& qkvW, const at::Tensor& q
 }
 
 at::Tensor ParallelAttentionImpl::forward(const at::Tensor& x) {
+  TESSERA_CHECK(x.defined() && x.dim() == 3,
+                "tp block '{}': input must be 3-D [tokens, batch, d] ([tokens/tp, batch, d] with sequence parallel), "
+                "got [{}]",
+                name, x.defined() ? fmt::format("{}", fmt::join(x.sizes(), ", ")) : "undefined");
   auto h = qkv->forward(x);  // [S, B, 3·localHeads·hd] (all tokens, also with sequence parallel)
   const int64_t s = h.size(0), b = h.size(1);
   // Unbind q, k, v where they lie (dim 2), then permute each to [B, h, S, hd]: backward then

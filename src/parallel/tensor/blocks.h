@@ -28,13 +28,14 @@ TORCH_MODULE(ParallelMlp);
 class ParallelAttentionImpl : public torch::nn::Module {
  public:
   ParallelAttentionImpl(CommPtr tp, int64_t d, int64_t heads, bool sequenceParallel, const std::string& name);
-  at::Tensor forward(const at::Tensor& x);  // [S or S/tp, B, d] → same
+  at::Tensor forward(const at::Tensor& x);  // [S or S/tp, B, d] → same (else an error naming it)
   // Local: the unsharded qkv ([q | k | v], head-major) and proj weights/biases; keeps this
   // rank's heads.
   void loadFull(const at::Tensor& qkvW, const at::Tensor& qkvB, const at::Tensor& projW, const at::Tensor& projB);
   ColumnParallelLinear qkv{nullptr};
   RowParallelLinear proj{nullptr};
   int64_t localHeads, headDim;
+  std::string name;
 };
 TORCH_MODULE(ParallelAttention);
 

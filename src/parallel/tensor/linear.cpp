@@ -96,6 +96,10 @@ at::Tensor columnParallelLinear(const at::Tensor& x, const at::Tensor& weight, c
   const int64_t in = weight.size(1);
   TESSERA_CHECK(x.dim() >= 1 && x.size(-1) == in, "tp layer '{}' (column-parallel): input has {} features, expects {}",
                 opts.name, x.dim() ? x.size(-1) : 0, in);
+  TESSERA_CHECK(!opts.sequenceParallel || x.dim() >= 2,
+                "tp layer '{}' (column-parallel, sequence parallel): input must be [tokens/tp, ..., in] (at least "
+                "2-D), got [{}]",
+                opts.name, fmt::join(x.sizes(), ", "));
   const bool acc = opts.accumulateGradInGemm;
   if (acc) checkAccumulating(weight, bias, opts);
   at::Tensor y;
@@ -116,6 +120,17 @@ at::Tensor rowParallelLinear(const at::Tensor& x, const at::Tensor& weight, cons
   TESSERA_CHECK(weight.defined() && weight.dim() == 2, "tp layer '{}' (row-parallel): weight must be 2-D [out, in/tp]",
                 opts.name);
   const int64_t local = weight.size(1), in = local * tp->size();
+  TESSERA_CHECK(x.defined() && x.dim() >= 1, "tp layer '{}' (row-parallel): input must be [..., in/tp] (at least 1-D)",
+                opts.name);
+  // Split here: name the layer (not the mapping) when the full input's width is wrong.
+  TESSERA_CHECK(opts.inputIsParallel || x.size(-1) == in,
+                "tp layer '{}' (row-parallel, input not parallel): input has {} features, expects in = {} (split here "
+                "over the tensor-parallel size {})",
+                opts.name, x.size(-1), in, tp->size());
+  TESSERA_CHECK(!opts.sequenceParallel || x.dim() >= 2,
+                "tp layer '{}' (row-parallel, sequence parallel): input must be [tokens, ..., in/tp] (at least 2-D), "
+                "got [{}]",
+                opts.name, fmt::join(x.sizes(), ", "));
   auto input = opts.inputIsParallel ? x : splitLastDim(x, tp);
   TESSERA_CHECK(input.dim() >= 1 && input.size(-1) == local,
                 "tp layer '{}' (row-parallel): input shard has {} features, expects in/tp = {}/{} = {}", opts.name,
@@ -125,7 +140,7 @@ at::Tensor rowParallelLinear(const at::Tensor& x, const at::Tensor& weight, cons
   if (tp->size() == 1) {  // a group of one: no communication
     return acc ? nn::linearAccumulateGrad(input, weight, bias) : at::linear(input, weight, bias);
   }
-  TESSERA_CHECK(!opts.sequenceParallel || (input.dim() >= 2 && input.size(0) % tp->size() == 0),
+  TESSERA_CHECK(!opts.sequenceParallel || input.size(0) % tp->size() == 0,
                 "tp layer '{}' (row-parallel, sequence parallel): {} tokens (dimension 0) are not divisible by the "
                 "tensor-parallel size {}",
                 opts.name, input.size(0), tp->size());

@@ -4,7 +4,8 @@
 // exactly as the unsharded torch::nn::Linear(in, out) would be from the same RNG state (the
 // full weight is drawn on every rank and this rank's shard kept): seed every rank alike
 // before construction. loadFull() takes a full unsharded weight/bias and keeps the shard.
-// A size not divisible by tp->size() is a tessera::Error naming the layer and the numbers.
+// A size not divisible by tp->size(), or an input of the wrong width or number of dimensions
+// (sequence parallel: at least 2-D), is a tessera::Error naming the layer and the numbers.
 #include <torch/nn/module.h>
 
 #include <string>

@@ -100,3 +100,16 @@ TESSERA_WORKER(tp_blocks_bad_heads) {
 }
 
 TEST(TpBlocks, HeadsNotDivisibleIsAClearError) { expectAllOk(runWorkers("tp_blocks_bad_heads", {.ranks = 4})); }
+
+// An input that is not [tokens, batch, d] is an error naming the attention layer and the shape
+// (not a torch view error), directly and through the block (whose LayerNorm takes any rank).
+TESSERA_WORKER(tp_blocks_bad_input) {
+  auto ctx = initWorker(w);
+  for (bool sp : {false, true}) {
+    tp::ParallelBlock b(ctx.world, D, HEADS, sp, "blocks.2");
+    expectErrorContaining([&] { b->attn->forward(at::ones({S, D})); }, {"'blocks.2.attn'", "3-D", "[8, 32]"});
+    expectErrorContaining([&] { b->forward(at::ones({S, B, 1, D})); }, {"'blocks.2.attn'", "3-D", "[8, 2, 1, 32]"});
+  }
+}
+
+TEST(TpBlocks, InputNot3DIsAClearError) { expectAllOk(runWorkers("tp_blocks_bad_input", {.ranks = 2})); }

@@ -188,10 +188,24 @@ TESSERA_WORKER(tp_bad_sizes) {
   tp::ColumnParallelLinear c(ctx.world, 8, 8, o);
   expectErrorContaining([&] { c->forward(at::ones({2, 7})); }, {"'blocks.0.qkv'", "input has 7 features, expects 8"});
   expectErrorContaining([&] { c->loadFull(at::ones({8, 9}), at::ones({8})); }, {"full weight has shape [8, 9]"});
+  // A full input split by the row layer: a width that is not `in` (here not even divisible by tp)
+  // names the layer, not the mapping it would reach.
+  tp::ParallelLinearOptions full;
+  full.name = "blocks.0.fc2";
+  full.inputIsParallel = false;
+  tp::RowParallelLinear rf(ctx.world, 8, 4, full);
+  expectErrorContaining([&] { rf->forward(at::ones({2, 10})); },
+                        {"'blocks.0.fc2'", "input not parallel", "input has 10 features", "in = 8", "size 4"});
   o.sequenceParallel = true;
   tp::RowParallelLinear rs(ctx.world, 8, 4, o);
   expectErrorContaining([&] { rs->forward(at::ones({6, 2, 2})); },
                         {"'blocks.0.qkv'", "sequence parallel", "6 tokens", "tensor-parallel size 4"});
+  // Sequence parallel needs a token dimension besides the features: a 1-D input is named.
+  expectErrorContaining([&] { rs->forward(at::ones({2})); },
+                        {"'blocks.0.qkv'", "row-parallel, sequence parallel", "at least 2-D", "[2]"});
+  tp::ColumnParallelLinear cs(ctx.world, 8, 8, o);
+  expectErrorContaining([&] { cs->forward(at::ones({8})); },
+                        {"'blocks.0.qkv'", "column-parallel, sequence parallel", "at least 2-D", "[8]"});
 }
 
 #ifndef TESSERA_TP_LINEAR_GPU_SUITE  // Gloo (CPU) ranks; the GPU image's LibTorch has no Gloo
