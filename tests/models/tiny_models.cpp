@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <mutex>
 
 namespace tessera::testing {
 namespace {
@@ -73,8 +74,9 @@ torch::Tensor mlpLoss(const torch::Tensor& out, const torch::Tensor& y) {
 
 // ---- TinyGpt
 
-GptBlockImpl::GptBlockImpl(int64_t d, int64_t h) : heads(h) {
+GptBlockImpl::GptBlockImpl(int64_t d, int64_t h, double p, uint64_t seed) : heads(h), dropout(p), dropoutSeed(seed) {
   TORCH_CHECK(d % h == 0, "GptBlock: d=", d, " is not a multiple of heads=", h);
+  TORCH_CHECK(p >= 0 && p < 1, "GptBlock: dropout=", p, " is not in [0, 1)");
   ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   qkv = register_module("qkv", torch::nn::Linear(d, 3 * d));
   proj = register_module("proj", torch::nn::Linear(d, d));
@@ -93,8 +95,25 @@ torch::Tensor GptBlockImpl::forward(const torch::Tensor& x) {
   att = att.masked_fill(mask, -std::numeric_limits<float>::infinity());
   att = torch::softmax(att, -1);
   auto a = torch::matmul(att, v).transpose(1, 2).reshape({b, t, d});
-  auto y = x + proj->forward(a);
-  return y + fc2->forward(torch::gelu(fc1->forward(ln2->forward(y))));
+  at::Generator gen;
+  if (dropout > 0 && is_training()) {
+    const uint64_t seed = dropoutSeed + static_cast<uint64_t>(dropoutCalls++) * 0x9E3779B97F4A7C15ull;
+    if (x.device().is_cpu()) {
+      gen = at::detail::createCPUGenerator(seed);
+    } else {
+      at::Generator global = at::globalContext().defaultGenerator(x.device());
+      std::lock_guard<std::mutex> lock(global.mutex());
+      gen = global.clone();
+      gen.set_current_seed(seed);
+    }
+  }
+  auto drop = [&](const torch::Tensor& v) {  // v [B, T, d]; the mask is drawn [T, B, d]
+    if (!gen.defined()) return v;
+    auto mask = torch::empty({t, b, d}, v.options()).bernoulli_(1 - dropout, gen).div_(1 - dropout);
+    return v * mask.transpose(0, 1);
+  };
+  auto y = x + drop(proj->forward(a));
+  return y + drop(fc2->forward(torch::gelu(fc1->forward(ln2->forward(y)))));
 }
 
 TinyGptImpl::TinyGptImpl(const TinyGptOptions& o) : opts(o) {

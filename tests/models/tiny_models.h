@@ -70,11 +70,21 @@ struct TinyGptOptions {
   int64_t vocab = 64, d = 32, layers = 2, heads = 4, seqLen = 16;
 };
 
+// dropout > 0: hidden dropout on the attention and MLP outputs before the residual adds, in
+// training mode, with the masks of tessera::tp::ParallelBlock (src/parallel/tensor/blocks.h),
+// re-implemented here (this library does not link tessera), so that a change of either side's
+// masks fails test_tp_blocks: the k-th masked forward seeds a fresh generator of x's device with
+// dropoutSeed + k·0x9E3779B97F4A7C15 and draws bernoulli(1 − p) over [T, B, d] (tokens first, as
+// ParallelBlock lays them out), the attention output's mask then the MLP output's, each scaled
+// by 1 / (1 − p). dropout = 0 (the default) or eval mode: no dropout, nothing drawn.
 struct GptBlockImpl : torch::nn::Module {
-  GptBlockImpl(int64_t d, int64_t heads);
+  GptBlockImpl(int64_t d, int64_t heads, double dropout = 0, uint64_t dropoutSeed = 0);
   torch::Tensor forward(const torch::Tensor& x);  // [B, T, d] -> [B, T, d]
 
   int64_t heads;
+  double dropout;
+  uint64_t dropoutSeed;
+  int64_t dropoutCalls = 0;
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   torch::nn::Linear qkv{nullptr}, proj{nullptr}, fc1{nullptr}, fc2{nullptr};
 };

@@ -1,9 +1,12 @@
 #include "parallel/tensor/blocks.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/modules/linear.h>
 
 #include <fmt/ranges.h>
+
+#include <mutex>
 
 #include "common/attention.h"
 #include "common/error.h"
@@ -30,7 +33,24 @@ at::Tensor groupByRank(const at::Tensor& full, int64_t tp) {
   return full.reshape(split).transpose(0, 1).reshape(full.sizes());
 }
 
+// A generator of `device`'s kind, independent of the global one, seeded `seed`.
+at::Generator maskGenerator(const at::Device& device, uint64_t seed) {
+  if (device.is_cpu()) return at::detail::createCPUGenerator(seed);
+  at::Generator global = at::globalContext().defaultGenerator(device);
+  at::Generator gen;
+  {
+    std::lock_guard<std::mutex> lock(global.mutex());
+    gen = global.clone();
+  }
+  gen.set_current_seed(seed);
+  return gen;
+}
+
 }  // namespace
+
+uint64_t blockDropoutSeed(uint64_t seed, int64_t call) {
+  return seed + static_cast<uint64_t>(call) * 0x9E3779B97F4A7C15ull;
+}
 
 ParallelMlpImpl::ParallelMlpImpl(CommPtr tp, int64_t d, bool sp, const std::string& name) {
   fc1 = register_module("fc1", ColumnParallelLinear(tp, d, 4 * d, opts(name + ".fc1", sp)));
@@ -83,8 +103,11 @@ at::Tensor ParallelAttentionImpl::forward(const at::Tensor& x) {
   return proj->forward(a);
 }
 
-ParallelBlockImpl::ParallelBlockImpl(CommPtr t, int64_t d, int64_t heads, bool sp, const std::string& name)
-    : tp(std::move(t)), sequenceParallel(sp), name(name) {
+ParallelBlockImpl::ParallelBlockImpl(CommPtr t, int64_t d, int64_t heads, bool sp, const std::string& name,
+                                     BlockDropout drop)
+    : tp(std::move(t)), sequenceParallel(sp), name(name), dropout(drop) {
+  TESSERA_CHECK(dropout.p >= 0 && dropout.p < 1, "tp block '{}': dropout probability p = {} is not in [0, 1)", name,
+                dropout.p);
   ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   attn = register_module("attn", ParallelAttention(tp, d, heads, sp, name + ".attn"));
   ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
@@ -98,8 +121,21 @@ at::Tensor ParallelBlockImpl::forward(const at::Tensor& x) {
     return at::layer_norm(v, ln->options.normalized_shape(), copyToRegion(ln->weight, tp),
                           copyToRegion(ln->bias, tp), ln->options.eps());
   };
-  auto y = x + attn->forward(norm(ln1, x));
-  return y + mlp->forward(norm(ln2, y));
+  if (dropout.p == 0 || !is_training()) {
+    auto y = x + attn->forward(norm(ln1, x));
+    return y + mlp->forward(norm(ln2, y));
+  }
+  auto gen = maskGenerator(x.device(), blockDropoutSeed(dropout.seed, dropoutCalls++));
+  auto y = x + drop(attn->forward(norm(ln1, x)), gen);
+  return y + drop(mlp->forward(norm(ln2, y)), gen);
+}
+
+at::Tensor ParallelBlockImpl::drop(const at::Tensor& v, at::Generator& gen) const {
+  auto full = v.sizes().vec();
+  if (sequenceParallel) full[0] *= tp->size();
+  auto mask = at::empty(full, v.options()).bernoulli_(1 - dropout.p, gen).div_(1 - dropout.p);
+  if (sequenceParallel) mask = mask.narrow(0, tp->rank() * v.size(0), v.size(0)).clone();
+  return v * mask;
 }
 
 void ParallelBlockImpl::loadFull(const torch::OrderedDict<std::string, at::Tensor>& full, const std::string& prefix) {

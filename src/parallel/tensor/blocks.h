@@ -6,9 +6,13 @@
 // fc1 Linear(d, 4d), fc2 Linear(4d, d)) and keeps this rank's shards, so a stack built after
 // the same manual_seed equals the unsharded stack exactly. qkv's output is laid out
 // [q | k | v], each head-major; rank r keeps heads [r·h/tp, (r+1)·h/tp) of q, k and v.
-// heads (and d, 4d) not divisible by tp → tessera::Error naming the block and the numbers.
+// heads (and d, 4d) not divisible by tp, or a dropout p outside [0, 1) → tessera::Error naming
+// the block and the numbers.
+#include <ATen/core/Generator.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/normalization.h>
+
+#include <cstdint>
 
 #include "parallel/tensor/linear.h"
 
@@ -39,11 +43,36 @@ class ParallelAttentionImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ParallelAttention);
 
-// x + attn(ln1(x)), then + mlp(ln2(·)). With sequenceParallel the LayerNorms and residuals
-// run on this rank's token shard and their parameters' gradients are all-reduced over tp.
+// Hidden (residual) dropout of a block: on the attention output and on the MLP output, before
+// each residual add. p = 0 (the default) is no dropout: nothing drawn, nothing multiplied.
+struct BlockDropout {
+  double p = 0;       // probability of zeroing an element, in [0, 1)
+  uint64_t seed = 0;  // seed of the masks; must be equal on every rank of tp (differ per block)
+};
+// The seed of a block's k-th masked forward: seed + k·0x9E3779B97F4A7C15 (mod 2^64).
+uint64_t blockDropoutSeed(uint64_t seed, int64_t call);
+
+// x + drop(attn(ln1(x))), then + drop(mlp(ln2(·))). With sequenceParallel the LayerNorms,
+// dropouts and residuals run on this rank's token shard and the LayerNorms' parameter
+// gradients are all-reduced over tp.
+// Dropout (dropout.p > 0, training mode only: in eval mode, as with p = 0, nothing is drawn):
+// the k-th such forward (k = dropoutCalls, then incremented) draws both masks from a fresh
+// generator of the input's device (CPU: at::CPUGeneratorImpl; CUDA: a clone of the device's
+// Philox generator) seeded blockDropoutSeed(dropout.seed, k): first the attention output's, then
+// the MLP output's, each as bernoulli(1 − p) over the FULL [tokens, batch, d] tensor in the
+// activation's dtype, scaled by 1 / (1 − p). With sequenceParallel each rank keeps its own token
+// rows (a copy, so the full mask is freed at once). So the masks are those of the unsharded
+// block and of any tp degree (tests/models' GptBlock draws the same), at a cost: every rank
+// draws the full tensor's random numbers, tp times what its shard needs, and holds the full
+// mask briefly. The masks repeat across model replicas built with equal seeds (data-parallel
+// ranks): give those different seeds if they must differ. A forward run again for the same
+// batch (activation recomputation) must first restore dropoutCalls, and dropoutCalls is not in
+// the checkpoint pieces (checkpoint_pieces.h): a resumed run sets it to continue the masks.
+// No communication.
 class ParallelBlockImpl : public torch::nn::Module {
  public:
-  ParallelBlockImpl(CommPtr tp, int64_t d, int64_t heads, bool sequenceParallel, const std::string& name);
+  ParallelBlockImpl(CommPtr tp, int64_t d, int64_t heads, bool sequenceParallel, const std::string& name,
+                    BlockDropout dropout = {});
   at::Tensor forward(const at::Tensor& x);
   // Local: load the unsharded block's parameters from `full`, named as the unsharded block
   // names them (ln1.weight, ln1.bias, qkv.*, proj.*, ln2.*, fc1.*, fc2.*) after `prefix`
@@ -55,6 +84,11 @@ class ParallelBlockImpl : public torch::nn::Module {
   CommPtr tp;
   bool sequenceParallel;
   std::string name;
+  BlockDropout dropout;
+  int64_t dropoutCalls = 0;  // the dropout RNG's state: masked forwards so far
+
+ private:
+  at::Tensor drop(const at::Tensor& v, at::Generator& gen) const;
 };
 TORCH_MODULE(ParallelBlock);
 

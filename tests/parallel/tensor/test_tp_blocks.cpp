@@ -1,11 +1,16 @@
 // A stack of two tensor-parallel GPT blocks against two unsharded blocks (tests/models'
 // GptBlock, built from the same seed): outputs, input gradients and every parameter's
 // gradient (this rank's shard of the full gradient), TP = 2 and 4, with and without sequence
-// parallel. fp32; differences come only from the order of partial sums (row-parallel
-// reductions): rtol 1e-5, atol 1e-5 on values of order 1.
+// parallel, and with hidden dropout (p = 0.25, training mode), whose masks must be the unsharded
+// block's: then also a second forward (new masks, still the reference's), and eval mode (no
+// dropout: the output of blocks without dropout, no mask drawn). fp32; differences come only from
+// the order of partial sums (row-parallel reductions): rtol 1e-5, atol 1e-5 on values of order 1
+// (dropout scales kept values by 1/(1 - p) = 4/3, exactly the same factor on both sides).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <cmath>
 
 #include "harness/multiprocess.h"
 #include "models/tiny_models.h"
@@ -33,11 +38,18 @@ at::Tensor qkvShard(const at::Tensor& full, const CommPtr& tp) {
 TESSERA_WORKER(tp_blocks) {
   auto ctx = initWorker(w);
   const auto& tp = ctx.world;
-  const bool sp = w.arg == "sp";
+  const bool sp = w.arg.rfind("sp", 0) == 0;
+  const double pDrop = w.arg.find("_drop") != std::string::npos ? 0.25 : 0.0;
   torch::manual_seed(5);
-  GptBlock r0(D, HEADS), r1(D, HEADS);
+  GptBlock r0(D, HEADS, pDrop, /*dropoutSeed=*/100), r1(D, HEADS, pDrop, 101);
   torch::manual_seed(5);
-  tp::ParallelBlock p0(tp, D, HEADS, sp, "blocks.0"), p1(tp, D, HEADS, sp, "blocks.1");
+  tp::ParallelBlock p0(tp, D, HEADS, sp, "blocks.0", tp::BlockDropout{pDrop, 100});
+  tp::ParallelBlock p1(tp, D, HEADS, sp, "blocks.1", tp::BlockDropout{pDrop, 101});
+  // A reference [B, T, d] tensor in this rank's layout: [S, B, d], this rank's tokens with sp.
+  auto local = [&](const at::Tensor& bt) {
+    auto t = bt.detach().transpose(0, 1).contiguous();
+    return sp ? shard(t, 0, tp) : t;
+  };
 
   auto gen = at::make_generator<at::CPUGeneratorImpl>(21);
   auto xFull = at::randn({B, S, D}, gen);  // reference layout [B, T, d]
@@ -46,16 +58,12 @@ TESSERA_WORKER(tp_blocks) {
   auto yRef = r1->forward(r0->forward(xRef));
   (yRef * gFull).sum().backward();
 
-  auto xT = xFull.transpose(0, 1).contiguous();  // [S, B, d]
-  auto x = (sp ? shard(xT, 0, tp) : xT).clone().requires_grad_();
+  auto x = local(xFull).clone().requires_grad_();
   auto y = p1->forward(p0->forward(x));
-  auto gT = gFull.transpose(0, 1).contiguous();
-  (y * (sp ? shard(gT, 0, tp) : gT)).sum().backward();
+  (y * local(gFull)).sum().backward();
 
-  auto yRefT = yRef.detach().transpose(0, 1).contiguous();
-  expectClose(y, sp ? shard(yRefT, 0, tp) : yRefT, "output");
-  auto gxRef = xRef.grad().transpose(0, 1).contiguous();
-  expectClose(x.grad(), sp ? shard(gxRef, 0, tp) : gxRef, "input grad");
+  expectClose(y, local(yRef), "output");
+  expectClose(x.grad(), local(xRef.grad()), "input grad");
   std::pair<GptBlock*, tp::ParallelBlock*> pairs[] = {{&r0, &p0}, {&r1, &p1}};
   for (int k = 0; k < 2; ++k) {
     auto& r = *pairs[k].first;
@@ -74,6 +82,23 @@ TESSERA_WORKER(tp_blocks) {
     expectClose(p->mlp->fc2->weight.grad(), shard(r->fc2->weight.grad(), 1, tp), name("fc2.weight"));
     expectClose(p->mlp->fc2->bias.grad(), r->fc2->bias.grad(), name("fc2.bias"));
   }
+  if (pDrop == 0) return;
+
+  torch::manual_seed(5);
+  GptBlock q0(D, HEADS), q1(D, HEADS);  // the same weights without dropout
+  at::NoGradGuard noGrad;
+  auto undropped = q1->forward(q0->forward(xFull));
+  WCHECK((yRef - undropped).abs().max().item<double>() > 0.1, "dropout p = {} changed nothing", pDrop);
+  // The second forward draws new masks (the blocks' RNG state advanced), again the reference's.
+  auto yRef2 = r1->forward(r0->forward(xFull));
+  WCHECK(!at::allclose(yRef2, yRef.detach()), "the second forward reused the first one's masks");
+  expectClose(p1->forward(p0->forward(x)), local(yRef2), "second forward's output");
+  // Eval mode: no dropout, and no mask drawn.
+  p0->eval();
+  p1->eval();
+  expectClose(p1->forward(p0->forward(x)), local(undropped), "eval output");
+  WCHECK(p0->dropoutCalls == 2 && p1->dropoutCalls == 2, "masked forwards counted: {}, {}", p0->dropoutCalls,
+         p1->dropoutCalls);
 }
 
 struct BlockCase {
@@ -91,7 +116,8 @@ TEST_P(TpBlocks, StackMatchesUnshardedBlocks) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, TpBlocks,
                          ::testing::Values(BlockCase{2, "plain"}, BlockCase{4, "plain"}, BlockCase{2, "sp"},
-                                           BlockCase{4, "sp"}));
+                                           BlockCase{4, "sp"}, BlockCase{2, "plain_drop"}, BlockCase{4, "plain_drop"},
+                                           BlockCase{2, "sp_drop"}, BlockCase{4, "sp_drop"}));
 
 TESSERA_WORKER(tp_blocks_bad_heads) {
   auto ctx = initWorker(w);
@@ -113,3 +139,31 @@ TESSERA_WORKER(tp_blocks_bad_input) {
 }
 
 TEST(TpBlocks, InputNot3DIsAClearError) { expectAllOk(runWorkers("tp_blocks_bad_input", {.ranks = 2})); }
+
+// The dropout masks are dropout masks of rate p: with the attention and MLP outputs made all ones
+// (zero proj/fc2 weights, unit biases) and a zero input, the block's output is m_attn + m_mlp,
+// each mask 0 or 1/(1 - p) = 2 for p = 0.5. Sequence parallel, tp 2: this rank's 64/2 tokens of
+// [64, 4, 32], 4096 values. Exact values {0, 2, 4}; zeros (both dropped) at rate p² = 0.25 and
+// mean 2 within 0.03 and 0.1 (> 4 standard deviations: sqrt(.25·.75/4096) = 0.007 and
+// sqrt(2/4096) = 0.022). p outside [0, 1) is an error naming the block.
+TESSERA_WORKER(tp_block_dropout_rate) {
+  auto ctx = initWorker(w);
+  tp::ParallelBlock b(ctx.world, D, HEADS, /*sp=*/true, "blocks.3", tp::BlockDropout{0.5, 7});
+  {
+    at::NoGradGuard g;
+    for (auto* l : {&b->attn->proj->weight, &b->mlp->fc2->weight}) l->zero_();
+    for (auto* l : {&b->attn->proj->bias, &b->mlp->fc2->bias}) l->fill_(1);
+  }
+  auto y = b->forward(at::zeros({64 / ctx.world->size(), 4, D})).detach();
+  auto valid = (y == 0).logical_or(y == 2).logical_or(y == 4);
+  WCHECK(valid.all().item<bool>(), "values other than 0, 2, 4: {}",
+         y.masked_select(valid.logical_not())[0].item<double>());
+  const double zeros = (y == 0).to(at::kDouble).mean().item<double>(), mean = y.mean().item<double>();
+  WCHECK(std::abs(zeros - 0.25) < 0.03 && std::abs(mean - 2) < 0.1, "zeros {} (want 0.25), mean {} (want 2)", zeros,
+         mean);
+  for (double p : {-0.1, 1.0})
+    expectErrorContaining([&] { tp::ParallelBlock(ctx.world, D, HEADS, false, "blocks.4", tp::BlockDropout{p, 0}); },
+                          {"'blocks.4'", "dropout", fmt::format("p = {}", p).c_str(), "[0, 1)"});
+}
+
+TEST(TpBlocks, DropoutMasksHaveRateP) { expectAllOk(runWorkers("tp_block_dropout_rate", {.ranks = 2})); }

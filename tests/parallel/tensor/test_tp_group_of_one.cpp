@@ -8,7 +8,7 @@
 //   parallel, input parallel or split here, accumulateGradInGemm (each against at::linear:
 //   output, input and parameter gradients);
 // - the vocab embedding and cross-entropy (against at::embedding / torch's cross_entropy);
-// - the parallel block with and without sequence parallel (attention, LayerNorm regions).
+// - the parallel block with and without sequence parallel (attention, LayerNorm regions, dropout).
 // First the recorder itself is shown to log a collective issued through it.
 // Tolerance for the linear comparisons: fp32 on the same values; only accumulateGradInGemm's own
 // GEMM may sum in another order than at::linear's backward: rtol 1e-5, atol 1e-6.
@@ -160,10 +160,11 @@ TESSERA_WORKER(tp_group_of_one) {
   expectClose(loss.detach(), lossRef.detach(), "cross-entropy loss");
   expectClose(logits.grad(), logitsRef.grad(), "cross-entropy logits grad");
 
-  // The block: attention and MLP over the layers above, LayerNorm regions with sequence parallel.
+  // The block: attention and MLP over the layers above, LayerNorm regions with sequence parallel,
+  // dropout (its masks are drawn on each rank: no communication).
   for (bool sp : {false, true}) {
     torch::manual_seed(11);
-    tp::ParallelBlock block(tp, 8, 2, sp, fmt::format("block(sp={})", sp));
+    tp::ParallelBlock block(tp, 8, 2, sp, fmt::format("block(sp={})", sp), tp::BlockDropout{/*p=*/0.5, /*seed=*/1});
     auto x = seeded({S, B, 8}, 12).requires_grad_();
     expectSilent(log, block->name, [&] { block->forward(x).square().sum().backward(); });
     WCHECK(x.grad().defined() && block->ln1->weight.grad().defined(), "{}: no gradients", block->name);
