@@ -23,7 +23,9 @@
 // shape mismatch between stages) makes every rank throw an error naming that stage and
 // the shape, again with the communicator usable. Stages must be deterministic in shape:
 // an output whose shape or dtype differs from the probed one later is an error on the
-// rank that produced it (its peers then end with the communicator's error or timeout).
+// rank that produced it, naming both; its peers, waiting for that transfer, end with the
+// communicator's error when that rank exits, or with its timeout while it lives on
+// (test_pipeline checks both).
 // Likewise any other failure inside the schedule (a stage throwing on micro-batch 3, out of
 // memory): the failing rank throws "pipeline executor: forward of micro-batch 3 on stage 1
 // (pp rank 1, chunk 0) failed: ..."; its peers end with a communication error when its

@@ -28,14 +28,18 @@
 // stages end in a residual add, which saves nothing for backward, so only the executor's
 // freeing can free it; checked on Gloo only).
 // Errors: indivisible batch, too few micro-batches, mismatched shapes between stages,
-// input/target disagreement thrown on every rank, the communicator still usable afterwards.
+// input/target disagreement thrown on every rank, the communicator still usable afterwards;
+// a stage output that changes shape or dtype on a later step fails on its rank naming both
+// shapes, and its peers end with an error, by its exit or by the communicator's timeout.
 #include <gtest/gtest.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
+#include <thread>
 
 #include "comm/gpu/gpu_test_util.h"
 #include "harness/multiprocess.h"
@@ -457,6 +461,84 @@ TEST(Pipeline, FailureMidStepEndsEveryRank) {
     EXPECT_EQ(rr.output.find("finished the step"), std::string::npos) << rr.output;
     EXPECT_LT(rr.seconds, 25) << rr.output;
   }
+}
+#endif
+
+// A stage whose output changes on a later step while the input stays the same (so no probe
+// re-learns the shapes): the output of micro-batch 1 on the second step gets one more
+// feature (arg "shape") or becomes float64 ("dtype"), on pp rank 1 (pp rank 0 when pp = 2).
+// That rank's send is refused, naming the shape announced and the one produced. Its peers
+// wait for a transfer that never comes: they end with a communication error when its process
+// exits, or, with "stay" (the failing rank catches the error and stays alive, its connections
+// open, for 7 s), when their communicator's timeout expires.
+TESSERA_WORKER(pp_output_changes) {
+  auto ctx = initWorker(w);
+  const auto& g = ctx.world;
+  const int P = g->size(), r = g->rank(), bad = P > 2 ? 1 : 0, M = 4;
+  const bool dtype = w.arg.find("dtype") != std::string::npos, stay = w.arg.find("stay") != std::string::npos;
+  auto m = makeModel(5);
+  auto part = partitionModel(m, {.pp = P});
+  auto st = buildStage(m, part, r);
+  int calls = 0;  // forwards with gradients (the shape probe runs without)
+  PipelineExecutor::ChunkFn fn = [&](const at::Tensor& x) {
+    auto y = st.forward(x);
+    if (r == bad && at::GradMode::is_enabled() && calls++ == M + 1)
+      return dtype ? y.to(at::kDouble) : at::cat({y, y.narrow(1, 0, 1)}, 1);
+    return y;
+  };
+  PipelineExecutor exec(g, makeSchedule(ScheduleKind::OneFOneB, P, M), {fn}, mse);
+  auto x = randnSeeded({8, IN}, 1), y = randnSeeded({8, OUT}, 2);
+  for (int step = 0; step < 2; ++step) {
+    try {
+      exec.step(r == 0 ? x : at::Tensor(), r == P - 1 ? y : at::Tensor());
+    } catch (const std::exception&) {
+      if (stay && r == bad) std::this_thread::sleep_for(std::chrono::seconds(7));
+      throw;
+    }
+  }
+  WCHECK(false, "rank {} finished both steps although stage {}'s output changed", r, bad);
+}
+
+#ifndef TESSERA_PP_GPU_SUITE  // the Gloo suite only
+namespace {
+// Runs pp_output_changes; checks the failing rank's error and that every rank ended, with an
+// error, by itself (not killed by the harness) and in bounded time. Returns the results.
+std::vector<RankResult> runOutputChange(int ranks, const std::string& arg, int timeoutS,
+                                        std::initializer_list<const char*> badError) {
+  RunOptions o;
+  o.ranks = ranks;
+  o.arg = arg;
+  o.killSiblingsOnFailure = false;
+  o.env = {{"TESSERA_TIMEOUT_S", std::to_string(timeoutS)}};
+  auto res = runWorkers("pp_output_changes", o);
+  const int bad = ranks > 2 ? 1 : 0;
+  for (const char* part : badError) EXPECT_NE(res[bad].output.find(part), std::string::npos) << part << "\n" << res[bad].output;
+  for (const auto& rr : res) {
+    EXPECT_FALSE(rr.killedByHarness) << "rank " << rr.rank << " hung:\n" << rr.output;
+    EXPECT_NE(rr.exitCode, 0) << "rank " << rr.rank << ":\n" << rr.output;
+    EXPECT_EQ(rr.output.find("finished both steps"), std::string::npos) << rr.output;
+    EXPECT_LT(rr.seconds, timeoutS + 15) << "rank " << rr.rank << ":\n" << rr.output;
+  }
+  return res;
+}
+}  // namespace
+
+TEST(Pipeline, OutputShapeChangeEndsEveryRank) {
+  runOutputChange(4, "shape", 10,
+                  {"send-fwd activation of micro-batch 1 on stage 1 (pp rank 1, chunk 0) as [2, 9] float32",
+                   "the shape announced to rank 2 is [2, 8] float32"});
+}
+
+// The failing rank stays alive: its peers end by the communicator's timeout (4 s), while it
+// still sleeps.
+TEST(Pipeline, OutputDtypeChangeEndsPeersByTimeout) {
+  auto res = runOutputChange(2, "dtype,stay", 4,
+                             {"send-fwd activation of micro-batch 1 on stage 0 (pp rank 0, chunk 0) as [2, 8] float64",
+                              "the shape announced to rank 1 is [2, 8] float32"});
+  std::string out = res[1].output;
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  EXPECT_NE(out.find("timed out"), std::string::npos) << res[1].output;
+  EXPECT_LT(res[1].seconds, res[0].seconds) << "rank 1 ended only after rank 0 exited:\n" << res[1].output;
 }
 #endif
 
