@@ -470,7 +470,7 @@ TEST(Pipeline, FailureMidStepEndsEveryRank) {
 // That rank's send is refused, naming the shape announced and the one produced. Its peers
 // wait for a transfer that never comes: they end with a communication error when its process
 // exits, or, with "stay" (the failing rank catches the error and stays alive, its connections
-// open, for 7 s), when their communicator's timeout expires.
+// open, for 12 s), when their communicator's timeout expires.
 TESSERA_WORKER(pp_output_changes) {
   auto ctx = initWorker(w);
   const auto& g = ctx.world;
@@ -492,7 +492,7 @@ TESSERA_WORKER(pp_output_changes) {
     try {
       exec.step(r == 0 ? x : at::Tensor(), r == P - 1 ? y : at::Tensor());
     } catch (const std::exception&) {
-      if (stay && r == bad) std::this_thread::sleep_for(std::chrono::seconds(7));
+      if (stay && r == bad) std::this_thread::sleep_for(std::chrono::seconds(12));
       throw;
     }
   }
