@@ -68,6 +68,10 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   // Local: fail all pending and future ops (e.g. from a watchdog). Idempotent.
   virtual void abort(const std::string& reason) = 0;
 
+  // Options (device) for small scratch tensors this backend can communicate: split() and
+  // callers that exchange metadata before they have tensors of their own (DDP construction).
+  virtual at::TensorOptions scratchOptions() const = 0;
+
  protected:
   Communicator(int rank, int size, std::string name);
 
@@ -87,8 +91,6 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
                                                 const std::string& name, const std::string& tag) = 0;
   // Device check for this backend (CPU vs CUDA device); throws with a message.
   virtual void checkDevice(const OpInfo& i, const char* what, const at::Tensor& t) const = 0;
-  // Options for small scratch tensors this backend can communicate (used by split()).
-  virtual at::TensorOptions scratchOptions() const = 0;
 
   // Backends call this at construction: the rendezvous store and a key namespace unique to
   // this group and equal on its ranks, used by debug mode (split() derives the children's).
