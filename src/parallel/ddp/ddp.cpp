@@ -5,15 +5,16 @@
 #include "common/error.h"
 #include "parallel/ddp/param_sync.h"
 #include "parallel/ddp/reducer.h"
+#include "parallel/ddp/validate.h"
 
 namespace tessera {
 
 DistributedDataParallel::DistributedDataParallel(Named parameters, Named buffers, CommPtr comm, DdpOptions options)
     : buffers_(std::move(buffers)) {
   TESSERA_CHECK(comm, "DistributedDataParallel: no communicator given");
-  TESSERA_CHECK(!parameters.empty(), "DistributedDataParallel: no parameters given (rank {})", comm->rank());
-  auto scratch = parameters.front().second.options();
-  ddp::checkSameParameters(*comm, parameters, scratch);
+  // Every rank's problems and differences become the same error on every rank (before any
+  // rank could go on to a collective the others never reach).
+  ddp::agree(*comm, ddp::describeRank(parameters, buffers_, options), comm->scratchOptions());
   std::vector<at::Tensor> state;
   for (auto& p : parameters) state.push_back(p.second);
   for (auto& b : buffers_) state.push_back(b.second);

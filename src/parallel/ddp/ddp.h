@@ -13,9 +13,15 @@
 //   { auto guard = ddp.noSync(); ...backward... }   // accumulate locally, no communication
 //
 // Contract:
-// - Construction is collective over `comm`: every rank must pass parameters with the same
-//   count, names, shapes and dtypes (else tessera::Error naming the first differing parameter
-//   and the ranks); parameters and buffers are then broadcast from rank 0.
+// - Construction is collective over `comm`, and fails on every rank alike (tessera::Error,
+//   never a rank left waiting): when any rank's arguments are unusable (no parameters, none
+//   with requires_grad, bad options...: the message names each such rank and why), or when
+//   the ranks differ in the options that shape buckets and communication (bucket caps,
+//   gradientAsBucketView, commDtype, findUnusedParameters, broadcastBuffers, rebuildBuckets),
+//   in their parameters (count, names, shapes, dtypes, device type, requires_grad) or in their
+//   buffers (count, names, shapes, dtypes, device type): the message names the first
+//   differing option, parameter or buffer and what each rank has. Parameters and buffers are
+//   then broadcast from rank 0 (buffers whatever broadcastBuffers says).
 // - Gradients of parameters with requires_grad are bucketed (reverse registration order at
 //   first; after the first synchronised backward, rebuilt in the order gradients became
 //   ready on rank 0, the same layout on every rank). A bucket's all-reduce starts as soon as

@@ -20,47 +20,13 @@
 
 namespace tessera {
 
-namespace {
-bool isFloating(c10::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
-}  // namespace
-
 Reducer::Reducer(DistributedDataParallel::Named named, CommPtr comm, DdpOptions opts)
     : comm_(std::move(comm)), opts_(opts) {
+  // DistributedDataParallel checked the parameters and options on every rank (validate.h):
+  // some require a gradient, all of them contiguous floating-point leaves on one device.
   for (auto& [name, t] : named) {
     if (t.requires_grad()) params_.push_back(Param{name, t});
   }
-  TESSERA_CHECK(!params_.empty(), "DistributedDataParallel: no parameter requires a gradient (rank {})", comm_->rank());
-  const auto device = params_[0].tensor.device();
-  for (const auto& p : params_) {
-    TESSERA_CHECK(p.tensor.device() == device, "DistributedDataParallel: parameter '{}' is on {}, '{}' on {}",
-                  p.name, p.tensor.device().str(), params_[0].name, device.str());
-    TESSERA_CHECK(p.tensor.is_contiguous(), "DistributedDataParallel: parameter '{}' is not contiguous", p.name);
-    TESSERA_CHECK(isFloating(p.tensor.scalar_type()),
-                  "DistributedDataParallel: parameter '{}' has dtype {}; gradients must be float32, bfloat16 or "
-                  "float16",
-                  p.name, dtypeName(p.tensor.scalar_type()));
-  }
-  if (opts_.commDtype) {
-    TESSERA_CHECK(isFloating(*opts_.commDtype), "DistributedDataParallel: commDtype {} is not a floating dtype",
-                  dtypeName(*opts_.commDtype));
-    for (const auto& p : params_) {
-      TESSERA_CHECK(!viewMode() || p.tensor.scalar_type() == *opts_.commDtype,
-                    "DistributedDataParallel: gradientAsBucketView needs gradients in the communication dtype, but "
-                    "parameter '{}' is {} and commDtype is {}",
-                    p.name, dtypeName(p.tensor.scalar_type()), dtypeName(*opts_.commDtype));
-    }
-  }
-  TESSERA_CHECK(opts_.bucketCapBytes > 0 && opts_.firstBucketCapBytes > 0,
-                "DistributedDataParallel: bucket caps must be positive (bucketCapBytes {}, firstBucketCapBytes {})",
-                opts_.bucketCapBytes, opts_.firstBucketCapBytes);
-
-  TESSERA_CHECK(opts_.smCarveout >= 0, "DistributedDataParallel: smCarveout {} is negative (a number of SMs)",
-                opts_.smCarveout);
-
-  TESSERA_CHECK(!(opts_.onBucketReduced && opts_.findUnusedParameters),
-                "DistributedDataParallel: onBucketReduced (an optimizer step per bucket during backward) cannot be "
-                "combined with findUnusedParameters: which parameters got no gradient is known only at the end of "
-                "backward");
 
   // A group of one: each gradient already is the average. No buckets, hooks or collectives
   // (but for onBucketReduced: buckets and hooks without communication).
