@@ -1,6 +1,8 @@
-// DistributedDataParallel's construction: every rank raises the same error when any rank's
-// arguments are unusable or the ranks differ (requires_grad, options, buffers, no
-// parameters): never a rank left waiting.
+// DistributedDataParallel's construction and state: every rank raises the same error when any
+// rank's arguments are unusable or the ranks differ (requires_grad, options, buffers, no
+// parameters: never a rank left waiting); buffers are broadcast from rank 0 at construction
+// and by syncBuffers() unless broadcastBuffers is off; the default bucket caps and the layout
+// they give a known model.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -111,4 +113,69 @@ TEST(DdpConstruction, NoParametersIsTheSameErrorOnEveryRank) {
     SCOPED_TRACE(arg);
     expectAllOk(runWorkers("ddp_no_parameters", {.ranks = 2, .arg = arg}));
   }
+}
+
+// arg "1": broadcastBuffers (default), "0": off. Ranks start with different buffers.
+TESSERA_WORKER(ddp_buffers) {
+  const bool broadcast = w.arg == "1";
+  auto ctx = initWorker(w);
+  auto m = makeTinyMlp(1);
+  auto stats = at::full({4}, 1.0f + w.rank);
+  auto count = at::full({2}, 10 * (w.rank + 1), at::kLong);
+  DdpOptions o;
+  o.broadcastBuffers = broadcast;
+  DistributedDataParallel ddp(namedParameters(*m), {{"stats", stats}, {"count", count}}, ctx.world, o);
+  // Construction broadcasts rank 0's, whatever broadcastBuffers says.
+  WCHECK(stats.equal(at::full({4}, 1.0f)) && count.equal(at::full({2}, 10, at::kLong)),
+         "rank {} after construction: stats {}, count {}", w.rank, stats[0].item<float>(), count[0].item<int64_t>());
+  for (int step = 0; step < 2; ++step) {
+    stats.fill_(100.0f * (step + 1) + w.rank);  // as a forward updates BatchNorm's statistics
+    count.add_(w.rank + 1);
+    ddp.syncBuffers();
+    const float want = 100.0f * (step + 1) + (broadcast ? 0 : w.rank);
+    const int64_t wantCount = broadcast ? 10 + step + 1 : 10 + (step + 1) * (w.rank + 1);
+    WCHECK(stats.equal(at::full({4}, want)) && count.equal(at::full({2}, wantCount, at::kLong)),
+           "rank {} step {}: stats {} (want {}), count {} (want {})", w.rank, step, stats[0].item<float>(), want,
+           count[0].item<int64_t>(), wantCount);
+  }
+}
+
+TEST(DdpConstruction, BuffersComeFromRankZero) {
+  for (const char* arg : {"1", "0"}) {
+    SCOPED_TRACE(arg);
+    expectAllOk(runWorkers("ddp_buffers", {.ranks = 3, .arg = arg}));
+  }
+}
+
+TEST(DdpConstruction, DefaultOptions) {
+  DdpOptions o;
+  EXPECT_EQ(o.bucketCapBytes, 25u << 20);
+  EXPECT_EQ(o.firstBucketCapBytes, 1u << 20);
+  EXPECT_FALSE(o.gradientAsBucketView);
+  EXPECT_FALSE(o.commDtype.has_value());
+  EXPECT_FALSE(o.findUnusedParameters);
+  EXPECT_TRUE(o.broadcastBuffers);
+  EXPECT_TRUE(o.rebuildBuckets);
+}
+
+// Float32 parameters, registered in this order (buckets start from the last): the 1 MiB first
+// bucket closes at head.weight (exactly 1 MiB; with head.bias just over), the 25 MiB one at emb
+// (12 + 12 MiB and two biases are just under 25 MiB), and `in` is left in a bucket of its own.
+TESSERA_WORKER(ddp_default_layout) {
+  auto ctx = initWorker(w);
+  auto p = [](int64_t n) { return at::zeros({n}).requires_grad_(); };
+  DistributedDataParallel::Named params = {
+      {"in", p(256)},              {"emb", p(1 << 20)},         {"l1.weight", p(3 << 20)},
+      {"l1.bias", p(1024)},        {"l2.weight", p(3 << 20)},   {"l2.bias", p(1024)},
+      {"head.weight", p(1 << 18)}, {"head.bias", p(256)},
+  };
+  DistributedDataParallel ddp(params, {}, ctx.world);
+  const std::vector<std::vector<std::string>> want = {
+      {"head.bias", "head.weight"}, {"l2.bias", "l2.weight", "l1.bias", "l1.weight", "emb"}, {"in"}};
+  auto got = ddp.bucketLayout();
+  WCHECK(got == want, "default layout: {}", fmt::join(got, " | "));
+}
+
+TEST(DdpConstruction, DefaultCapsGiveTheExpectedLayout) {
+  expectAllOk(runWorkers("ddp_default_layout", {.ranks = 2}));
 }
