@@ -2,6 +2,7 @@
 // Bucket assignment: a pure function, tested without any communication.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace tessera::ddp {
@@ -17,7 +18,13 @@ struct BucketParam {
 // with the next large one instead of making latency-bound buckets of their own (on the
 // GPT-735M, closing *before* overflowing made 75 buckets, every other one a few KiB).
 // Buckets come out in the order they were closed, the open ones last (by group order).
+// `order` must be a permutation of 0..params.size()-1 (else tessera::Error, see orderProblem).
 std::vector<std::vector<int>> assignBuckets(const std::vector<int>& order, const std::vector<BucketParam>& params,
                                             size_t cap, size_t firstCap);
+
+// "" when `order` is a permutation of 0..n-1; else what is wrong with it: the first index
+// out of range, appearing twice, or missing ("index 3 appears twice"; with `names` (n of
+// them): "index 3 ('fc1.bias') appears twice").
+std::string orderProblem(const std::vector<int>& order, size_t n, const std::vector<std::string>& names = {});
 
 }  // namespace tessera::ddp

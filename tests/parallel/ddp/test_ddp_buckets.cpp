@@ -29,3 +29,21 @@ TEST(DdpBuckets, OrderIsFollowed) {
   std::vector<BucketParam> p(4, BucketParam{10, 0});
   EXPECT_EQ(assignBuckets({2, 0, 3, 1}, p, 20, 20), (V{{2, 0}, {3, 1}}));  // 20 bytes: closes at two
 }
+
+// The rebuild order agreed after the first backward must be a permutation: a duplicate (a
+// parameter counted twice) would leave a bucket waiting forever for a gradient.
+TEST(DdpBuckets, OrderMustBeAPermutation) {
+  using tessera::ddp::orderProblem;
+  EXPECT_EQ(orderProblem({2, 0, 1}, 3), "");
+  EXPECT_EQ(orderProblem({2, 0, 2, 1}, 3), "index 2 appears twice");
+  EXPECT_EQ(orderProblem({2, 0}, 3), "index 1 is missing");
+  EXPECT_EQ(orderProblem({2, 0, 3}, 3), "index 3 is out of range");
+  EXPECT_EQ(orderProblem({1, 1, 0}, 3, {"a", "b", "c"}), "index 1 ('b') appears twice");
+  std::vector<BucketParam> p(3, BucketParam{10, 0});
+  try {
+    assignBuckets({0, 1, 1, 2}, p, 20, 20);
+    FAIL() << "a duplicate index was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("index 1 appears twice"), std::string::npos) << e.what();
+  }
+}
