@@ -30,7 +30,14 @@
 //   .grad holds the average over the ranks of their local .grad.
 // - Every synchronised backward must produce a gradient for every parameter with
 //   requires_grad, unless findUnusedParameters: otherwise tessera::Error names the
-//   parameters that got none (on the rank that saw it).
+//   parameters that got none, raised at the end of backward on the rank(s) that saw it, after
+//   that rank took part in the step's all-reduces as findUnusedParameters would (the skipped
+//   parameters contributing their .grad, zeros if none; the averages land in .grad; with
+//   onBucketReduced it ran for every bucket). So ranks whose backward went through finish
+//   their step normally and no rank waits for another; they are not told that a rank raised
+//   (that would cost a collective per step): if the raising rank goes on without the step
+//   (no optimizer step) the ranks' parameters drift apart, and if it ends, the others' next
+//   collective fails (peer lost, or the communicator's timeout).
 // - A group of one (comm->size() == 1) communicates nothing: no buckets, no hooks, .grad as
 //   autograd left it (options that shape buckets or communication have no effect), unless
 //   onBucketReduced is set: then buckets and hooks exist for it, without communication.

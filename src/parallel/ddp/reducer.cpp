@@ -121,7 +121,7 @@ void Reducer::onGradReady(int i) {
                 "backward or a parameter used by two graphs?); use noSync() for all but one",
                 p.name, comm_->rank());
   p.ready = true;
-  if (!rebuilt_) readyOrder_.push_back(i);
+  if (opts_.rebuildBuckets && !rebuilt_) readyOrder_.push_back(i);
   if (--buckets_[p.bucket].pending == 0) launchReady();
 }
 
@@ -200,78 +200,6 @@ void Reducer::unflatten(Bucket& b, const std::vector<bool>& globallyUnused) {
     offs.push_back(b.offsets[k]);
   }
   kernels::unflattenCast(b.flat, dsts, offs);
-}
-
-std::vector<int> Reducer::agreedReadyOrder() {
-  std::vector<int64_t> order(readyOrder_.begin(), readyOrder_.end());
-  for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i) {
-    if (std::find(readyOrder_.begin(), readyOrder_.end(), i) == readyOrder_.end()) order.push_back(i);
-  }
-  auto t = at::tensor(order, at::kLong).to(params_[0].tensor.device());
-  comm_->broadcast(t, 0)->synchronize();
-  auto cpu = t.cpu();
-  return std::vector<int>(cpu.data_ptr<int64_t>(), cpu.data_ptr<int64_t>() + cpu.numel());
-}
-
-void Reducer::finalize() {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<int> missing;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!params_[i].ready) missing.push_back(static_cast<int>(i));
-  }
-  if (!missing.empty() && !opts_.findUnusedParameters) {
-    std::vector<std::string> names;
-    for (int i : missing) names.push_back(params_[i].name);
-    resetIteration();
-    throw Error(fmt::format(
-        "DistributedDataParallel: on rank {}, {} parameter(s) got no gradient in this backward: {}. Set "
-        "findUnusedParameters if parts of the model are skipped on purpose, or set requires_grad=false on "
-        "parameters that are never trained",
-        comm_->rank(), names.size(), fmt::join(names, ", ")));
-  }
-  // Parameters without a gradient here contribute what they hold (zeros if nothing).
-  for (int i : missing) {
-    params_[i].ready = true;
-    --buckets_[params_[i].bucket].pending;
-  }
-  launchReady();
-  std::vector<bool> globallyUnused(params_.size(), false);
-  if (opts_.findUnusedParameters) {
-    std::vector<int32_t> used(params_.size(), 1);
-    for (int i : missing) used[i] = 0;
-    auto dev = at::tensor(used, at::kInt).to(params_[0].tensor.device());
-    comm_->allReduce(dev, ReduceOp::Sum)->synchronize();
-    auto cpu = dev.cpu();
-    for (size_t i = 0; i < params_.size(); ++i) globallyUnused[i] = cpu[i].item<int32_t>() == 0;
-  }
-  for (auto& b : buckets_) {
-    if (b.work) b.work->wait();
-    // With onBucketReduced every bucket was copied back when it was handed over (afterReduce).
-    if (viewMode() || opts_.onBucketReduced || !b.work) continue;
-    unflatten(b, globallyUnused);
-  }
-  if (sideStream_) {  // the caller's stream after onBucketReduced's work
-    const auto dev = params_[0].tensor.device();
-    c10::Event done(dev.type());
-    done.record(*sideStream_);
-    done.block(c10::impl::VirtualGuardImpl(dev.type()).getStream(dev));
-  }
-  bool rebuild = opts_.rebuildBuckets && !rebuilt_;
-  rebuilt_ = true;
-  resetIteration();
-  if (rebuild) build(agreedReadyOrder());
-  readyOrder_.clear();
-}
-
-void Reducer::resetIteration() {
-  for (auto& p : params_) p.ready = false;
-  for (auto& b : buckets_) {
-    b.pending = static_cast<int>(b.params.size());
-    b.work.reset();
-  }
-  nextLaunch_ = 0;
-  inBackward_ = false;
-  carveout_.reset();  // later GEMMs are stream-ordered after the all-reduces: all SMs again
 }
 
 }  // namespace tessera

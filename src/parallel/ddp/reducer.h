@@ -1,6 +1,7 @@
 #pragma once
 // Reducer: DDP's engine room (internal). Owns the buckets, the autograd hooks on each
-// parameter's gradient accumulator, and the end-of-backward step. See ddp.h for the contract.
+// parameter's gradient accumulator, and the end-of-backward step (reducer_end.cpp). See ddp.h
+// for the contract.
 //
 // Flow of one synchronised backward:
 //   hook(i) fires after param i's .grad was accumulated → mark ready; when bucket b has all
@@ -11,7 +12,9 @@
 //   The first hook queues finalize() on the autograd engine: it handles parameters that got
 //   no gradient, launches what is left, waits on every bucket (CUDA: stream-ordered), copies
 //   back (kernels::unflattenCast) and, after the first iteration, rebuilds the buckets in
-//   the order rank 0 saw gradients become ready.
+//   the order rank 0 saw gradients become ready (completeIteration()). Every rank issues
+//   the same collectives however its backward went: parameters without a gradient still
+//   contribute (their .grad, or zeros), and the "got no gradient" error is raised after.
 //   From the first launch to finalize(), options.smCarveout SMs are kept free of GEMMs
 //   (common/sm_carveout.h), so backward's GEMMs fit beside the running all-reduces.
 //   With onBucketReduced, each launched bucket is handed to it at once (afterReduce): on CUDA
@@ -71,8 +74,9 @@ class Reducer {
   void afterReduce(Bucket& b);
   void unflatten(Bucket& b, const std::vector<bool>& globallyUnused);
   void finalize();
+  std::vector<int> completeIteration();
   void resetIteration();
-  std::vector<int> agreedReadyOrder();
+  std::optional<std::vector<int>> agreedReadyOrder(bool offer);
   bool viewMode() const { return opts_.gradientAsBucketView; }
 
   std::vector<Param> params_;
