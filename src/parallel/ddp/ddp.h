@@ -38,6 +38,16 @@
 //   (that would cost a collective per step): if the raising rank goes on without the step
 //   (no optimizer step) the ranks' parameters drift apart, and if it ends, the others' next
 //   collective fails (peer lost, or the communicator's timeout).
+// - A backward that raises before its end (in a hook, in onBucketReduced, in the model's own
+//   backward) leaves nothing behind: that rank's next zeroGrad() or synchronised backward
+//   first completes the aborted one's collectives (waits for the all-reduces it started,
+//   issues the rest on zeros, drops the results), so the ranks' collectives stay matched,
+//   then starts clean. When every rank raised, they all do so; when only some did, the
+//   others wait at the end of their backward until those catch up (or for the communicator's
+//   timeout), and their averages include the aborted ranks' partial gradients or zeros.
+//   After an aborted backward .grad hold unspecified values: call zeroGrad() before the next
+//   step (with gradientAsBucketView, before anything writes to .grad: until then the aborted
+//   all-reduces may still write into them).
 // - A group of one (comm->size() == 1) communicates nothing: no buckets, no hooks, .grad as
 //   autograd left it (options that shape buckets or communication have no effect), unless
 //   onBucketReduced is set: then buckets and hooks exist for it, without communication.
@@ -110,7 +120,8 @@ class DistributedDataParallel {
 
   // Collective when broadcastBuffers (no-op otherwise): buffers from rank 0.
   void syncBuffers();
-  // Local: zeroes every parameter's .grad in place (keeps bucket views).
+  // Local: zeroes every parameter's .grad in place (keeps bucket views). After a synchronised
+  // backward that raised, it first completes that backward's collectives (see the contract).
   void zeroGrad();
 
   // While a NoSync lives, backward passes only accumulate .grad locally.

@@ -97,6 +97,12 @@ std::vector<std::vector<std::string>> Reducer::layout() const {
 }
 
 void Reducer::zeroGrad() {
+  {
+    // After a backward that raised: its all-reduces may still write into the gradients
+    // (bucket views); complete them first.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (inBackward_ && iteration_.expired()) finishAbortedIteration();
+  }
   std::vector<at::Tensor> grads;
   for (auto& p : params_) {
     if (p.tensor.grad().defined()) grads.push_back(p.tensor.mutable_grad());
@@ -111,9 +117,13 @@ void Reducer::zeroGrad() {
 void Reducer::onGradReady(int i) {
   if (!sync_) return;
   std::lock_guard<std::mutex> lock(mu_);
+  // The last backward that reached a hook ended without finalize(): it raised.
+  if (inBackward_ && iteration_.expired()) finishAbortedIteration();
   if (!inBackward_) {
     inBackward_ = true;
-    torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize(); });
+    auto token = std::make_shared<bool>();  // lives as long as the callback, i.e. the graph task
+    iteration_ = token;
+    torch::autograd::Engine::get_default_engine().queue_callback([this, token] { finalize(); });
   }
   auto& p = params_[i];
   TESSERA_CHECK(!p.ready,
@@ -131,6 +141,10 @@ void Reducer::launchReady() {
 
 void Reducer::launch(Bucket& b) {
   const bool alone = comm_->size() == 1;
+  if (discard_) {  // completing an aborted iteration: its collective only, on zeros; .grad untouched
+    if (!alone) b.work = comm_->allReduce(at::zeros_like(b.flat), viewMode() ? ReduceOp::Avg : ReduceOp::Sum);
+    return;
+  }
   if (!carveout_ && opts_.smCarveout > 0 && !alone) carveout_ = std::make_unique<SmCarveoutGuard>(opts_.smCarveout);
   if (viewMode()) {
     for (size_t k = 0; k < b.params.size(); ++k) {

@@ -15,6 +15,11 @@
 //   the order rank 0 saw gradients become ready (completeIteration()). Every rank issues
 //   the same collectives however its backward went: parameters without a gradient still
 //   contribute (their .grad, or zeros), and the "got no gradient" error is raised after.
+//   A backward that raised before finalize() (a hook, onBucketReduced, the model's own
+//   backward) drops finalize's callback with its graph task, which expires the iteration's
+//   token: the next zeroGrad() or synchronised backward's first hook sees that, waits for
+//   the dropped iteration's all-reduces, issues the rest on zeros (finishAbortedIteration(),
+//   .grad untouched) and starts clean.
 //   From the first launch to finalize(), options.smCarveout SMs are kept free of GEMMs
 //   (common/sm_carveout.h), so backward's GEMMs fit beside the running all-reduces.
 //   With onBucketReduced, each launched bucket is handed to it at once (afterReduce): on CUDA
@@ -74,7 +79,8 @@ class Reducer {
   void afterReduce(Bucket& b);
   void unflatten(Bucket& b, const std::vector<bool>& globallyUnused);
   void finalize();
-  std::vector<int> completeIteration();
+  std::vector<int> completeIteration(bool deliver);
+  void finishAbortedIteration();
   void resetIteration();
   std::optional<std::vector<int>> agreedReadyOrder(bool offer);
   bool viewMode() const { return opts_.gradientAsBucketView; }
@@ -87,6 +93,8 @@ class Reducer {
   std::mutex mu_;
   bool sync_ = true;
   bool inBackward_ = false;
+  std::weak_ptr<void> iteration_;  // expires when the graph task holding finalize()'s callback ends
+  bool discard_ = false;           // completing an aborted iteration: all-reduce zeros, deliver nothing
   size_t nextLaunch_ = 0;
   bool rebuilt_ = false;
   std::vector<int> readyOrder_;

@@ -1,5 +1,5 @@
-// Reducer, the end of a synchronised backward (see reducer.h): finalize() and the bucket
-// rebuild from rank 0's ready order.
+// Reducer, the end of a synchronised backward (see reducer.h): finalize(), the completion of
+// an aborted iteration, and the bucket rebuild from rank 0's ready order.
 #include <ATen/ATen.h>
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -55,7 +55,7 @@ std::optional<std::vector<int>> Reducer::agreedReadyOrder(bool offer) {
 void Reducer::finalize() {
   std::lock_guard<std::mutex> lock(mu_);
   auto reset = c10::make_scope_exit([this] { resetIteration(); });  // the next backward starts clean
-  auto missing = completeIteration();
+  auto missing = completeIteration(/*deliver=*/true);
   if (!missing.empty() && !opts_.findUnusedParameters) {
     std::vector<std::string> names;
     for (int i : missing) names.push_back(params_[i].name);
@@ -67,7 +67,7 @@ void Reducer::finalize() {
   }
 }
 
-std::vector<int> Reducer::completeIteration() {
+std::vector<int> Reducer::completeIteration(bool deliver) {
   std::vector<int> missing;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!params_[i].ready) missing.push_back(static_cast<int>(i));
@@ -100,7 +100,7 @@ std::vector<int> Reducer::completeIteration() {
   for (auto& b : buckets_) {
     if (b.work) b.work->wait();
     // With onBucketReduced every bucket was copied back when it was handed over (afterReduce).
-    if (viewMode() || opts_.onBucketReduced || !b.work) continue;
+    if (!deliver || viewMode() || opts_.onBucketReduced || !b.work) continue;
     unflatten(b, globallyUnused);
   }
   if (sideStream_) {  // the caller's stream after onBucketReduced's work
@@ -111,12 +111,29 @@ std::vector<int> Reducer::completeIteration() {
   }
   if (opts_.rebuildBuckets && !rebuilt_) {
     // Rank 0 offers its order from a backward that went through, else the next one's is used.
-    if (auto order = agreedReadyOrder(missing.empty() || opts_.findUnusedParameters)) {
+    if (auto order = agreedReadyOrder(deliver && (missing.empty() || opts_.findUnusedParameters))) {
       build(*order);
       rebuilt_ = true;
     }
   }
   return missing;
+}
+
+void Reducer::finishAbortedIteration() {
+  const size_t started = nextLaunch_;
+  discard_ = true;
+  auto reset = c10::make_scope_exit([this] {
+    discard_ = false;
+    resetIteration();
+  });
+  try {
+    completeIteration(/*deliver=*/false);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("DistributedDataParallel: on rank {}, the previous synchronised backward raised after {} "
+                            "of {} bucket(s) had started their all-reduce; completing its collectives (so the ranks' "
+                            "stay matched) failed: {}",
+                            comm_->rank(), started, buckets_.size(), e.what()));
+  }
 }
 
 void Reducer::resetIteration() {
@@ -128,6 +145,7 @@ void Reducer::resetIteration() {
   nextLaunch_ = 0;
   readyOrder_.clear();
   inBackward_ = false;
+  iteration_.reset();
   carveout_.reset();  // later GEMMs are stream-ordered after the all-reduces: all SMs again
 }
 

@@ -1,6 +1,7 @@
-// DistributedDataParallel after errors in backward: a caught "got no gradient" error and one
-// rank alone skipping parameters. The training that follows must match single-process
-// training over the steps that went through, and no rank may be left waiting for another.
+// DistributedDataParallel after errors in backward: a caught "got no gradient" error, a
+// backward that raised midway (on every rank), and one rank alone skipping parameters. The
+// training that follows must match single-process training over the steps that went
+// through, and no rank may be left waiting for another.
 // Tolerance 1e-5 as in test_ddp.cpp (fp32, the only difference is the order of the sums);
 // each run checks that training moved the parameters by more than 50x that.
 #include <ATen/ATen.h>
@@ -101,6 +102,100 @@ TEST(DdpRecovery, TrainingAfterACaughtUnusedParameterErrorMatchesTheReference) {
   for (const char* arg : {"", "cap=512", "cap=512;view=1"}) {
     SCOPED_TRACE(arg);
     expectAllOk(runWorkers("ddp_train_after_unused_error", {.ranks = 2, .arg = arg}));
+  }
+}
+
+namespace {
+// Identity whose backward raises when asked: a model whose own backward fails midway.
+struct FailInBackward : torch::autograd::Function<FailInBackward> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, bool fail) {
+    ctx->saved_data["fail"] = fail;
+    return x.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    if (ctx->saved_data["fail"].toBool()) throw std::runtime_error("injected failure in backward");
+    return {g[0], at::Tensor()};
+  }
+};
+
+// Registered a, b, c; applied c, (the failing identity), b, a: a's and b's gradients are ready
+// before the failure, c's never.
+struct ChainImpl : torch::nn::Module {
+  ChainImpl() {
+    a = register_module("a", torch::nn::Linear(6, 6));
+    b = register_module("b", torch::nn::Linear(6, 6));
+    c = register_module("c", torch::nn::Linear(6, 6));
+  }
+  at::Tensor forward(const at::Tensor& x, bool fail) {
+    return a(torch::tanh(b(FailInBackward::apply(torch::tanh(c(x)), fail))));
+  }
+  torch::nn::Linear a{nullptr}, b{nullptr}, c{nullptr};
+};
+TORCH_MODULE(Chain);
+
+Chain makeChain(uint64_t seed) {
+  torch::manual_seed(seed);
+  return Chain();
+}
+
+at::Tensor chainInput(int step, int rank) {
+  torch::manual_seed(1000 * step + rank);
+  return torch::randn({5, 6});
+}
+}  // namespace
+
+// fail=<step>: that step's backward raises on every rank. At step 0 no bucket had started
+// (the first layout begins with c); after the rebuild (a first) a's and b's buckets have
+// started their all-reduces when it raises. The next step must neither report a gradient
+// "twice" nor leave stale buckets: training matches the reference without that step.
+// zero=ddp (default): ddp.zeroGrad() completes the aborted iteration; zero=opt: the
+// optimizer zeroes .grad and the next backward's first hook does.
+TESSERA_WORKER(ddp_train_after_aborted_backward) {
+  auto a = parseArgs(w.arg);
+  const int failStep = std::stoi(a["fail"]);
+  const bool ddpZero = !a.count("zero") || a["zero"] == "ddp";
+  auto ctx = initWorker(w);
+  auto net = makeChain(7 + w.rank);
+  DdpOptions o = optionsFrom(w.arg);
+  DistributedDataParallel ddp(namedParameters(*net), {}, ctx.world, o);
+  torch::optim::SGD opt(net->parameters(), 0.1);
+  for (int step = 0; step < 5; ++step) {
+    if (ddpZero) {
+      ddp.zeroGrad();
+    } else {
+      opt.zero_grad();
+    }
+    auto x = chainInput(step, w.rank);
+    if (step == failStep) {
+      expectErrorContaining([&] { net->forward(x, true).pow(2).mean().backward(); }, {"injected failure"});
+      continue;
+    }
+    net->forward(x, false).pow(2).mean().backward();
+    opt.step();
+  }
+  auto layout = ddp.bucketLayout();
+  WCHECK(layout.front().front()[0] == 'a', "buckets not rebuilt in ready order: the first starts with {}",
+         layout.front().front());
+
+  auto ref = makeChain(7);
+  torch::optim::SGD refOpt(ref->parameters(), 0.1);
+  for (int step = 0; step < 5; ++step) {
+    if (step == failStep) continue;
+    refOpt.zero_grad();
+    std::vector<at::Tensor> xs;
+    for (int r = 0; r < w.world; ++r) xs.push_back(chainInput(step, r));
+    ref->forward(at::cat(xs), false).pow(2).mean().backward();
+    refOpt.step();
+  }
+  expectTrained(w, ctx, flatParams(*net), flatParams(*ref), flatParams(*makeChain(7)));
+}
+
+TEST(DdpRecovery, TrainingAfterABackwardThatRaisedMatchesTheReference) {
+  for (const char* arg : {"fail=0;cap=1", "fail=2;cap=1", "fail=2;cap=1;view=1", "fail=2", "fail=0;cap=1;zero=opt",
+                          "fail=2;cap=1;zero=opt"}) {
+    SCOPED_TRACE(arg);
+    expectAllOk(runWorkers("ddp_train_after_aborted_backward", {.ranks = 2, .arg = arg}));
   }
 }
 
