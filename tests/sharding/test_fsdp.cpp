@@ -3,22 +3,33 @@
 // concatenated batch), plus prefetch under a memory budget, state-dict round trips and the
 // clear errors.
 //
-// Tolerances. fp32: the sharded AdamW applies torch::optim::AdamW's ops element for element
-// (bitwise equal, see test_fsdp_local), so the only difference from the reference is the
-// gradient's summation order (mean of per-rank means, reduce-scattered, vs one mean): a few
-// float32 ulps of the gradient's summands. Adam passes a relative gradient error into the
-// update unchanged where |g| >> eps, so most elements agree to ~1e-9 (mean bound 2e-8,
-// measured ~3e-9). Elements whose true gradient is zero (the key bias of attention: softmax
+// Tolerances. Every trainable tensor is checked on its own: dist = ||fsdp - reference|| must be
+// at most c * moved, moved = ||reference - initial|| (L2 over the tensor), so a tensor that was
+// never updated (dist = moved, ratio ~1), updated the wrong way (ratio >= 1) or half wrong (~0.7)
+// fails however small it is; and every tensor must have moved (rms over its elements > 20x the
+// fp32 element bound, 4e-4; measured >= 1.5e-3).
+// fp32: the sharded AdamW applies torch::optim::AdamW's ops element for element (bitwise
+// equal, see test_fsdp_local), so the only difference from the reference is the gradient's
+// summation order (mean of per-rank means, reduce-scattered, vs one mean): a few float32 ulps
+// of the gradient's summands. Adam passes a relative gradient error into the update unchanged
+// where |g| >> eps, so most elements agree to ~1e-9: c = 1e-3 (measured <= 3.5e-5 over the
+// cases below). Elements whose true gradient is zero (the key bias of attention: softmax
 // ignores a per-query constant) get updates of lr * noise / (|noise| + eps) from rounding
 // noise alone, in the reference and here alike; with noise <~ 1e-10 vs eps 1e-8 that is
-// <= 1e-2 lr per step, so 5 steps of lr 1e-3 stay within 5e-5: the max bound used is 2e-5
-// (measured: up to 5.8e-6, at such elements and at near-zero gradients of fc2.weight).
+// <= 1e-2 lr per step, so 5 steps of lr 1e-3 stay within 5e-5: every element must also be within
+// 2e-5 (measured: up to 5.8e-6, at such elements and at near-zero gradients of fc2.weight).
 // bf16 paramDtype: forward and backward in bf16 (relative rounding 2^-8 per op) against an
-// fp32 reference: Adam's first steps are close to lr * sign(g), so where the bf16 gradient
-// differs in sign (near-zero gradients: the key bias again) a parameter moves up to 2 lr per
-// step differently: 5 steps of lr 1e-3 -> max bound 1e-2 (measured 4.2e-3); the mean
-// deviation is bounded by 2e-4 (measured 3.6e-5), far below how far training moves (5e-3).
-// Each run also checks that training moved the parameters by more than 20x the fp32 bound.
+// fp32 reference: Adam's update is insensitive to a gradient's scale, so where |g| is well
+// above its rounding noise the update moves by a few percent of itself, but where the bf16
+// gradient differs in sign (near-zero gradients) a parameter moves up to 2 lr per step
+// differently. Per tensor that gives c = 0.4: measured up to 0.16 (blocks.0.proj.bias) over
+// bf16 runs of 2, 3 and 4 ranks, with reduce=bf16, accumulation, hybrid sharding and frozen
+// parameters; a never-updated pos, LayerNorm weight or bias gives 0.99-1.0 (checked by
+// dropping that parameter's gradient). The key bias (qkv.bias[d, 2d), zero true gradient) is
+// rounding noise through Adam in both runs: it is held only to 2 lr a step; the query and
+// value thirds of qkv.bias are checked as tensors of their own. Element maxima (bf16 up to
+// ~4e-3) are printed, not bounded: 5 steps of lr 1e-3 move an element by ~5e-3 at most, so no
+// element bound below that could be both safe and meaningful.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -95,36 +106,60 @@ TESSERA_WORKER(fsdp_train) {
   auto init = makeTask(s, 100, dev);
   std::map<std::string, at::Tensor> initial;
   for (auto& p : init.module->named_parameters(true)) initial[p.key()] = p.value().detach();
-  double diff = 0, moved = 0, sumDiff = 0;
-  int64_t n = 0;
-  std::string worst;
-  for (auto& p : ref.module->named_parameters(true)) {
-    WCHECK(got.count(p.key()), "full state dict lacks '{}'", p.key());
-    const auto& g = got[p.key()];
-    WCHECK(g.sizes() == p.value().sizes(), "'{}' has shape {} in the state dict", p.key(), g.sizes().vec());
-    auto d = (g - p.value().detach()).abs();
+  // Per trainable tensor: dist = ||fsdp - reference|| over moved = ||reference - initial|| (L2
+  // norms over the tensor; see the tolerances above), and the largest element difference.
+  const double relTol = bf16 ? 0.4 : 1e-3;
+  double diff = 0, worstRel = 0, minRms = 1e30;
+  std::string worst, worstRelName, table;
+  auto check = [&](const std::string& name, const at::Tensor& g, const at::Tensor& r, const at::Tensor& i0) {
+    auto d = (g - r).abs();
     if (d.max().item<double>() > diff) {
       diff = d.max().item<double>();
       auto i = d.reshape({-1}).argmax().item<int64_t>();
-      worst = fmt::format("{}[{}] (reference {:.4g}, initial {:.4g})", p.key(), i,
-                          p.value().detach().reshape({-1})[i].item<double>(),
-                          initial[p.key()].reshape({-1})[i].item<double>());
+      worst = fmt::format("{}[{}] (reference {:.4g}, initial {:.4g})", name, i, r.reshape({-1})[i].item<double>(),
+                          i0.reshape({-1})[i].item<double>());
     }
-    sumDiff += d.sum().item<double>();
-    n += d.numel();
-    moved = std::max(moved, (p.value().detach() - initial[p.key()]).abs().max().item<double>());
+    const double moved = (r - i0).norm().item<double>(), rel = (g - r).norm().item<double>() / moved;
+    const double rms = moved / std::sqrt(static_cast<double>(r.numel()));
+    table += fmt::format("  {:<24} dist/moved {:.3g}, moved rms {:.3g}\n", name, rel, rms);
+    minRms = std::min(minRms, rms);
+    if (!(rel <= worstRel)) {
+      worstRel = rel;
+      worstRelName = name;
+    }
+  };
+  for (auto& p : ref.module->named_parameters(true)) {
+    WCHECK(got.count(p.key()), "full state dict lacks '{}'", p.key());
+    const auto& g = got[p.key()];
+    const auto r = p.value().detach();
+    const auto& i0 = initial[p.key()];
+    WCHECK(g.sizes() == r.sizes(), "'{}' has shape {} in the state dict", p.key(), g.sizes().vec());
     if (!p.value().requires_grad()) {
-      WCHECK(g.equal(initial[p.key()]), "frozen parameter '{}' changed", p.key());
+      WCHECK(g.equal(i0), "frozen parameter '{}' changed", p.key());
+      continue;
+    }
+    const std::string k = p.key();
+    if (k.size() >= 8 && k.compare(k.size() - 8, 8, "qkv.bias") == 0) {
+      // The key bias [d, 2d) has a zero gradient (softmax ignores a per-query constant): what it
+      // does is rounding noise through Adam, up to lr a step either way (see above). The query
+      // and value biases are checked as tensors of their own.
+      const int64_t dm = task.gopts.d;
+      check(k + "[query]", g.narrow(0, 0, dm), r.narrow(0, 0, dm), i0.narrow(0, 0, dm));
+      check(k + "[value]", g.narrow(0, 2 * dm, dm), r.narrow(0, 2 * dm, dm), i0.narrow(0, 2 * dm, dm));
+      const double keyDiff = (g - r).narrow(0, dm, dm).abs().max().item<double>();
+      WCHECK(keyDiff <= 2 * kLr * kSteps, "key bias of '{}' differs by {} > 2 lr a step", k, keyDiff);
+    } else {
+      check(k, g, r, i0);
     }
   }
-  const double tol = bf16 ? 1e-2 : 2e-5;
-  fmt::print("rank 0: max |fsdp - reference| = {:.3g} at {} (tolerance {:.0e}), mean {:.3g}; training moved params "
-             "by up to {:.3g}\n",
-             diff, worst, tol, sumDiff / n, moved);
-  WCHECK(moved > 20 * 2e-5, "training barely moved the parameters ({})", moved);
-  WCHECK(diff <= tol, "parameters differ from single-process training by {} > {}", diff, tol);
-  const double meanTol = bf16 ? 2e-4 : 2e-8;
-  WCHECK(sumDiff / n <= meanTol, "mean deviation {} > {}", sumDiff / n, meanTol);
+  fmt::print("rank 0: max |fsdp - reference| = {:.3g} at {}; worst tensor: {} at {:.3g} of its move (tolerance {}); "
+             "smallest rms move {:.3g}\n",
+             diff, worst, worstRelName, worstRel, relTol, minRms);
+  fmt::print("{}", table);
+  WCHECK(minRms > 20 * 2e-5, "training barely moved a parameter:\n{}", table);
+  WCHECK(worstRel <= relTol, "'{}' is {} of its training move away from single-process training:\n{}", worstRelName,
+         worstRel, table);
+  if (!bf16) WCHECK(diff <= 2e-5, "parameters differ from single-process training by {} > 2e-5 at {}", diff, worst);
 }
 
 struct FsdpCase {
