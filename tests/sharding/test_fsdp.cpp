@@ -51,7 +51,8 @@ using namespace tessera::testing;
 
 // arg: model=mlp|gpt; layers=n; dtype=fp32|bf16; reduce=fp32|bf16; accum=k; hybrid=s; frozen=0|1;
 // auto=<bytes>; budget=<bytes>; clip=<max norm>; raf=0|1 (reshardAfterForward of the block units);
-// pipelined=1 (with accum: every forward before the backwards, as a pipeline schedule)
+// pipelined=1 (with accum: every forward before the backwards, as a pipeline schedule);
+// units=n (the number of units FSDP must have: root + the auto-bucketed block units)
 TESSERA_WORKER(fsdp_train) {
   auto a = parseArgs(w.arg);
   auto get = [&](const char* k, const char* d) { return a.count(k) ? a[k] : std::string(d); };
@@ -78,6 +79,22 @@ TESSERA_WORKER(fsdp_train) {
   for (int step = 0; step < kSteps; ++step) {
     const double norm = fsdpStep(fsdp, opt, task, step, accum, w.rank, clip, pipelined);
     WCHECK(clip == 0 || norm > clip, "step {}: gradient norm {} <= {}: clipping would not be tested", step, norm, clip);
+  }
+  // The features a case names must have been exercised: its unit count (auto-bucketing), and
+  // prefetch within the budget (peak of unsharded bytes; at least the root and the largest
+  // other unit are needed at once whatever the budget).
+  if (a.count("units")) {
+    WCHECK(fsdp.numUnits() == std::stoul(a["units"]), "{} units, expected {}", fsdp.numUnits(), a["units"]);
+  }
+  if (o.prefetchBudgetBytes > 0) {
+    const size_t elem = c10::elementSize(o.paramDtype);
+    size_t largest = 0;
+    for (size_t u = 1; u < fsdp.numUnits(); ++u) largest = std::max<size_t>(largest, fsdp.layout(u).paddedNumel * elem);
+    const size_t need = fsdp.layout(0).paddedNumel * elem + largest;
+    const auto& st = fsdp.stats();
+    WCHECK(st.prefetches > 0, "budget {} B: no prefetch in {} steps", o.prefetchBudgetBytes, kSteps);
+    WCHECK(st.peakUnshardedBytes <= std::max(o.prefetchBudgetBytes, need), "peak {} B unsharded > budget {} B",
+           st.peakUnshardedBytes, o.prefetchBudgetBytes);
   }
   auto got = fsdp.fullStateDict();
 
@@ -185,7 +202,7 @@ TEST_P(FsdpTraining, MatchesSingleProcessAdamWOnGpus) {
 INSTANTIATE_TEST_SUITE_P(Gpu, FsdpTraining,
                          ::testing::Values(FsdpCase{2, "model=gpt"}, FsdpCase{2, "model=gpt;dtype=bf16"},
                                            FsdpCase{2, "model=gpt;accum=2;budget=100000"},
-                                           FsdpCase{2, "model=gpt;layers=4;auto=20000;budget=60000;clip=0.05"}));
+                                           FsdpCase{2, "model=gpt;layers=4;auto=60000;budget=150000;clip=0.05;units=3"}));
 #else
 TEST_P(FsdpTraining, MatchesSingleProcessAdamW) {
   auto c = GetParam();
@@ -204,5 +221,8 @@ INSTANTIATE_TEST_SUITE_P(
                       FsdpCase{2, "model=gpt;frozen=1"}, FsdpCase{2, "model=mlp;frozen=1"},
                       FsdpCase{2, "model=gpt;clip=0.05"},
                       FsdpCase{2, "model=gpt;raf=0"},                 // gathered from forward to backward
-                      FsdpCase{2, "model=gpt;layers=4;auto=20000;budget=60000"}));
+                      // Blocks of 50,816 B (fp32) bucketed 2 to a unit (>= 60,000 B): root + 2 units of
+                      // 101,632 B; the budget holds the root (18,688 B) and one unit (120,320 B), not two
+                      // (221,952 B): the root's run prefetches the first block unit.
+                      FsdpCase{2, "model=gpt;layers=4;auto=60000;budget=150000;units=3"}));
 #endif
