@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "harness/args.h"
+#include "harness/multiprocess.h"
 #include "models/tiny_models.h"
 #include "sharding/fsdp/fsdp.h"
 #include "sharding/fsdp/optimizer.h"
@@ -130,12 +131,18 @@ inline double fsdpStep(FullyShardedDataParallel& f, ShardedAdamW& opt, Task& t, 
                        bool pipelined = false) {
   opt.zeroGrad();
   std::vector<at::Tensor> pending;
+  // noSync backwards must not communicate gradients: no reduce-scatter (hybrid sharding's
+  // replica all-reduce only follows a reduce-scatter); the synchronised one must.
   auto backward = [&](const at::Tensor& loss, bool last) {
+    const int64_t before = f.stats().reduceScatters;
     if (last) {
       loss.backward();
+      WCHECK(f.stats().reduceScatters > before, "step {}: the synchronised backward issued no reduce-scatter", step);
     } else {
       auto guard = f.noSync();
       loss.backward();
+      WCHECK(f.stats().reduceScatters == before, "step {}: a noSync backward issued {} reduce-scatters", step,
+             f.stats().reduceScatters - before);
     }
   };
   for (int k = 0; k < accum; ++k) {
