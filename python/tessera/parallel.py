@@ -244,7 +244,9 @@ class FullyShardedDataParallel(torch.nn.Module):
         return self._fsdp.no_sync()
 
     def clip_grad_norm_(self, max_norm):
-        """Collective: the gradient's total L2 norm over all shards; scales them to ``max_norm``."""
+        """Collective: scales the gradient shards to a total L2 norm of at most ``max_norm``; returns the norm
+        before clipping as a 0-dim tensor on the shards' device (as ``torch.nn.utils.clip_grad_norm_``; nothing
+        is read back to the host: ``.item()`` it only where the value is needed)."""
         return self._fsdp.clip_grad_norm(max_norm)
 
     def full_state_dict(self):

@@ -56,10 +56,16 @@ def test_fsdp_matches_single_process(world, prefetch_mb):
         opt.zero_grad()
         loss = F.mse_loss(fsdp(x[world.rank * per:(world.rank + 1) * per]), y[world.rank * per:(world.rank + 1) * per])
         loss.backward()
+        # A bound no norm reaches: the shards are multiplied by exactly 1 (training unchanged).
+        norm = fsdp.clip_grad_norm_(1e9)
         opt.step()
         ref_opt.zero_grad()
         F.mse_loss(ref(x), y).backward()
+        ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), 1e9)
         ref_opt.step()
+        # The same gradient summed in another order: float32 rounding, ~1e-7 relative.
+        assert isinstance(norm, torch.Tensor) and norm.dim() == 0, type(norm)
+        torch.testing.assert_close(norm, ref_norm, rtol=1e-5, atol=0, msg=f"gradient norm at step {step}")
     sd = fsdp.full_state_dict()
     if world.rank == 0:
         assert set(sd) == set(start), sorted(sd)

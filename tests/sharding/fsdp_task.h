@@ -154,7 +154,7 @@ inline double fsdpStep(FullyShardedDataParallel& f, ShardedAdamW& opt, Task& t, 
     }
   }
   for (size_t k = 0; k < pending.size(); ++k) backward(pending[k], k + 1 == pending.size());
-  const double norm = clip > 0 ? f.clipGradNorm(clip) : 0;
+  const double norm = clip > 0 ? f.clipGradNorm(clip).item<double>() : 0;
   opt.step();
   return norm;  // the gradient norm before clipping (0 when not clipping)
 }

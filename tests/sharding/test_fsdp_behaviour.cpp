@@ -194,6 +194,7 @@ TESSERA_WORKER(fsdp_errors) {
         {"unit 0 ('root') started inside itself"});
     g.reshardAll();
   }
+  expectErrorContaining([&] { f.clipGradNorm(-1); }, {"clipGradNorm", "maxNorm -1 must be >= 0"});
   std::map<std::string, at::Tensor> sd{{"fc1.weight", at::zeros({32, 8})}, {"fc1.bias", at::zeros({3})}};
   expectErrorContaining([&] { f.loadFullStateDict(sd); }, {"'fc1.bias' has shape 3", "the parameter has 32"});
   sd.erase("fc1.bias");
@@ -240,4 +241,50 @@ TESSERA_WORKER(fsdp_unused) {
 
 TEST(Fsdp, UnitWithUnusedParametersReducesAtTheEndOfBackward) {
   expectAllOk(runWorkers("fsdp_unused", {.ranks = 2, .timeout = std::chrono::seconds(60)}));
+}
+
+// clipGradNorm against the gathered gradient (2 ranks): the norm comes back as a 0-dim fp32
+// tensor on the shards' device, equal to the L2 norm of the full gradient computed in double from
+// the gathered shards (rtol 1e-5: fp32 sums of ~30k squares in another order, each rounding
+// 2^-24 relative); below maxNorm the shards are left bitwise unchanged (multiplied by exactly 1);
+// above it they are scaled to norm maxNorm (rtol 1e-5 again).
+TESSERA_WORKER(fsdp_clip) {
+  auto ctx = initWorker(w);
+  auto task = makeTask(Setup{}, 100);
+  FullyShardedDataParallel fsdp(task.units, ctx.world, {});
+  fsdpLoss(fsdp, task, 0, 0, w.rank).backward();
+  auto gradsAndNorm = [&] {
+    std::vector<at::Tensor> shards;
+    double sq = 0;
+    for (size_t u = 0; u < fsdp.numUnits(); ++u) {
+      const auto& l = fsdp.layout(u);
+      shards.push_back(fsdp.gradShard(u).clone());
+      auto full = at::empty({l.paddedNumel}, at::kFloat);
+      ctx.world->allGather(full, fsdp.gradShard(u))->synchronize();
+      sq += full.narrow(0, 0, l.trainableNumel).to(at::kDouble).pow(2).sum().item<double>();
+    }
+    return std::make_pair(shards, std::sqrt(sq));
+  };
+  auto [before, want] = gradsAndNorm();
+  auto norm = fsdp.clipGradNorm(1e9);
+  WCHECK(norm.dim() == 0 && norm.scalar_type() == at::kFloat && norm.device() == fsdp.masterShard(0).device(),
+         "norm is a {}-dim {} tensor on {}", norm.dim(), dtypeName(norm.scalar_type()), norm.device().str());
+  WCHECK(std::abs(norm.item<double>() - want) <= 1e-5 * want, "norm {} vs {} from the gathered gradient",
+         norm.item<double>(), want);
+  for (size_t u = 0; u < fsdp.numUnits(); ++u) {
+    WCHECK(fsdp.gradShard(u).equal(before[u]), "unit {}: gradient changed although its norm {} < maxNorm", u, want);
+  }
+  const double maxNorm = want / 4;
+  auto again = fsdp.clipGradNorm(maxNorm);
+  WCHECK(again.equal(norm), "the norm before clipping changed: {} vs {}", again.item<double>(), norm.item<double>());
+  auto [after, clipped] = gradsAndNorm();
+  WCHECK(std::abs(clipped - maxNorm) <= 1e-5 * maxNorm, "clipped norm {} vs maxNorm {}", clipped, maxNorm);
+  for (size_t u = 0; u < fsdp.numUnits(); ++u) {
+    const double d = (after[u] - before[u] * (maxNorm / want)).abs().max().item<double>();
+    WCHECK(d <= 1e-5 * before[u].abs().max().item<double>(), "unit {}: not a uniform scaling (off by {})", u, d);
+  }
+}
+
+TEST(Fsdp, ClipGradNormReturnsTheNormAndScalesOnlyAboveMaxNorm) {
+  expectAllOk(runWorkers("fsdp_clip", {.ranks = 2, .timeout = std::chrono::seconds(60)}));
 }

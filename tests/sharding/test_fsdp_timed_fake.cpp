@@ -7,9 +7,13 @@
 // those of the same run over the untimed fake (every op complete when issued). Both must agree
 // bitwise after 3 AdamW steps of a tiny GPT (4 blocks of equal size, so the allocator does
 // reuse blocks between units), fp32 and bf16 parameters, with and without gradient
-// accumulation (a pipeline's order too). Skips visibly without a GPU and a CUDA LibTorch.
+// accumulation (a pipeline's order too). Also: clipGradNorm returns without waiting for the
+// device. Skips visibly without a GPU and a CUDA LibTorch.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
 
 #include "comm/fake/fake_communicator.h"
 #include "comm/gpu/gpu_test_util.h"
@@ -63,5 +67,38 @@ TEST_P(FsdpTimedFake, SameShardsAsTheUntimedRun) {
 INSTANTIATE_TEST_SUITE_P(Cases, FsdpTimedFake,
                          ::testing::Values(Case{false, 1, false}, Case{true, 1, false}, Case{false, 3, false},
                                            Case{true, 3, true}));
+
+// clipGradNorm queues its work on the current stream without blocking the host: over the timed
+// fake communicator with 100 ms per op, the norm's all-reduce keeps the GPU busy for 100 ms after
+// clipGradNorm issues it, so a host synchronisation inside (as it had: synchronize() + item())
+// would make the call last >= 100 ms; it must return in under 50 ms (it queues a dozen small
+// kernels). A first call, waited for, loads those kernels (lazy module loading could otherwise
+// stall the timed call). The value, read afterwards, is the norm of this rank's gradient shards
+// (the fake all-reduce leaves its input as it is): rtol 1e-5, fp32 sums in another order.
+TEST(FsdpClipGradNorm, DoesNotBlockTheHost) {
+  TESSERA_REQUIRE_CUDA_LIBTORCH();
+  const at::Device dev(at::kCUDA, 0);
+  FakeTiming t;
+  t.enabled = true;
+  t.latencyUs = 100000;
+  auto world = makeFakeCommunicator(0, 2, dev, "world", t);
+  auto task = makeTask(tessera::testing::Setup{}, 100, dev);  // (Setup alone is gtest's)
+  FullyShardedDataParallel fsdp(task.units, world, {});
+  fsdpLoss(fsdp, task, 0, 0, /*rank=*/0).backward();
+  const double first = fsdp.clipGradNorm(1e9).item<double>();  // waits for backward and the norm
+  double sq = 0;
+  for (size_t u = 0; u < fsdp.numUnits(); ++u) {
+    const int64_t n = fsdp.layout(u).trainableInShard(fsdp.shardRank());
+    sq += fsdp.gradShard(u).narrow(0, 0, n).cpu().to(at::kDouble).pow(2).sum().item<double>();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto norm = fsdp.clipGradNorm(1e9);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(ms, 50) << "clipGradNorm blocked the host (the all-reduce takes 100 ms on the device)";
+  EXPECT_TRUE(norm.is_cuda() && norm.dim() == 0);
+  EXPECT_NEAR(norm.item<double>(), std::sqrt(sq), 1e-5 * std::sqrt(sq));
+  EXPECT_EQ(norm.item<double>(), first);  // x 1 left the shards as they were
+  fmt::print("clipGradNorm returned after {:.2f} ms; norm {}\n", ms, first);
+}
 
 }  // namespace

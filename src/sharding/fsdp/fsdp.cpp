@@ -481,7 +481,9 @@ void FullyShardedDataParallel::zeroGrad() {
   }
 }
 
-double FullyShardedDataParallel::clipGradNorm(double maxNorm) {
+at::Tensor FullyShardedDataParallel::clipGradNorm(double maxNorm) {
+  TESSERA_CHECK(maxNorm >= 0, "FullyShardedDataParallel::clipGradNorm: maxNorm {} must be >= 0", maxNorm);
+  torch::NoGradGuard ng;
   const int r = shardComm_->rank();
   auto sq = at::zeros({1}, units_[0]->master.options());
   for (auto& x : units_) {
@@ -489,16 +491,16 @@ double FullyShardedDataParallel::clipGradNorm(double maxNorm) {
     auto g = x->grad.narrow(0, 0, x->layout.trainableInShard(r));
     sq.add_(g.pow(2).sum());
   }
-  // Replicas hold the same shards: the shard group covers the whole model once.
-  if (shardComm_->size() > 1) shardComm_->allReduce(sq, ReduceOp::Sum)->synchronize();
-  const double norm = std::sqrt(sq.item<double>());
-  const double coef = maxNorm / (norm + 1e-6);
-  if (coef < 1) {
-    for (auto& x : units_) {
-      if (x->grad.defined()) x->grad.mul_(coef);
-    }
+  // Replicas hold the same shards: the shard group covers the whole model once. wait() orders
+  // the current stream after the sum on CUDA (no host sync); on the CPU it blocks, as any op.
+  if (shardComm_->size() > 1) shardComm_->allReduce(sq, ReduceOp::Sum)->wait();
+  auto norm = sq.sqrt();
+  // min(1, c) on the device, every shard multiplied by it: x 1 leaves a value unchanged.
+  auto coef = (maxNorm / (norm + 1e-6)).clamp_max(1.0);
+  for (auto& x : units_) {
+    if (x->grad.defined()) x->grad.mul_(coef);
   }
-  return norm;
+  return norm.reshape({});
 }
 
 }  // namespace tessera

@@ -12,7 +12,7 @@
 //     for (i...) h = fsdp.runUnit(1 + i, h, [&](const at::Tensor& x) { return blocks[i](x); });
 //     auto logits = fsdp.runUnit(0, h, [&](const at::Tensor& x) { return head(x); });
 //     lossFn(logits, y).backward();   // grad shards hold the average over ranks on return
-//     fsdp.clipGradNorm(1.0);          // optional, collective
+//     fsdp.clipGradNorm(1.0);          // optional, collective; the norm as a device tensor
 //     opt.step(); opt.zeroGrad();
 //   }
 //   { auto guard = fsdp.noSync(); ...forward/backward... }   // accumulate, no communication
@@ -130,10 +130,14 @@ class FullyShardedDataParallel {
   // Local: releases the gradient shards (as zero_grad(set_to_none=True): they take no memory
   // until the next backward creates them) and drops accumulated noSync gradients.
   void zeroGrad();
-  // Collective over the world: total L2 norm of the model's gradient (all shards); scales the
-  // shards by maxNorm / (norm + 1e-6) when that is < 1 (as torch::nn::utils::clip_grad_norm_).
-  // Returns the norm before clipping.
-  double clipGradNorm(double maxNorm);
+  // Collective over the world: total L2 norm of the model's gradient (all shards); multiplies the
+  // shards by min(1, maxNorm / (norm + 1e-6)) (as torch::nn::utils::clip_grad_norm_; a factor of
+  // exactly 1, leaving them unchanged, when the norm is below maxNorm). Returns the norm before
+  // clipping as a 0-dim fp32 tensor on the shards' device. Nothing is read back to the host: on
+  // CUDA the sum, the all-reduce (stream-ordered) and the scaling are queued on the current
+  // stream; call .item() on the result only when the value is needed (that waits for the GPU).
+  // maxNorm < 0 (or NaN) is an error; maxNorm = infinity only computes the norm.
+  at::Tensor clipGradNorm(double maxNorm);
 
   // Sharded state, for the optimizer and checkpoints.
   size_t numUnits() const;
