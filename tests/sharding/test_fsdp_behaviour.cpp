@@ -288,3 +288,69 @@ TESSERA_WORKER(fsdp_clip) {
 TEST(Fsdp, ClipGradNormReturnsTheNormAndScalesOnlyAboveMaxNorm) {
   expectAllOk(runWorkers("fsdp_clip", {.ranks = 2, .timeout = std::chrono::seconds(60)}));
 }
+
+// A unit run twice in one forward while resharding after forward (a root without
+// reshardAfterForward = false) is warned about once. Not warned: a pipeline's micro-batch
+// forwards before their backwards (every block unit run twice, the root, not resharding, four
+// times), and one unit's forwards of two micro-batches before the next unit's first (as
+// interleaved pipeline stages run them). 1 rank: the warning is local.
+TESSERA_WORKER(fsdp_rerun_warning) {
+  auto ctx = initWorker(w);
+  Setup s;
+  {
+    auto task = makeTask(s, 100);  // root: reshardAfterForward false
+    FullyShardedDataParallel fsdp(task.units, ctx.world, {});
+    ShardedAdamW opt(fsdp);
+    fsdpStep(fsdp, opt, task, 0, 2, w.rank, 0, /*pipelined=*/true);
+    fsdpStep(fsdp, opt, task, 1, 1, w.rank, 0);
+  }
+  {
+    auto m = makeTinyMlp(6);
+    FullyShardedDataParallel f({{"fc1", {{"fc1.weight", m->fc1->weight}, {"fc1.bias", m->fc1->bias}}},
+                                {"fc2", {{"fc2.weight", m->fc2->weight}, {"fc2.bias", m->fc2->bias}}}},
+                               ctx.world);
+    auto run = [&](size_t u, const at::Tensor& x) {
+      return f.runUnit(u, x, [&](const at::Tensor& t) { return u == 0 ? m->fc1->forward(t) : m->fc2->forward(t); });
+    };
+    auto x = at::randn({2, 8});
+    auto h0 = run(0, x), h1 = run(0, 2 * x);
+    {
+      auto guard = f.noSync();
+      run(1, h0).sum().backward();
+    }
+    run(1, h1).sum().backward();
+  }
+  fmt::print("---- root resharding after forward\n");
+  std::fflush(stdout);
+  auto task = makeTask(s, 100);
+  task.units[0].reshardAfterForward = std::nullopt;  // the default: true
+  FullyShardedDataParallel fsdp(task.units, ctx.world, {});
+  ShardedAdamW opt(fsdp);
+  for (int step = 0; step < 2; ++step) fsdpStep(fsdp, opt, task, step, 1, w.rank, 0);
+  // The cost the warning names: the root gathered twice per forward, 4 all-gathers a forward.
+  fsdp.resetStats();
+  torch::NoGradGuard ng;
+  fsdpLoss(fsdp, task, 2, 0, w.rank);
+  fsdp.reshardAll();
+  WCHECK(fsdp.stats().allGathers == 4, "{} all-gathers in a forward of 3 units with the root run twice",
+         fsdp.stats().allGathers);
+}
+
+TEST(Fsdp, UnitRunTwiceWhileReshardingIsWarnedOnce) {
+  auto res = runWorkers("fsdp_rerun_warning", {.ranks = 1, .timeout = std::chrono::seconds(60)});
+  expectAllOk(res);
+  ASSERT_EQ(res.size(), 1u);
+  const std::string& out = res[0].output;
+  const auto mark = out.find("---- root resharding after forward");
+  ASSERT_NE(mark, std::string::npos) << out;
+  auto count = [&](size_t from, size_t to, const std::string& what) {
+    int n = 0;
+    for (size_t at = out.find(what, from); at != std::string::npos && at < to; at = out.find(what, at + 1)) ++n;
+    return n;
+  };
+  const std::string warning = "with reshardAfterForward true";
+  EXPECT_EQ(count(0, mark, warning), 0) << "warned without a repeated resharding unit:\n" << out;
+  EXPECT_EQ(count(mark, out.size(), warning), 1) << out;
+  EXPECT_EQ(count(mark, out.size(), "unit 0 ('root') ran 2 times in the forward this backward went through"), 1)
+      << out;
+}

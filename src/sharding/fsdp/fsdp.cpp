@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "kernels/bucket_copy.h"
 #include "parallel/ddp/param_sync.h"
 #include "sharding/fsdp/hooks.h"
@@ -304,6 +305,29 @@ std::vector<at::Tensor> FullyShardedDataParallel::runUnit(size_t unit, const std
 
 // ---- backward
 
+// A unit that ran more often in the forward a backward goes through than another unit (a root
+// holding the embedding and the head, run at both ends of the forward) while resharding after
+// forward was all-gathered for each run; its backward then keeps it gathered from its first
+// pre-backward hook to its last gradient anyway. Counted by pre-backward hooks of one backward,
+// so forwards of micro-batches whose backwards come later (pipelines: F0 F1 B0, interleaved
+// stages) do not count as repeats. Warned once per unit.
+void FullyShardedDataParallel::warnRepeatedRuns() {
+  int fewest = 0;
+  for (const auto& x : units_) {
+    if (x->bwdRuns > 0) fewest = fewest == 0 ? x->bwdRuns : std::min(fewest, x->bwdRuns);
+  }
+  for (size_t v = 0; v < units_.size(); ++v) {
+    auto& x = *units_[v];
+    if (!x.reshardAfterForward || x.warnedRerun || x.bwdRuns <= fewest) continue;
+    x.warnedRerun = true;
+    log::warn("FullyShardedDataParallel: unit {} ('{}') ran {} times in the forward this backward went through, more "
+              "often than other units ({}), with reshardAfterForward true: it is all-gathered again for every run. "
+              "Give it reshardAfterForward = false (FsdpUnitSpec; as the Python wrapper does for its root unit) to "
+              "gather it once per forward. (Warned once per unit.)",
+              v, x.name, x.bwdRuns, fewest);
+  }
+}
+
 void FullyShardedDataParallel::beginBackward() {
   if (inBackward_) return;
   inBackward_ = true;
@@ -317,6 +341,7 @@ void FullyShardedDataParallel::onPreBackward(int u) {
   auto& x = *units_[u];
   x.ranWithGrad = true;
   x.liveGraphs = std::max(0, x.liveGraphs - 1);
+  x.bwdRuns += 1;
   gather(u, false);
   if (!x.bwdPrefetched) prefetchAfter(backwardOrder_, u);  // once per unit and backward
   x.bwdPrefetched = true;
@@ -450,6 +475,7 @@ void FullyShardedDataParallel::finalizeBackward() {
     if (x.launched && sync_ && x.rsOut.defined()) fsdp::addIntoGrad(x);  // addIntoGrad runs without grad mode
   }
   reshardAll();
+  warnRepeatedRuns();
   plannedOrder_ = passOrder_;
   resetPass();
 }
@@ -458,6 +484,7 @@ void FullyShardedDataParallel::resetPass() {
   for (auto& x : units_) {
     x->ranWithGrad = x->liveGraphs > 0;  // forwards whose backward is still to come
     x->bwdPrefetched = false;
+    x->bwdRuns = 0;
     std::fill(x->gotGrad.begin(), x->gotGrad.end(), false);
     x->pending = x->trainable;
     x->gradsReady = x->launched = false;

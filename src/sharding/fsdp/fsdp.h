@@ -42,6 +42,14 @@
 //   Forwards of several micro-batches may run before their backwards, one backward call each
 //   (pipeline schedules: F0 F1 B0 F2 B1 ...): each backward processes the units its graph
 //   reaches; use noSync for all but the last.
+// - Root unit: give a unit that runs more than once per forward (a root holding the embedding,
+//   run first, and the head, run last) reshardAfterForward = false in its FsdpUnitSpec, as the
+//   Usage above does and the Python wrapper does for its root. It is not automatic: FSDP only
+//   knows a unit runs twice once it has. With resharding on, such a unit is all-gathered again for
+//   every run, to save its memory in the middle of the forward only: in backward it stays
+//   gathered from its first pre-backward hook to its last gradient. Results are the same. FSDP warns (log::warn, once per unit, at the
+//   end of a backward) when a resharding unit ran more often than other units in the forward that
+//   backward went through.
 // - Hybrid sharding (shardGroupSize s < world): shard within groups of s consecutive ranks,
 //   replicate across the world/s groups (gradient shards all-reduced across replicas).
 // - Devices: CPU (Gloo) and CUDA (NCCL) through Communicator only. On CUDA, all-gathers and
@@ -177,6 +185,7 @@ class FullyShardedDataParallel {
   void reshard(int u);
   void prefetchAfter(const std::vector<int>& order, int u);
   void beginBackward();
+  void warnRepeatedRuns();
   void processGrads(int u);
   void drainReduceScatters(int current);
   void releaseReduceInput();

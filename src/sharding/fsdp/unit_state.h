@@ -23,6 +23,7 @@ struct Unit {
   bool hasFrozen = false;
   int trainable = 0;                  // number of trainable parameters
   bool reshardAfterForward = true;
+  bool warnedRerun = false;  // the warning of warnRepeatedRuns was given for this unit
 
   at::Tensor full;    // [paddedNumel] paramDtype; storage released while sharded
   at::Tensor master;  // [shardNumel] fp32
@@ -40,6 +41,7 @@ struct Unit {
   bool ranWithGrad = false;
   int liveGraphs = 0;  // forwards with grad whose pre-backward hook has not fired yet
   bool bwdPrefetched = false;  // its backward has issued its prefetches
+  int bwdRuns = 0;             // pre-backward hooks fired in this backward: runs of its forward
   std::vector<bool> gotGrad;  // by param index
   int pending = 0;
   bool gradsReady = false, launched = false;
