@@ -194,6 +194,23 @@ TESSERA_WORKER(fsdp_errors) {
         {"unit 0 ('root') started inside itself"});
     g.reshardAll();
   }
+  // A unit's forward using another (sharded) unit's parameter: a tessera error naming both,
+  // not ATen's words about storage.
+  expectErrorContaining([&] { f.runUnit(1, x, [&](const at::Tensor& t) { return m2->fc1->forward(t); }); },
+                        {"the forward of unit 1 ('fc2')", "sharded now ('fc1')", "only its own parameters"});
+  f.reshardAll();
+  // Loads are refused while a unit is gathered or a forward's backward is pending; fine after.
+  const auto saved = f.shardedStateDict();
+  f.unshardAll();
+  expectErrorContaining([&] { f.loadShardedStateDict(saved); },
+                        {"loadShardedStateDict", "unit 0 ('fc1') is gathered", "reshardAll"});
+  expectErrorContaining([&] { f.loadFullStateDict({}); }, {"loadFullStateDict", "unit 0 ('fc1') is gathered"});
+  f.reshardAll();
+  auto pending = f.runUnit(0, x, [&](const at::Tensor& t) { return m2->fc1->forward(t); });
+  expectErrorContaining([&] { f.loadShardedStateDict(saved); },
+                        {"loadShardedStateDict", "inside a forward/backward pass"});
+  pending.sum().backward();
+  f.loadShardedStateDict(saved);
   expectErrorContaining([&] { f.clipGradNorm(-1); }, {"clipGradNorm", "maxNorm -1 must be >= 0"});
   std::map<std::string, at::Tensor> sd{{"fc1.weight", at::zeros({32, 8})}, {"fc1.bias", at::zeros({3})}};
   expectErrorContaining([&] { f.loadFullStateDict(sd); }, {"'fc1.bias' has shape 3", "the parameter has 32"});

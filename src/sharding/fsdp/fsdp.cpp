@@ -4,6 +4,8 @@
 #include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cmath>
 #include <unordered_map>
@@ -285,6 +287,26 @@ std::vector<at::Tensor> FullyShardedDataParallel::runUnit(size_t unit, const std
   running_ = u;
   try {
     outs = fn(inputs);
+  } catch (const c10::Error& e) {
+    running_ = outer;
+    // ATen's words for a tensor whose storage FSDP released (reading it: "data is not allocated";
+    // viewing it, as linear's weight.t(): "out of bounds for storage of size 0"): most likely a
+    // parameter of another unit, sharded now. Say so, naming the units (checking each op's
+    // tensors would cost time).
+    const std::string what = e.what_without_backtrace();
+    std::vector<std::string> sharded;
+    for (const auto& x : units_) {
+      if (x->state == Unit::State::Sharded) sharded.push_back("'" + x->name + "'");
+    }
+    const bool released = what.find("data is not allocated") != std::string::npos ||
+                          what.find("out of bounds for storage of size 0") != std::string::npos;
+    if (!released || sharded.empty()) throw;
+    throw Error(fmt::format(
+        "FullyShardedDataParallel::runUnit: the forward of unit {} ('{}') used a tensor whose memory is released, "
+        "most likely a parameter of a unit that is sharded now ({}): a unit's forward may use only its own "
+        "parameters and those of an enclosing unit with reshardAfterForward false (put modules sharing parameters "
+        "in one unit). ATen said: {}",
+        u, units_[u]->name, fmt::join(sharded, ", "), what.substr(0, what.find('\n'))));
   } catch (...) {
     running_ = outer;
     throw;

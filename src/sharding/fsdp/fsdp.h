@@ -24,7 +24,11 @@
 //   flat_param.h) and split evenly over the shard group; the rank keeps its fp32 master shard
 //   and an fp32 gradient shard. Every parameter tensor then becomes (set_data) a view of the
 //   unit's unsharded buffer in paramDtype, whose storage is released while the unit is
-//   sharded: do not touch a unit's parameters outside runUnit (they have no memory).
+//   sharded: do not touch a unit's parameters outside runUnit (they have no memory). Where ATen
+//   checks (views, as linear's weight.t(): "out of bounds for storage of size 0"; data_ptr: "data
+//   is not allocated") that is an error, a tessera::Error naming the running unit and the sharded
+//   ones inside another unit's runUnit; some kernels do not check and read the null pointer (a
+//   CPU sum of a sharded parameter crashed with SIGSEGV in LibTorch 1.13).
 // - runUnit(u, x, fn) gathers unit u (waiting for its all-gather, issuing prefetches), runs
 //   fn, and reshards u afterwards unless the unit's reshardAfterForward is false. Outputs that
 //   require grad pass through an identity autograd node whose backward re-gathers u (and
@@ -162,7 +166,9 @@ class FullyShardedDataParallel {
   // (fp32, full shape, fresh tensors on the parameters' device), empty on other ranks.
   std::map<std::string, at::Tensor> fullStateDict();
   // Collective over the world: rank 0's `sd` (must hold every parameter with its shape) is
-  // broadcast and each rank keeps its shard; other ranks' `sd` is ignored.
+  // broadcast and each rank keeps its shard; other ranks' `sd` is ignored. Both loads are
+  // refused (tessera::Error naming the unit) while a unit is gathered (unshardAll, an evaluation
+  // forward without reshardAll) or a forward's backward is still to come.
   void loadFullStateDict(const std::map<std::string, at::Tensor>& sd);
   // Local: "<unit>.flat_shard" -> clone of this rank's master shard, and "<unit>.layout" ->
   // int64 [numel, paddedNumel, shards, rank] to check on load.
@@ -186,6 +192,7 @@ class FullyShardedDataParallel {
   void prefetchAfter(const std::vector<int>& order, int u);
   void beginBackward();
   void warnRepeatedRuns();
+  void checkLoadable(const char* fn) const;
   void processGrads(int u);
   void drainReduceScatters(int current);
   void releaseReduceInput();

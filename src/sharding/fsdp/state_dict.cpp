@@ -27,7 +27,23 @@ std::map<std::string, at::Tensor> FullyShardedDataParallel::fullStateDict() {
   return out;
 }
 
+// Loading replaces the fp32 master shards only: a gathered unit's parameters (and the graph of a
+// forward whose backward is still to come) would go on with the old values.
+void FullyShardedDataParallel::checkLoadable(const char* fn) const {
+  for (size_t u = 0; u < units_.size(); ++u) {
+    TESSERA_CHECK(units_[u]->state == fsdp::Unit::State::Sharded,
+                  "FullyShardedDataParallel::{}: unit {} ('{}') is gathered (after unshardAll, or a forward not "
+                  "followed by backward): its parameters would keep the old values; call reshardAll() first",
+                  fn, u, units_[u]->name);
+  }
+  TESSERA_CHECK(!passOpen_ && !inBackward_,
+                "FullyShardedDataParallel::{}: called inside a forward/backward pass (a forward whose backward has not "
+                "run); finish it or call reshardAll() first",
+                fn);
+}
+
 void FullyShardedDataParallel::loadFullStateDict(const std::map<std::string, at::Tensor>& sd) {
+  checkLoadable("loadFullStateDict");
   torch::NoGradGuard ng;
   for (auto& x : units_) {
     const auto& l = x->layout;
@@ -66,6 +82,7 @@ std::map<std::string, at::Tensor> FullyShardedDataParallel::shardedStateDict() c
 }
 
 void FullyShardedDataParallel::loadShardedStateDict(const std::map<std::string, at::Tensor>& sd) {
+  checkLoadable("loadShardedStateDict");
   torch::NoGradGuard ng;
   for (auto& x : units_) {
     for (const char* suffix : {".flat_shard", ".layout"}) {
