@@ -6,12 +6,17 @@
 // dropout: the output of blocks without dropout, no mask drawn). fp32; differences come only from
 // the order of partial sums (row-parallel reductions): rtol 1e-5, atol 1e-5 on values of order 1
 // (dropout scales kept values by 1/(1 - p) = 4/3, exactly the same factor on both sides).
+// The GPU suite (test_tp_blocks_gpu, TESSERA_TP_BLOCKS_GPU_SUITE) runs the same cases on CUDA over
+// NCCL, one rank per visible GPU (up to 2; tp = 1 on one GPU still runs the blocks' CUDA paths,
+// the dropout masks' CUDA generator included): rtol 1e-4, atol 1e-5 there, since the blocks' fused
+// attention and the reference's matmul-softmax sum in other orders (fp32, no TF32).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cmath>
 
+#include "comm/gpu/gpu_test_util.h"
 #include "harness/multiprocess.h"
 #include "models/tiny_models.h"
 #include "parallel/tensor/blocks.h"
@@ -24,7 +29,8 @@ constexpr int64_t D = 32, HEADS = 4, S = 8, B = 2;
 
 void expectClose(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
   WCHECK(got.defined() && got.sizes() == want.sizes(), "{}: shape mismatch", what);
-  WCHECK(at::allclose(got, want, 1e-5, 1e-5), "{}: max |diff| = {}", what, (got - want).abs().max().item<double>());
+  const double rtol = got.is_cuda() ? 1e-4 : 1e-5;
+  WCHECK(at::allclose(got, want, rtol, 1e-5), "{}: max |diff| = {}", what, (got - want).abs().max().item<double>());
 }
 at::Tensor shard(const at::Tensor& t, int64_t dim, const CommPtr& tp) { return t.chunk(tp->size(), dim)[tp->rank()]; }
 // The qkv rows of this rank's heads ([q | k | v] head-major → this rank's q, k, v rows).
@@ -35,16 +41,22 @@ at::Tensor qkvShard(const at::Tensor& full, const CommPtr& tp) {
 }
 }  // namespace
 
+// arg: [cuda:]<plain|sp>[_drop] — cuda: NCCL and CUDA tensors (the GPU suite).
 TESSERA_WORKER(tp_blocks) {
-  auto ctx = initWorker(w);
+  const bool cuda = w.arg.rfind("cuda:", 0) == 0;
+  const std::string mode = cuda ? w.arg.substr(5) : w.arg;
+  auto ctx = initWorker(w, cuda ? Backend::Nccl : Backend::Gloo);
   const auto& tp = ctx.world;
-  const bool sp = w.arg.rfind("sp", 0) == 0;
-  const double pDrop = w.arg.find("_drop") != std::string::npos ? 0.25 : 0.0;
+  const auto dev = ctx.device;
+  const bool sp = mode.rfind("sp", 0) == 0;
+  const double pDrop = mode.find("_drop") != std::string::npos ? 0.25 : 0.0;
   torch::manual_seed(5);
   GptBlock r0(D, HEADS, pDrop, /*dropoutSeed=*/100), r1(D, HEADS, pDrop, 101);
   torch::manual_seed(5);
   tp::ParallelBlock p0(tp, D, HEADS, sp, "blocks.0", tp::BlockDropout{pDrop, 100});
   tp::ParallelBlock p1(tp, D, HEADS, sp, "blocks.1", tp::BlockDropout{pDrop, 101});
+  for (torch::nn::Module* m : {r0.get(), r1.get()}) m->to(dev);
+  for (torch::nn::Module* m : {p0.get(), p1.get()}) m->to(dev);
   // A reference [B, T, d] tensor in this rank's layout: [S, B, d], this rank's tokens with sp.
   auto local = [&](const at::Tensor& bt) {
     auto t = bt.detach().transpose(0, 1).contiguous();
@@ -52,8 +64,8 @@ TESSERA_WORKER(tp_blocks) {
   };
 
   auto gen = at::make_generator<at::CPUGeneratorImpl>(21);
-  auto xFull = at::randn({B, S, D}, gen);  // reference layout [B, T, d]
-  auto gFull = at::randn({B, S, D}, gen);
+  auto xFull = at::randn({B, S, D}, gen).to(dev);  // reference layout [B, T, d]
+  auto gFull = at::randn({B, S, D}, gen).to(dev);
   auto xRef = xFull.clone().requires_grad_();
   auto yRef = r1->forward(r0->forward(xRef));
   (yRef * gFull).sum().backward();
@@ -86,6 +98,8 @@ TESSERA_WORKER(tp_blocks) {
 
   torch::manual_seed(5);
   GptBlock q0(D, HEADS), q1(D, HEADS);  // the same weights without dropout
+  q0->to(dev);
+  q1->to(dev);
   at::NoGradGuard noGrad;
   auto undropped = q1->forward(q0->forward(xFull));
   WCHECK((yRef - undropped).abs().max().item<double>() > 0.1, "dropout p = {} changed nothing", pDrop);
@@ -109,16 +123,32 @@ void PrintTo(const BlockCase& c, std::ostream* os) { *os << "tp" << c.ranks << "
 
 class TpBlocks : public ::testing::TestWithParam<BlockCase> {};
 
+#ifndef TESSERA_TP_BLOCKS_GPU_SUITE
 TEST_P(TpBlocks, StackMatchesUnshardedBlocks) {
   auto c = GetParam();
   expectAllOk(runWorkers("tp_blocks", {.ranks = c.ranks, .arg = c.mode}));
 }
+#endif
 
+#ifdef TESSERA_TP_BLOCKS_GPU_SUITE
+// One rank per visible GPU, up to 2 (the ranks field is unused here).
+TEST_P(TpBlocks, StackMatchesUnshardedBlocksOnCuda) {
+  TESSERA_REQUIRE_CUDA_LIBTORCH();
+  auto o = gpuRun(300, {}, std::string("cuda:") + GetParam().mode);
+  o.ranks = std::min(2, cudaDeviceCount());
+  expectAllOk(runWorkers("tp_blocks", o));
+}
+INSTANTIATE_TEST_SUITE_P(Cases, TpBlocks,
+                         ::testing::Values(BlockCase{0, "plain"}, BlockCase{0, "sp"}, BlockCase{0, "plain_drop"},
+                                           BlockCase{0, "sp_drop"}));
+#else
 INSTANTIATE_TEST_SUITE_P(Cases, TpBlocks,
                          ::testing::Values(BlockCase{2, "plain"}, BlockCase{4, "plain"}, BlockCase{2, "sp"},
                                            BlockCase{4, "sp"}, BlockCase{2, "plain_drop"}, BlockCase{4, "plain_drop"},
                                            BlockCase{2, "sp_drop"}, BlockCase{4, "sp_drop"}));
+#endif
 
+#ifndef TESSERA_TP_BLOCKS_GPU_SUITE  // the Gloo suite only
 TESSERA_WORKER(tp_blocks_bad_heads) {
   auto ctx = initWorker(w);
   expectErrorContaining([&] { tp::ParallelBlock b(ctx.world, 30, 6, false, "blocks.3"); },
@@ -167,3 +197,4 @@ TESSERA_WORKER(tp_block_dropout_rate) {
 }
 
 TEST(TpBlocks, DropoutMasksHaveRateP) { expectAllOk(runWorkers("tp_block_dropout_rate", {.ranks = 2})); }
+#endif
