@@ -53,6 +53,26 @@ void expectSilent(EventLog& log, const std::string& what, const std::function<vo
 
 constexpr int64_t IN = 6, OUT = 10, S = 4, B = 2;
 
+// Runs `layer` (a column or row layer over a group of one) forward and backward, which must issue
+// no collective, and checks it against at::linear on copies of its weight and bias.
+template <typename Layer>
+void checkAgainstLinear(EventLog& log, const std::string& name, Layer& layer, int seed) {
+  auto w = layer->weight.detach().clone().requires_grad_(), b = layer->bias.detach().clone().requires_grad_();
+  auto xv = seeded({S, B, IN}, seed), g = seeded({S, B, OUT}, seed + 1);
+  auto x = xv.clone().requires_grad_(), xr = xv.clone().requires_grad_();
+  at::Tensor y;
+  expectSilent(log, name, [&] {
+    y = layer->forward(x);
+    (y * g).sum().backward();
+  });
+  auto yr = at::linear(xr, w, b);
+  (yr * g).sum().backward();
+  expectClose(y.detach(), yr.detach(), name + " output");
+  expectClose(x.grad(), xr.grad(), name + " input grad");
+  expectClose(layer->weight.grad(), w.grad(), name + " weight grad");
+  expectClose(layer->bias.grad(), b.grad(), name + " bias grad");
+}
+
 void checkColumn(EventLog& log, const CommPtr& tp, bool sp, bool overlap, bool gather, bool acc) {
   tp::ParallelLinearOptions o;
   o.name = fmt::format("col(sp={}, overlap={}, gather={}, acc={})", sp, overlap, gather, acc);
@@ -62,14 +82,7 @@ void checkColumn(EventLog& log, const CommPtr& tp, bool sp, bool overlap, bool g
   o.accumulateGradInGemm = acc;
   torch::manual_seed(1);
   tp::ColumnParallelLinear layer(tp, IN, OUT, o);
-  auto w = layer->weight.detach().clone().requires_grad_(), b = layer->bias.detach().clone().requires_grad_();
-  auto xv = seeded({S, B, IN}, 2), g = seeded({S, B, OUT}, 3);
-  auto x = xv.clone().requires_grad_(), xr = xv.clone().requires_grad_();
-  expectSilent(log, o.name, [&] { (layer->forward(x) * g).sum().backward(); });
-  (at::linear(xr, w, b) * g).sum().backward();
-  expectClose(x.grad(), xr.grad(), o.name + " input grad");
-  expectClose(layer->weight.grad(), w.grad(), o.name + " weight grad");
-  expectClose(layer->bias.grad(), b.grad(), o.name + " bias grad");
+  checkAgainstLinear(log, o.name, layer, 2);
 }
 
 void checkRow(EventLog& log, const CommPtr& tp, bool sp, bool inputIsParallel, bool acc) {
@@ -80,20 +93,7 @@ void checkRow(EventLog& log, const CommPtr& tp, bool sp, bool inputIsParallel, b
   o.accumulateGradInGemm = acc;
   torch::manual_seed(4);
   tp::RowParallelLinear layer(tp, IN, OUT, o);
-  auto w = layer->weight.detach().clone().requires_grad_(), b = layer->bias.detach().clone().requires_grad_();
-  auto xv = seeded({S, B, IN}, 5), g = seeded({S, B, OUT}, 6);
-  auto x = xv.clone().requires_grad_(), xr = xv.clone().requires_grad_();
-  at::Tensor y;
-  expectSilent(log, o.name, [&] {
-    y = layer->forward(x);
-    (y * g).sum().backward();
-  });
-  auto yr = at::linear(xr, w, b);
-  (yr * g).sum().backward();
-  expectClose(y.detach(), yr.detach(), o.name + " output");
-  expectClose(x.grad(), xr.grad(), o.name + " input grad");
-  expectClose(layer->weight.grad(), w.grad(), o.name + " weight grad");
-  expectClose(layer->bias.grad(), b.grad(), o.name + " bias grad");
+  checkAgainstLinear(log, o.name, layer, 5);
 }
 
 }  // namespace
