@@ -38,9 +38,9 @@ std::string dtypeName(c10::ScalarType t) {
   }
 }
 
-bool isSupportedDtype(c10::ScalarType t) {
-  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf || t == at::kInt || t == at::kLong;
-}
+bool isFloatingDtype(c10::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
+
+bool isSupportedDtype(c10::ScalarType t) { return isFloatingDtype(t) || t == at::kInt || t == at::kLong; }
 
 std::chrono::milliseconds defaultTimeout() {
   static const auto t = env::getSeconds("TESSERA_TIMEOUT_S").value_or(std::chrono::minutes(10));

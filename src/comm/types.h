@@ -16,6 +16,8 @@ const char* toString(Backend b);
 std::string dtypeName(c10::ScalarType t);
 // fp32, bf16, fp16, int32, int64: the dtypes every collective supports.
 bool isSupportedDtype(c10::ScalarType t);
+// fp32, bf16, fp16: the floating dtypes among them (gradients, communication dtypes).
+bool isFloatingDtype(c10::ScalarType t);
 
 // Default per-op timeout: 10 minutes, overridden by TESSERA_TIMEOUT_S (seconds).
 std::chrono::milliseconds defaultTimeout();

@@ -8,18 +8,20 @@
 namespace tessera::ddp {
 namespace {
 
-bool isFloating(c10::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
+// "" when a parameter or buffer of t's dtype can be broadcast from rank 0, else why not.
+std::string unbroadcastable(const char* kind, const std::string& name, const at::Tensor& t) {
+  if (isSupportedDtype(t.scalar_type())) return "";
+  return fmt::format("{} '{}' has dtype {}; {}s are broadcast from rank 0, which takes float32, bfloat16, float16, "
+                     "int32 or int64",
+                     kind, name, dtypeName(t.scalar_type()), kind);
+}
 
 std::string paramProblem(const DistributedDataParallel::Named& params, const DdpOptions& o) {
   if (params.empty()) return "no parameters given";
   const std::pair<std::string, at::Tensor>* first = nullptr;
   for (const auto& p : params) {
     const auto& [name, t] = p;
-    if (!isSupportedDtype(t.scalar_type())) {
-      return fmt::format("parameter '{}' has dtype {}; parameters are broadcast from rank 0, which takes float32, "
-                         "bfloat16, float16, int32 or int64",
-                         name, dtypeName(t.scalar_type()));
-    }
+    if (auto problem = unbroadcastable("parameter", name, t); !problem.empty()) return problem;
     if (!t.requires_grad()) continue;
     if (!first) first = &p;
     if (t.device() != first->second.device()) {
@@ -27,7 +29,7 @@ std::string paramProblem(const DistributedDataParallel::Named& params, const Ddp
                          first->second.device().str());
     }
     if (!t.is_contiguous()) return fmt::format("parameter '{}' is not contiguous", name);
-    if (!isFloating(t.scalar_type())) {
+    if (!isFloatingDtype(t.scalar_type())) {
       return fmt::format("parameter '{}' has dtype {}; gradients must be float32, bfloat16 or float16", name,
                          dtypeName(t.scalar_type()));
     }
@@ -43,7 +45,7 @@ std::string paramProblem(const DistributedDataParallel::Named& params, const Ddp
 }
 
 std::string optionProblem(const DdpOptions& o) {
-  if (o.commDtype && !isFloating(*o.commDtype)) {
+  if (o.commDtype && !isFloatingDtype(*o.commDtype)) {
     return fmt::format("commDtype {} is not a floating dtype", dtypeName(*o.commDtype));
   }
   if (o.bucketCapBytes == 0 || o.firstBucketCapBytes == 0) {
@@ -66,11 +68,7 @@ std::string localProblem(const DistributedDataParallel::Named& params, const Dis
   if (problem.empty()) problem = paramProblem(params, opts);
   for (const auto& [name, t] : buffers) {
     if (!problem.empty()) break;
-    if (!isSupportedDtype(t.scalar_type())) {
-      problem = fmt::format("buffer '{}' has dtype {}; buffers are broadcast from rank 0, which takes float32, "
-                            "bfloat16, float16, int32 or int64",
-                            name, dtypeName(t.scalar_type()));
-    }
+    problem = unbroadcastable("buffer", name, t);
   }
   return problem;
 }

@@ -39,8 +39,6 @@ using fsdp::Unit;
 
 namespace {
 
-bool isFloating(c10::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
-
 // Splits `world` for hybrid sharding: shard groups of `s` consecutive ranks, replica groups
 // of ranks with the same position in their shard group.
 void makeGroups(const CommPtr& world, int s, CommPtr& shard, CommPtr& replica) {
@@ -62,7 +60,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::vector<FsdpUnitSpec> spe
     : world_(std::move(comm)), opts_(o) {
   TESSERA_CHECK(world_ != nullptr, "FullyShardedDataParallel: null communicator");
   TESSERA_CHECK(!specs.empty(), "FullyShardedDataParallel: no units (rank {})", world_->rank());
-  TESSERA_CHECK(isFloating(o.paramDtype) && isFloating(o.reduceDtype),
+  TESSERA_CHECK(isFloatingDtype(o.paramDtype) && isFloatingDtype(o.reduceDtype),
                 "FullyShardedDataParallel: paramDtype {} / reduceDtype {} must be float32, bfloat16 or float16",
                 dtypeName(o.paramDtype), dtypeName(o.reduceDtype));
 
@@ -92,7 +90,7 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::vector<FsdpUnitSpec> spe
                     name, nu->second, s.name);
       TESSERA_CHECK(t.is_leaf(), "FullyShardedDataParallel: parameter '{}' of unit '{}' is not a leaf tensor", name,
                     s.name);
-      TESSERA_CHECK(isFloating(t.scalar_type()),
+      TESSERA_CHECK(isFloatingDtype(t.scalar_type()),
                     "FullyShardedDataParallel: parameter '{}' of unit '{}' has dtype {}; float32, bfloat16 or float16 "
                     "expected",
                     name, s.name, dtypeName(t.scalar_type()));
