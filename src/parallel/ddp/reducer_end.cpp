@@ -95,7 +95,8 @@ std::vector<int> Reducer::completeIteration(bool deliver) {
     auto dev = at::tensor(used, at::kInt).to(params_[0].tensor.device());
     comm_->allReduce(dev, ReduceOp::Sum)->synchronize();
     auto cpu = dev.cpu();
-    for (size_t i = 0; i < params_.size(); ++i) globallyUnused[i] = cpu[i].item<int32_t>() == 0;
+    const int32_t* counts = cpu.data_ptr<int32_t>();  // one read, not a tensor per parameter
+    for (size_t i = 0; i < params_.size(); ++i) globallyUnused[i] = counts[i] == 0;
   }
   for (auto& b : buckets_) {
     if (b.work) b.work->wait();

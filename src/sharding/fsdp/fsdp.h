@@ -51,9 +51,9 @@
 //   Usage above does and the Python wrapper does for its root. It is not automatic: FSDP only
 //   knows a unit runs twice once it has. With resharding on, such a unit is all-gathered again for
 //   every run, to save its memory in the middle of the forward only: in backward it stays
-//   gathered from its first pre-backward hook to its last gradient. Results are the same. FSDP warns (log::warn, once per unit, at the
-//   end of a backward) when a resharding unit ran more often than other units in the forward that
-//   backward went through.
+//   gathered from its first pre-backward hook to its last gradient. Results are the same. FSDP
+//   warns (log::warn, once per unit, at the end of a backward) when a resharding unit ran more
+//   often than other units in the forward that backward went through.
 // - Hybrid sharding (shardGroupSize s < world): shard within groups of s consecutive ranks,
 //   replicate across the world/s groups (gradient shards all-reduced across replicas).
 // - Devices: CPU (Gloo) and CUDA (NCCL) through Communicator only. On CUDA, all-gathers and
