@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <torch/cuda.h>
 
+#include <cstdio>
 #include <iostream>
 
 #include "comm/bootstrap/init.h"
@@ -27,7 +28,7 @@ int main(int argc, char** argv) {
       return 0;
     }
   } catch (const std::exception& e) {
-    std::cerr << e.what() << std::endl;
+    fmt::print(stderr, "{}\n", e.what());
     return 2;
   }
   int rank = -1;
@@ -40,7 +41,10 @@ int main(int argc, char** argv) {
     ctx.world->barrier()->wait();
     return 0;
   } catch (const std::exception& e) {
-    std::cerr << fmt::format("train_gpt: rank {}: error: {}", rank, e.what()) << std::endl;
+    // One write per line (the text and its newline together): the ranks share stderr, and
+    // a line written in two pieces can be split by another rank's line.
+    fmt::print(stderr, "train_gpt: rank {}: error: {}\n", rank, e.what());
+    std::fflush(stderr);
     return 1;
   }
 }

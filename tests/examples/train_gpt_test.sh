@@ -122,7 +122,8 @@ PY
     launch torchrun -r 1 -t 1 --master_port="$(free_port)" --nproc_per_node=4 --no_python "$TRAIN" "${BASE[@]}" \
       --dp 3 --log-jsonl ""
     ((RC != 0)) || fail "train_gpt accepted dp 3 on 4 ranks"
-    n=$(grep -c "error: train_gpt: dp 3 x pp 1 x tp 1 = 3 ranks, but the world has 4" "$OUT")
+    # Count occurrences, not lines: ranks' stderr lines may still interleave within a line.
+    n=$(grep -o "error: train_gpt: dp 3 x pp 1 x tp 1 = 3 ranks, but the world has 4" "$OUT" | wc -l)
     ((n == 4)) || fail "$n of 4 ranks named the bad layout"
     echo "PASS ($CASE): every rank failed with the layout's numbers"
     ;;
