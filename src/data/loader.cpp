@@ -1,0 +1,66 @@
+#include "data/loader.h"
+
+#include <ATen/ATen.h>
+
+#include "common/error.h"
+
+namespace tessera::data {
+
+BatchLoader::BatchLoader(std::shared_ptr<const Blend> data, LoaderOptions o, int64_t first)
+    : data_(std::move(data)), o_(o), next_(first) {
+  TESSERA_CHECK(o_.rows >= 1 && o_.rowBegin >= 0 && o_.rowBegin + o_.rows <= o_.globalBatch && o_.depth >= 1,
+                "tessera data: loader rows [{}, {}) of a global batch of {} (depth {})", o_.rowBegin,
+                o_.rowBegin + o_.rows, o_.globalBatch, o_.depth);
+  thread_ = std::thread([this] { run(); });
+}
+
+BatchLoader::~BatchLoader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void BatchLoader::run() {
+  const auto opts = at::TensorOptions().dtype(at::kLong).pinned_memory(o_.device.is_cuda());
+  for (;;) {
+    int64_t first;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || static_cast<int>(ready_.size()) < o_.depth; });
+      if (stop_) return;
+      first = next_;
+      next_ += o_.globalBatch;
+    }
+    try {
+      auto buf = at::empty({o_.rows, data_->seqLen() + 1}, opts);
+      readSamples(*data_, first + o_.rowBegin, o_.rows, o_.vocab, buf);
+      std::lock_guard<std::mutex> lock(mu_);
+      ready_.push_back(std::move(buf));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu_);
+      error_ = std::current_exception();
+      stop_ = true;
+    }
+    cv_.notify_all();
+  }
+}
+
+TokenBatch BatchLoader::next() {
+  at::Tensor host;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !ready_.empty() || error_; });
+    if (ready_.empty()) std::rethrow_exception(error_);
+    host = std::move(ready_.front());
+    ready_.pop_front();
+  }
+  cv_.notify_all();
+  auto dev = host.to(o_.device, /*non_blocking=*/true);
+  auto b = splitSamples(dev);
+  return {b.tokens.contiguous(), b.targets.contiguous()};
+}
+
+}  // namespace tessera::data
