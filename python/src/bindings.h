@@ -21,5 +21,6 @@ void bindDdp(pb::module_& m);
 void bindTp(pb::module_& m);
 void bindPipeline(pb::module_& m);
 void bindFsdp(pb::module_& m);
+void bindData(pb::module_& m);
 
 }  // namespace tessera::py

@@ -68,4 +68,5 @@ PYBIND11_MODULE(_C, m) {
   bindTp(m);
   bindPipeline(m);
   bindFsdp(m);
+  bindData(m);
 }

@@ -85,9 +85,10 @@ def mesh(dp=None, pp=1, tp=1, *, world=None):
 
 from .parallel import DistributedDataParallel, FullyShardedDataParallel, Pipeline, ShardedAdamW  # noqa: E402
 from . import nn  # noqa: E402
+from . import data  # noqa: E402
 
 __all__ = [
     "__version__", "build_info", "init", "mesh", "Context", "Communicator", "Work", "ReduceOp",
     "ProcessMesh", "Error", "CommError", "DistributedDataParallel", "FullyShardedDataParallel",
-    "ShardedAdamW", "Pipeline", "nn",
+    "ShardedAdamW", "Pipeline", "nn", "data",
 ]
