@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "data/token_source.h"
 
 namespace tessera::gpt {
 
@@ -42,10 +43,14 @@ std::string usage() {
          "  [--schedule 1f1b|gpipe|interleaved] [--chunks V] [--extra-warmup K] [--layers-per-stage a,b,...]\n"
          "  [--sp] [--model tiny|small|735m] [--d D] [--layers L] [--heads H] [--vocab V] [--seq-len T]\n"
          "  [--batch B] [--steps S] [--lr X] [--clip X] [--weight-decay X] [--precision fp32|bf16]\n"
-         "  [--seed S] [--fsdp-prefetch-mib N] [--checkpoint-dir DIR] [--checkpoint-every K]\n"
+         "  [--seed S] [--data synthetic|PATH|'W1 PATH1 W2 PATH2 ...'] [--data-format auto|megatron|llmc|\n"
+         "  raw-uint16|raw-uint32] [--split TRAIN,VALID[,TEST]] [--valid-data SPEC] [--eod-token ID]\n"
+         "  [--fsdp-prefetch-mib N] [--checkpoint-dir DIR] [--checkpoint-every K]\n"
          "  [--log-jsonl FILE] [--breakdown] [--peak-tflops X] [--no-fused-wgrad]\n"
          "Defaults: dp = world / (pp·tp); micro-batches 1 without pp, else 2·pp; model tiny on CPU,\n"
-         "735m on GPU; precision fp32 on CPU, bf16 on GPU; batch 8·dp sequences.\n";
+         "735m on GPU; precision fp32 on CPU, bf16 on GPU; batch 8·dp sequences; data synthetic.\n"
+         "--data PATH: a Megatron dataset (PREFIX of PREFIX.bin/.idx), llm.c shards (a glob) or a raw token\n"
+         "file (with --data-format raw-uint16|raw-uint32); a blend weighs several (Megatron's syntax).\n";
 }
 
 TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
@@ -113,6 +118,11 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
   o.precision = onGpu ? "bf16" : "fp32";
   str("--precision", o.precision);
   take("--seed", [&](const std::string& v) { o.seed = static_cast<uint64_t>(toInt("--seed", v)); });
+  str("--data", o.data);
+  str("--valid-data", o.validData);
+  str("--split", o.split);
+  str("--data-format", o.dataFormat);
+  i64("--eod-token", o.eodToken);
   take("--sp", [&](const std::string&) { o.sequenceParallel = true; });
   take("--breakdown", [&](const std::string&) { o.breakdown = true; });
   take("--no-fused-wgrad", [&](const std::string&) { o.fusedWgrad = false; });
@@ -134,6 +144,9 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
   TESSERA_CHECK(o.extraWarmup >= 0 && (o.extraWarmup == 0 || o.schedule == "1f1b"),
                 "train_gpt: --extra-warmup {} needs --schedule 1f1b and a count >= 0 (schedule: {})", o.extraWarmup,
                 o.schedule);
+  TESSERA_CHECK(!o.data.empty(), "train_gpt: --data needs 'synthetic' or a dataset");
+  data::parseFormat(o.dataFormat);  // an unknown format is an error here, before any rank starts
+  TESSERA_CHECK(o.data != "synthetic" || o.validData.empty(), "train_gpt: --valid-data needs --data PATH (not synthetic)");
   if (o.schedule != "interleaved") o.chunks = 1;
   return o;
 }

@@ -25,6 +25,12 @@ struct TrainOptions {
   double lr = 1e-3, clip = 1.0, weightDecay = 0.01;
   std::string precision;          // fp32 | bf16; empty: fp32 on CPU, bf16 on GPU
   uint64_t seed = 1234;
+  // Data (src/data/dataset.h): "synthetic", or a path / Megatron blend "W1 PATH1 W2 PATH2".
+  std::string data = "synthetic";
+  std::string validData;          // separate validation data (else the split's share)
+  std::string split = "100";      // training,validation[,test] shares of the documents
+  std::string dataFormat = "auto";  // auto | megatron | llmc | raw-uint16 | raw-uint32
+  int64_t eodToken = -1;          // end-of-document token: appended where missing, ends stream documents
   bool sequenceParallel = false;
   int64_t fsdpPrefetchMiB = 512;
   std::string checkpointDir;      // empty: no checkpoints

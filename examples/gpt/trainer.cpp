@@ -10,7 +10,6 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/profiler.h"
-#include "data.h"
 #include "parallel/grad_norm.h"
 #include "pipeline/schedule.h"
 #include "trainer_state.h"
@@ -49,6 +48,7 @@ void Trainer::State::build() {
   mesh = std::make_unique<ProcessMesh>(ctx.world, o.dp, o.pp, o.tp);
   const auto me = mesh->coord();
   part = partitionGpt(o.cfg, o.pp, o.chunks, o.layersPerStage);
+  batches = std::make_unique<Batches>(o, me.dp, device);
   for (int c = 0; c < o.chunks; ++c) {
     auto chunk = GptChunk(o.cfg, mesh->tpGroup(), part, part.stageOf(me.pp, c), o.sequenceParallel, o.seed);
     chunk->to(device);
@@ -146,8 +146,7 @@ std::vector<GradPiece> Trainer::State::gradPieces() const {
 StepReport Trainer::State::step(int64_t s) {
   StepReport rep;
   rep.step = s + 1;
-  const int64_t local = o.batch / o.dp;
-  auto batch = batchRows(o.seed, s, o.batch, mesh->coord().dp * local, local, o.cfg.vocab, o.cfg.seqLen, device);
+  auto batch = batches->next(s);
   backwardMs.clear();
   lastBackwardMs = 0;
   synchronizeDevice(device);

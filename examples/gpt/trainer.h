@@ -8,7 +8,7 @@
 //   overlaps that backward and the micro-batches before it accumulate locally.
 // - Global gradient-norm clipping over all three axes (parallel/grad_norm.h): TP-replicated
 //   parameters weighted 1/tp, FSDP shards summed over dp, DDP replicas not.
-// - Data: step s's global batch (data.h), dp rank d reading rows [d·B/dp, (d+1)·B/dp).
+// - Data (batches.h): step s's global batch, dp rank d reading rows [d·B/dp, (d+1)·B/dp).
 // - The loss is the mean over the global batch, averaged over dp, reported once (rank 0).
 // Every rank constructs and runs the Trainer (collective over the world).
 #include <memory>

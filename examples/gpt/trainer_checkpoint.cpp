@@ -153,12 +153,13 @@ void Trainer::State::saveCheckpoint(int64_t step) {
   }
   synchronizeDevice(device);
   checkpoint::save(o.checkpointDir, pieces, *ctx.world, step,
-                   {{"layout", describe(o)}, {"data_position", std::to_string(step)}});
+                   {{"layout", describe(o)}, {"data_state", data::encodeDataState(batches->state())}});
   if (isLogger()) log::info("train_gpt: checkpoint of step {} saved to {}", step, o.checkpointDir);
 }
 
 bool Trainer::State::loadCheckpoint() {
   if (o.checkpointDir.empty() || !std::filesystem::exists(std::filesystem::path(o.checkpointDir) / "metadata.pt")) {
+    batches->start(nullptr, 0);
     return false;
   }
   at::NoGradGuard ng;
@@ -175,6 +176,10 @@ bool Trainer::State::loadCheckpoint() {
     adam->setSteps(meta.step);
   }
   startStep = meta.step;
+  const auto it = meta.extra.find("data_state");
+  TESSERA_CHECK(it != meta.extra.end(), "train_gpt: the checkpoint in {} holds no data position", o.checkpointDir);
+  const auto saved = data::decodeDataState(it->second);
+  batches->start(&saved, startStep);
   if (isLogger()) {
     log::info("train_gpt: resumed from {} at step {} (saved as: {})", o.checkpointDir, meta.step,
               meta.extra.count("layout") ? meta.extra.at("layout") : "?");

@@ -2,6 +2,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <sstream>
+
 #include "common/error.h"
 #include "common/log.h"
 #include "trainer_state.h"
@@ -10,12 +12,29 @@ namespace tessera::gpt {
 
 namespace {
 std::string jsonNumber(double x) { return x < 0 ? "null" : fmt::format("{:.6g}", x); }
+// `s` as a JSON string literal.
+std::string jsonString(const std::string& s) {
+  std::string out = "\"";
+  for (const unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      out += fmt::format("\\u{:04x}", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
 }  // namespace
 
 void Trainer::State::openLog() {
   if (!isLogger()) return;
   log::info("train_gpt: {} on {} ranks ({}); model {}; {}", describe(o), ctx.world->size(), ctx.deviceDescription,
             o.cfg.describe(), part.describe());
+  std::istringstream lines(batches->describe());
+  for (std::string line; std::getline(lines, line);) log::info("train_gpt: data: {}", line);
   if (o.logJsonl.empty()) return;
   jsonl.open(o.logJsonl, std::ios::out | std::ios::trunc);
   TESSERA_CHECK(jsonl.good(), "train_gpt: cannot write the log '{}'", o.logJsonl);
@@ -23,10 +42,10 @@ void Trainer::State::openLog() {
                "{{\"event\": \"config\", \"world\": {}, \"dp\": {}, \"pp\": {}, \"tp\": {}, \"dp_mode\": \"{}\", "
                "\"micro_batches\": {}, \"schedule\": \"{}\", \"chunks\": {}, \"sequence_parallel\": {}, \"d\": {}, "
                "\"layers\": {}, \"heads\": {}, \"vocab\": {}, \"seq_len\": {}, \"batch\": {}, \"precision\": \"{}\", "
-               "\"seed\": {}, \"params\": {}, \"device\": \"{}\"}}",
+               "\"seed\": {}, \"params\": {}, \"device\": \"{}\", \"data\": {}}}",
                ctx.world->size(), o.dp, o.pp, o.tp, o.dpMode, o.microBatches, o.schedule, o.chunks,
                o.sequenceParallel, o.cfg.d, o.cfg.layers, o.cfg.heads, o.cfg.vocab, o.cfg.seqLen, o.batch,
-               o.precision, o.seed, paramCount(o.cfg), ctx.deviceDescription)
+               o.precision, o.seed, paramCount(o.cfg), ctx.deviceDescription, jsonString(o.data))
         << std::endl;
 }
 

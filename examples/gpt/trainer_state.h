@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "batches.h"
 #include "model.h"
 #include "param_adamw.h"
 #include "parallel/ddp/ddp.h"
@@ -30,6 +31,7 @@ struct Trainer::State {
   std::unique_ptr<ParamAdamW> adam;          // ddp mode
   std::unique_ptr<ShardedAdamW> shardedAdam;  // fsdp mode
   std::unique_ptr<pipeline::PipelineExecutor> exec;
+  std::unique_ptr<Batches> batches;
   // Gradient sync off until this rank's last backward of the step.
   std::unique_ptr<DistributedDataParallel::NoSync> ddpNoSync;
   std::unique_ptr<FullyShardedDataParallel::NoSync> fsdpNoSync;
@@ -52,7 +54,9 @@ struct Trainer::State {
   void openLog();
   void logStep(const StepReport& r);
   void saveCheckpoint(int64_t step);
-  bool loadCheckpoint();  // true when a checkpoint was found and loaded (sets startStep)
+  // True when a checkpoint was found and loaded: sets startStep and starts `batches` at its data
+  // position (else at the start).
+  bool loadCheckpoint();
 };
 
 }  // namespace tessera::gpt

@@ -11,6 +11,10 @@
 #        resume <nproc> <flags>      3 steps, then resumed to 5 = 5 straight, bitwise
 #        reshard <n> <flags> -- <n> <flags>   saved by one layout after 3 steps, resumed by another
 #        bad_layout                  --dp 3 on 4 ranks: every rank fails naming the numbers
+#        data_formats                (TESSERA_TRAIN_DATA) the dataset rewritten as llm.c shards and as a
+#                                    raw token file trains bitwise like the Megatron original
+#        data_mismatch               (TESSERA_TRAIN_DATA) resuming with another split: every rank refuses
+#        data_vocab                  (TESSERA_TRAIN_DATA) --vocab 256: every rank names the token's place
 #
 # Tolerance: relative 1e-5 on each step's loss. The layouts compute the same sums in other
 # orders (TP splits the GEMMs' reductions, DP averages per-replica means, micro-batches
@@ -34,6 +38,13 @@ COMPARE=$(dirname "$0")/compare_losses.py
 RTOL=1e-5
 # 8 heads: tp 8 divides them (the tiny preset has 4).
 BASE=(--model tiny --heads 8 --batch 16 --steps 5 --lr 1e-2 --clip 0.3 --seed 7)
+# TESSERA_TRAIN_DATA=PREFIX: every run trains on that Megatron dataset (the Brown corpus of
+# scripts/setup: SentencePiece vocabulary 4096, end-of-document token 2) instead of synthetic data.
+DATA=${TESSERA_TRAIN_DATA:-}
+if [[ -n $DATA ]]; then
+  [[ -f $DATA.idx && -f $DATA.bin ]] || { echo "FAIL: $DATA.idx/.bin missing: run scripts/setup (it prepares the Brown corpus)"; exit 1; }
+  BASE+=(--data "$DATA" --vocab 4096 --split 98,2 --eod-token 2)
+fi
 
 # run_torchrun <log name> <nproc> <flags...>: train_gpt under torchrun, log in $WORK/<name>.jsonl
 run_torchrun() {
@@ -126,6 +137,48 @@ PY
     n=$(grep -o "error: train_gpt: dp 3 x pp 1 x tp 1 = 3 ranks, but the world has 4" "$OUT" | wc -l)
     ((n == 4)) || fail "$n of 4 ranks named the bad layout"
     echo "PASS ($CASE): every rank failed with the layout's numbers"
+    ;;
+  data_formats)
+    [[ -n $DATA ]] || fail "data_formats needs TESSERA_TRAIN_DATA"
+    reference
+    # The same tokens as two llm.c shards (cut inside a document) and as one raw uint16 file.
+    /usr/bin/python3 - "$DATA" "$WORK" <<'PY' || fail "could not rewrite the dataset"
+import struct, sys
+import numpy as np
+prefix, out = sys.argv[1], sys.argv[2]
+tokens = np.fromfile(prefix + ".bin", dtype=np.uint16)
+cut = len(tokens) // 2 + 7
+for i, part in enumerate((tokens[:cut], tokens[cut:])):
+    with open(f"{out}/shard_{i:06d}.bin", "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(part), *([0] * 253)))
+        f.write(part.tobytes())
+tokens.tofile(f"{out}/train.bin")
+PY
+    run_torchrun llmc 1 --data "$WORK/shard_*.bin"
+    python3 "$COMPARE" "$WORK/ref.jsonl" "$WORK/llmc.jsonl" --bitwise || fail "llm.c shards train otherwise"
+    run_torchrun raw 1 --data "$WORK/train.bin" --data-format raw-uint16
+    python3 "$COMPARE" "$WORK/ref.jsonl" "$WORK/raw.jsonl" --bitwise || fail "the raw file trains otherwise"
+    echo "PASS ($CASE): Megatron, llm.c and raw give the same losses"
+    ;;
+  data_mismatch)
+    [[ -n $DATA ]] || fail "data_mismatch needs TESSERA_TRAIN_DATA"
+    run_torchrun first 2 --checkpoint-dir "$WORK/ckpt" --steps 3
+    launch torchrun -r 1 -t 1 --master_port="$(free_port)" --nproc_per_node=2 --no_python "$TRAIN" "${BASE[@]}" \
+      --split 97,3 --checkpoint-dir "$WORK/ckpt" --log-jsonl ""
+    ((RC != 0)) || fail "train_gpt resumed a checkpoint of split 98,2 with split 97,3"
+    n=$(grep -o "error: tessera data: the checkpoint was trained on other data" "$OUT" | wc -l)
+    ((n == 2)) || fail "$n of 2 ranks refused the checkpoint of other data"
+    grep -q "split 98,2" "$OUT" && grep -q "split 97,3" "$OUT" || fail "the error does not name both splits"
+    echo "PASS ($CASE): every rank refused to resume on other data"
+    ;;
+  data_vocab)
+    [[ -n $DATA ]] || fail "data_vocab needs TESSERA_TRAIN_DATA"
+    launch torchrun -r 1 -t 1 --master_port="$(free_port)" --nproc_per_node=2 --no_python "$TRAIN" "${BASE[@]}" \
+      --vocab 256 --log-jsonl ""
+    ((RC != 0)) || fail "train_gpt trained a vocabulary of 256 on token ids up to 4095"
+    n=$(grep -oE "outside the model's vocabulary \[0, 256\): '[^']*\.bin' sequence [0-9]+ position [0-9]+" "$OUT" | wc -l)
+    ((n == 2)) || fail "$n of 2 ranks named the token's file, sequence and position"
+    echo "PASS ($CASE): every rank named the out-of-vocabulary token"
     ;;
   *) fail "unknown case '$CASE'" ;;
 esac

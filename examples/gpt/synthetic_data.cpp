@@ -1,4 +1,4 @@
-#include "data.h"
+#include "synthetic_data.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 

@@ -1,6 +1,6 @@
 #pragma once
-// train_gpt's data: synthetic but learnable token streams, a pure function of (seed, step), so
-// every layout sees the same global batch and a resumed run the same data as an uninterrupted
+// train_gpt's synthetic data (--data synthetic): learnable token streams, a pure function of
+// (seed, step), so every layout sees the same global batch and a resumed run the same data as an uninterrupted
 // one (the data position is the step). Sequence n of a step is an arithmetic progression
 // modulo the vocabulary (start uniform in [0, V), stride uniform in [1, 8]); inputs are its
 // first T tokens, targets the next T. Local (no communication).
