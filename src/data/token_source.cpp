@@ -75,7 +75,14 @@ std::shared_ptr<const TokenSource> openTokenSource(const std::string& path, cons
       f = Format::Megatron;
     } else {
       // The glob's first file decides; TokenStream checks them all.
-      MappedFile first(globFiles(path).front());
+      std::vector<std::string> files;
+      try {
+        files = globFiles(path);
+      } catch (const Error&) {
+        throw Error(fmt::format("tessera data: no dataset at '{}': no '{}.idx' (Megatron) and no file matching '{}'",
+                                path, prefix, path));
+      }
+      MappedFile first(files.front());
       TESSERA_CHECK(looksLikeLlmc(first.data(), first.size()),
                     "tessera data: cannot tell the format of '{}': no '{}.idx' beside it (Megatron) and '{}' does not "
                     "start with an llm.c magic; raw token files need their format named (raw-uint16 or raw-uint32)",

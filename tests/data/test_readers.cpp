@@ -179,6 +179,7 @@ TEST_F(Readers, RawFilesAndAutoDetection) {
   EXPECT_NE(openTokenSource(path("s_*.bin"))->describe().find("llmc uint16"), std::string::npos);
   expectError([&] { openTokenSource(path("train.bin")); }, {"cannot tell the format", "raw-uint16 or raw-uint32"});
   expectError([&] { parseFormat("parquet"); }, {"unknown data format 'parquet'"});
+  expectError([&] { openTokenSource(path("nothing")); }, {"no dataset at", path("nothing.idx"), "no file matching"});
 }
 
 }  // namespace
