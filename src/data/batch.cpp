@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "common/error.h"
@@ -17,6 +18,10 @@ at::Tensor readSamples(const Blend& b, int64_t first, int64_t rows, int64_t voca
                 c10::str(into.sizes()), c10::toString(into.scalar_type()), into.device().str());
   int64_t* p = into.data_ptr<int64_t>();
   b.read(first, rows, p);
+  // One unsigned compare per token; the offending token is searched only on failure.
+  bool bad = false;
+  for (int64_t i = 0; i < rows * row; ++i) bad |= static_cast<uint64_t>(p[i]) >= static_cast<uint64_t>(vocab);
+  if (!bad) return into;
   for (int64_t i = 0; i < rows * row; ++i) {
     if (p[i] < 0 || p[i] >= vocab) {
       throw Error(fmt::format("tessera data: token id {} of sample {} (row {}, position {}) is outside the model's "

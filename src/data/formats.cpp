@@ -34,16 +34,25 @@ const char* tokenTypeName(TokenType t) {
   }
 }
 
+namespace {
+template <typename T>
+void widen(const uint8_t* __restrict p, int64_t n, int64_t* __restrict out) {
+  for (int64_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, p + sizeof(T) * i, sizeof(T));
+    out[i] = v;
+  }
+}
+}  // namespace
+
 void widenTokens(const uint8_t* p, TokenType t, int64_t n, int64_t* out) {
   switch (t) {
     case TokenType::UInt16:
-      for (int64_t i = 0; i < n; ++i) out[i] = tokenAt(p, TokenType::UInt16, i);
-      return;
+      return widen<uint16_t>(p, n, out);
     case TokenType::Int32:
-      for (int64_t i = 0; i < n; ++i) out[i] = tokenAt(p, TokenType::Int32, i);
-      return;
+      return widen<int32_t>(p, n, out);
     default:
-      for (int64_t i = 0; i < n; ++i) out[i] = tokenAt(p, TokenType::UInt32, i);
+      return widen<uint32_t>(p, n, out);
   }
 }
 

@@ -37,8 +37,13 @@ void BatchLoader::run() {
     try {
       auto buf = at::empty({o_.rows, data_->seqLen() + 1}, opts);
       readSamples(*data_, first + o_.rowBegin, o_.rows, o_.vocab, buf);
+      TokenBatch b{buf, {}};
+      if (!o_.device.is_cuda()) {  // the split and copies here, off the trainer's thread
+        b = splitSamples(buf);
+        b = {b.tokens.contiguous(), b.targets.contiguous()};
+      }
       std::lock_guard<std::mutex> lock(mu_);
-      ready_.push_back(std::move(buf));
+      ready_.push_back(std::move(b));
     } catch (...) {
       std::lock_guard<std::mutex> lock(mu_);
       error_ = std::current_exception();
@@ -49,17 +54,17 @@ void BatchLoader::run() {
 }
 
 TokenBatch BatchLoader::next() {
-  at::Tensor host;
+  TokenBatch b;
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return !ready_.empty() || error_; });
     if (ready_.empty()) std::rethrow_exception(error_);
-    host = std::move(ready_.front());
+    b = std::move(ready_.front());
     ready_.pop_front();
   }
   cv_.notify_all();
-  auto dev = host.to(o_.device, /*non_blocking=*/true);
-  auto b = splitSamples(dev);
+  if (!o_.device.is_cuda()) return b;
+  b = splitSamples(b.tokens.to(o_.device, /*non_blocking=*/true));
   return {b.tokens.contiguous(), b.targets.contiguous()};
 }
 

@@ -47,7 +47,8 @@ class BatchLoader {
   int64_t next_;  // first sample of the next batch the thread prepares
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<at::Tensor> ready_;
+  // CPU: inputs and targets, contiguous; CUDA: the pinned [rows, seqLen + 1] samples in `tokens`.
+  std::deque<TokenBatch> ready_;
   std::exception_ptr error_;
   bool stop_ = false;
   std::thread thread_;
