@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "common/device.h"
 #include "common/error.h"
 
 namespace tessera::data {
@@ -11,6 +12,9 @@ BatchLoader::BatchLoader(std::shared_ptr<const Blend> data, LoaderOptions o, int
   TESSERA_CHECK(o_.rows >= 1 && o_.rowBegin >= 0 && o_.rowBegin + o_.rows <= o_.globalBatch && o_.depth >= 1,
                 "tessera data: loader rows [{}, {}) of a global batch of {} (depth {})", o_.rowBegin,
                 o_.rowBegin + o_.rows, o_.globalBatch, o_.depth);
+  // CUDA is initialised here, on the caller's thread, before the worker's first pinned
+  // allocation (which would otherwise initialise it from the worker).
+  if (o_.device.is_cuda()) at::empty({0}, at::TensorOptions().device(o_.device));
   thread_ = std::thread([this] { run(); });
 }
 
@@ -24,6 +28,7 @@ BatchLoader::~BatchLoader() {
 }
 
 void BatchLoader::run() {
+  useDevice(o_.device);  // the worker's current CUDA device: the one it prepares batches for
   const auto opts = at::TensorOptions().dtype(at::kLong).pinned_memory(o_.device.is_cuda());
   for (;;) {
     int64_t first;
