@@ -37,7 +37,9 @@ def main():
     ap.add_argument("--machine", required=True)
     ap.add_argument("--command", required=True)
     ap.add_argument("--results", required=True)
+    ap.add_argument("--name", default="", help="result file name (default train_gpt_<N>gpu)")
     a = ap.parse_args()
+    name = a.name or f"train_gpt_{a.gpus}gpu"
     rows = []
     for path in a.logs:
         system = os.path.splitext(os.path.basename(path))[0]
@@ -55,16 +57,17 @@ def main():
         ref = next((x for x in rows if x["system"].startswith("pytorch-") and layout(x["system"]) == lay), None)
         if lay and ref and not r["system"].startswith("pytorch-"):
             r["vs_pytorch"] = round(r["tokens_per_s"] / ref["tokens_per_s"], 3)
-    out = dict(name=f"train_gpt_{a.gpus}gpu", date=datetime.date.today().isoformat(), machine=a.machine,
+    out = dict(name=name, date=datetime.date.today().isoformat(), machine=a.machine,
                command=a.command, rows=rows)
     os.makedirs(a.results, exist_ok=True)
-    base = os.path.join(a.results, f"train_gpt_{a.gpus}gpu")
+    base = os.path.join(a.results, name)
     with open(base + ".json", "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
     cols = ["system", "mode", "gpus", "step_ms", "tokens_per_s", "scaling", "vs_pytorch", "mfu_vs_989", "peak_mem_GiB"]
     with open(base + ".md", "w") as f:
-        f.write(f"# train_gpt vs PyTorch on {a.gpus} GPU(s), GPT-735M bf16\n\n{out['date']}, {a.machine}\n\n"
+        versus = " vs PyTorch" if any(r["system"].startswith("pytorch") for r in rows) else ""
+        f.write(f"# train_gpt{versus} on {a.gpus} GPU(s), GPT-735M bf16\n\n{out['date']}, {a.machine}\n\n"
                 f"`{a.command}`\n\n| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
         for r in rows:
             f.write("| " + " | ".join(str(r.get(c, "")) for c in cols) + " |\n")

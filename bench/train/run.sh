@@ -13,9 +13,13 @@
 #   accum   (1 GPU) tessera-train-accum16 (B=32 in 16 micro-batches of 2: a pipeline stage's
 #           micro-batch cost without the pipeline), -accum16-nofuse and -single-nofuse (--no-fused-wgrad)
 #   mixed   (N=4) tessera-train 2x1x2 ddp, 2x1x2 fsdp, 1x2x2 (B=16 per replica; no PyTorch row)
+#   data    (1 GPU) tessera-train-single on synthetic data and tessera-train-brown on the Brown corpus
+#           (data/brown, carried to the GPU machine), each twice, alternating (B=8): real data must not
+#           slow the step. Name the results with RESULT_NAME=data_gpu.
 # Env: TESSERA_OVERLAP_SM_CARVEOUT / TESSERA_TP_FORWARD_CHUNKS reach every tessera run (recorded in
 # the results' command); NPROC, RUN_TIMEOUT (s per run, 180), STEPS (timed steps, 10; 3 warm-ups more),
-# PYTHONPATH must reach the built module for the tessera-py rows (scripts/gpu-check sets it).
+# PYTHONPATH must reach the built module for the tessera-py rows (scripts/gpu-check sets it);
+# RESULT_NAME names the result files (default train_gpt_<N>gpu).
 set -uo pipefail
 BUILD=${1:?build dir}
 LOGS=${2:?log dir}
@@ -86,6 +90,12 @@ for s in "${SECTIONS[@]}"; do
       train tessera-train-2x1x2-ddp 4 --layout 2x1x2 --batch 32
       train tessera-train-2x1x2-fsdp 4 --layout 2x1x2 --dp-mode fsdp --batch 32
       train tessera-train-1x2x2 4 --layout 1x2x2 --batch 32 --micro-batches 8 ;;
+    data)
+      brown=(--data "${TESSERA_DATA_DIR:-$HERE/../../data}/brown/brown_sp4096_text_document" --split 98,2 --eod-token 2)
+      for k in 1 2; do
+        train tessera-train-single$([ $k = 2 ] && echo -2) 1 --layout 1x1x1 --batch 8
+        train tessera-train-brown$([ $k = 2 ] && echo -2) 1 --layout 1x1x1 --batch 8 "${brown[@]}"
+      done ;;
     *) echo "run.sh: unknown section $s" >&2; exit 2 ;;
   esac
 done
@@ -94,5 +104,5 @@ gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/n
 machine="${gpus:-no GPU} ($N used); torch $(python3 -c 'import torch;print(torch.__version__)' 2>/dev/null)"
 python3 "$HERE/combine.py" "${logs[@]}" --gpus "$N" --machine "$machine" \
   --command "$(env | grep -E '^TESSERA_(OVERLAP_SM_CARVEOUT|TP_FORWARD_CHUNKS)=' | sort | tr '\n' ' ')NPROC=$N bench/train/run.sh $BUILD $LOGS $*" \
-  --results "${RESULTS:-$HERE/../results}" || rc=1
+  --results "${RESULTS:-$HERE/../results}" ${RESULT_NAME:+--name "$RESULT_NAME"} || rc=1
 exit $rc
