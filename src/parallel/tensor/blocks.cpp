@@ -10,6 +10,8 @@
 
 #include "common/attention.h"
 #include "common/error.h"
+#include "nn/recompute.h"
+#include "nn/rope.h"
 #include "parallel/tensor/mappings.h"
 
 namespace tessera::tp {
@@ -52,12 +54,17 @@ uint64_t blockDropoutSeed(uint64_t seed, int64_t call) {
   return seed + static_cast<uint64_t>(call) * 0x9E3779B97F4A7C15ull;
 }
 
-ParallelMlpImpl::ParallelMlpImpl(CommPtr tp, int64_t d, bool sp, const std::string& name) {
-  fc1 = register_module("fc1", ColumnParallelLinear(tp, d, 4 * d, opts(name + ".fc1", sp)));
-  fc2 = register_module("fc2", RowParallelLinear(tp, 4 * d, d, opts(name + ".fc2", sp)));
+ParallelMlpImpl::ParallelMlpImpl(CommPtr tp, int64_t d, bool sp, const std::string& name, int64_t ffn) {
+  if (ffn == 0) ffn = 4 * d;
+  fc1 = register_module("fc1", ColumnParallelLinear(tp, d, ffn, opts(name + ".fc1", sp)));
+  fc2 = register_module("fc2", RowParallelLinear(tp, ffn, d, opts(name + ".fc2", sp)));
 }
 
-at::Tensor ParallelMlpImpl::forward(const at::Tensor& x) { return fc2->forward(at::gelu(fc1->forward(x))); }
+at::Tensor ParallelMlpImpl::forward(const at::Tensor& x) {
+  auto h = fc1->forward(x);
+  const nn::Fn gelu = [](const at::Tensor& t) { return at::gelu(t); };
+  return fc2->forward(recomputeActivation ? nn::recompute(gelu, h) : gelu(h));
+}
 
 ParallelAttentionImpl::ParallelAttentionImpl(CommPtr tp, int64_t d, int64_t heads, bool sp, const std::string& name_)
     : name(name_) {
@@ -96,22 +103,30 @@ at::Tensor ParallelAttentionImpl::forward(const at::Tensor& x) {
   // layout: two strided copies per layer, 3.8 of a tp=2 step's 88 ms on an H200.) SDPA's output
   // follows q's stride order, [S, B, h, hd], so the reshape below is a view.
   auto parts = h.view({s, b, 3, localHeads, headDim}).unbind(2);  // 3 x [S, B, h, hd]
-  auto bhsd = [](const at::Tensor& t) { return t.permute({1, 2, 0, 3}); };
-  auto a = causalSelfAttention(bhsd(parts[0]), bhsd(parts[1]), bhsd(parts[2]))  // [B, h, S, hd]
-               .permute({2, 0, 1, 3})
-               .reshape({s, b, localHeads * headDim});
-  return proj->forward(a);
+  if (ropeTheta > 0) {
+    const auto tables = nn::ropeTables(s, headDim, ropeTheta, {}, x.device());
+    parts[0] = nn::applyRope(parts[0], tables);
+    parts[1] = nn::applyRope(parts[1], tables);
+  }
+  const nn::MultiFn core = [s, b, this](const std::vector<at::Tensor>& t) {
+    auto bhsd = [](const at::Tensor& x) { return x.permute({1, 2, 0, 3}); };
+    return causalSelfAttention(bhsd(t[0]), bhsd(t[1]), bhsd(t[2]))  // [B, h, S, hd]
+        .permute({2, 0, 1, 3})
+        .reshape({s, b, localHeads * headDim});
+  };
+  const std::vector<at::Tensor> qkvParts{parts[0], parts[1], parts[2]};
+  return proj->forward(recomputeCore ? nn::recompute(core, qkvParts) : core(qkvParts));
 }
 
 ParallelBlockImpl::ParallelBlockImpl(CommPtr t, int64_t d, int64_t heads, bool sp, const std::string& name,
-                                     BlockDropout drop)
+                                     BlockDropout drop, int64_t ffn)
     : tp(std::move(t)), sequenceParallel(sp), name(name), dropout(drop) {
   TESSERA_CHECK(dropout.p >= 0 && dropout.p < 1, "tp block '{}': dropout probability p = {} is not in [0, 1)", name,
                 dropout.p);
   ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
   attn = register_module("attn", ParallelAttention(tp, d, heads, sp, name + ".attn"));
   ln2 = register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})));
-  mlp = register_module("mlp", ParallelMlp(tp, d, sp, name + ".mlp"));
+  mlp = register_module("mlp", ParallelMlp(tp, d, sp, name + ".mlp", ffn));
 }
 
 at::Tensor ParallelBlockImpl::forward(const at::Tensor& x) {

@@ -18,13 +18,14 @@
 
 namespace tessera::tp {
 
-// Column(d → 4d) → GELU → Row(4d → d).
+// Column(d → ffn) → GELU → Row(ffn → d); ffn 0: 4 d.
 class ParallelMlpImpl : public torch::nn::Module {
  public:
-  ParallelMlpImpl(CommPtr tp, int64_t d, bool sequenceParallel, const std::string& name);
+  ParallelMlpImpl(CommPtr tp, int64_t d, bool sequenceParallel, const std::string& name, int64_t ffn = 0);
   at::Tensor forward(const at::Tensor& x);
   ColumnParallelLinear fc1{nullptr};
   RowParallelLinear fc2{nullptr};
+  bool recomputeActivation = false;  // selective recompute: GELU's output is recomputed in backward
 };
 TORCH_MODULE(ParallelMlp);
 
@@ -40,6 +41,8 @@ class ParallelAttentionImpl : public torch::nn::Module {
   RowParallelLinear proj{nullptr};
   int64_t localHeads, headDim;
   std::string name;
+  bool recomputeCore = false;  // selective recompute: softmax(q kᵀ) v is recomputed in backward
+  double ropeTheta = 0;        // > 0: rotary positions (nn/rope.h) on q and k; 0: none
 };
 TORCH_MODULE(ParallelAttention);
 
@@ -72,7 +75,7 @@ uint64_t blockDropoutSeed(uint64_t seed, int64_t call);
 class ParallelBlockImpl : public torch::nn::Module {
  public:
   ParallelBlockImpl(CommPtr tp, int64_t d, int64_t heads, bool sequenceParallel, const std::string& name,
-                    BlockDropout dropout = {});
+                    BlockDropout dropout = {}, int64_t ffn = 0);
   at::Tensor forward(const at::Tensor& x);
   // Local: load the unsharded block's parameters from `full`, named as the unsharded block
   // names them (ln1.weight, ln1.bias, qkv.*, proj.*, ln2.*, fc1.*, fc2.*) after `prefix`

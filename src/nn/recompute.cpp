@@ -1,0 +1,75 @@
+#include "nn/recompute.h"
+
+#include <torch/autograd.h>
+
+#include "common/error.h"
+
+namespace tessera::nn {
+
+Recompute parseRecompute(const std::string& s) {
+  for (Recompute r : {Recompute::None, Recompute::Full, Recompute::Selective}) {
+    if (s == toString(r)) return r;
+  }
+  throw Error(fmt::format("unknown recompute mode '{}' (none, full, selective)", s));
+}
+
+const char* toString(Recompute r) {
+  switch (r) {
+    case Recompute::None:
+      return "none";
+    case Recompute::Full:
+      return "full";
+    default:
+      return "selective";
+  }
+}
+
+namespace {
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+struct Holder : torch::CustomClassHolder {
+  Holder(MultiFn f_, std::function<void()> b) : f(std::move(f_)), before(std::move(b)) {}
+  MultiFn f;
+  std::function<void()> before;
+};
+
+struct Recomputed : torch::autograd::Function<Recomputed> {
+  // `xs` is flattened by autograd (one input per tensor); the holder outlives the call in ctx.
+  static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<Holder> h, at::TensorList xs) {
+    ctx->saved_data["f"] = c10::IValue::make_capsule(h);
+    ctx->save_for_backward(xs.vec());
+    if (h->before) h->before();
+    at::NoGradGuard ng;
+    return {h->f(xs.vec())};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto h = c10::static_intrusive_pointer_cast<Holder>(ctx->saved_data["f"].toCapsule());
+    variable_list inputs;
+    for (const auto& x : ctx->get_saved_variables()) inputs.push_back(x.detach().requires_grad_(x.requires_grad()));
+    if (h->before) h->before();
+    at::Tensor y;
+    {
+      at::AutoGradMode on(true);
+      y = h->f(inputs);
+    }
+    if (y.requires_grad()) torch::autograd::backward({y}, {grads[0]});
+    variable_list out{at::Tensor()};  // the holder
+    for (const auto& x : inputs) out.push_back(x.requires_grad() ? x.grad() : at::Tensor());
+    return out;
+  }
+};
+}  // namespace
+
+at::Tensor recompute(const MultiFn& f, const std::vector<at::Tensor>& xs) {
+  return Recomputed::apply(c10::make_intrusive<Holder>(f, nullptr), at::TensorList(xs))[0];
+}
+
+at::Tensor recompute(const Fn& f, const at::Tensor& x, const std::function<void()>& before) {
+  MultiFn one = [f](const std::vector<at::Tensor>& v) { return f(v[0]); };
+  const std::vector<at::Tensor> xs{x};
+  return Recomputed::apply(c10::make_intrusive<Holder>(std::move(one), before), at::TensorList(xs))[0];
+}
+
+}  // namespace tessera::nn
