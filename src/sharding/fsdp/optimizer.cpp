@@ -3,15 +3,36 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace tessera {
 
-ShardedAdamW::ShardedAdamW(FullyShardedDataParallel& fsdp, AdamWOptions o) : fsdp_(fsdp), opts_(o) {
+ShardedAdamW::ShardedAdamW(FullyShardedDataParallel& fsdp, AdamWOptions o, DecayRule decays)
+    : fsdp_(fsdp), opts_(o) {
+  const int r = fsdp_.shardRank();
   for (size_t u = 0; u < fsdp_.numUnits(); ++u) {
-    const int64_t n = fsdp_.layout(u).trainableInShard(fsdp_.shardRank());
+    const auto& lay = fsdp_.layout(u);
+    const int64_t n = lay.trainableInShard(r);
     expAvg_.push_back(at::zeros({n}, fsdp_.masterShard(u).options()));
     expAvgSq_.push_back(at::zeros({n}, fsdp_.masterShard(u).options()));
+    // Runs of equal decay over the shard's trainable prefix (padding after the last entry is
+    // stepped with its neighbour: it stays zero, its gradient is zero).
+    std::vector<Run> runs;
+    const int64_t lo = r * lay.shardNumel;
+    for (const auto& e : lay.entries) {
+      const int64_t a = std::max<int64_t>(0, e.offset - lo), b = std::min(n, e.offset + e.numel - lo);
+      if (!e.trainable || a >= b) continue;
+      const bool d = !decays || decays(e.name);
+      if (!runs.empty() && runs.back().decay == d) {
+        runs.back().end = b;
+      } else {
+        runs.push_back({runs.empty() ? 0 : runs.back().end, b, d});
+      }
+    }
+    if (!runs.empty()) runs.back().end = n;
+    runs_.push_back(std::move(runs));
   }
 }
 
@@ -19,11 +40,14 @@ void ShardedAdamW::step() {
   torch::NoGradGuard ng;
   ++step_;
   kernels::AdamWStep s{opts_.lr, opts_.beta1, opts_.beta2, opts_.eps, opts_.weightDecay, step_};
+  kernels::AdamWStep noDecay = s;
+  noDecay.weightDecay = 0;
   for (size_t u = 0; u < fsdp_.numUnits(); ++u) {
-    const int64_t n = expAvg_[u].numel();
-    if (n == 0) continue;
-    kernels::adamwStep(fsdp_.masterShard(u).narrow(0, 0, n), fsdp_.gradShard(u).narrow(0, 0, n), expAvg_[u],
-                       expAvgSq_[u], s);
+    for (const auto& run : runs_[u]) {
+      const int64_t a = run.begin, n = run.end - run.begin;
+      kernels::adamwStep(fsdp_.masterShard(u).narrow(0, a, n), fsdp_.gradShard(u).narrow(0, a, n),
+                         expAvg_[u].narrow(0, a, n), expAvgSq_[u].narrow(0, a, n), run.decay ? s : noDecay);
+    }
   }
 }
 

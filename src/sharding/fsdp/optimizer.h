@@ -10,6 +10,7 @@
 // no gradient at all. The FSDP object must outlive the optimizer.
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -25,7 +26,10 @@ struct AdamWOptions {
 
 class ShardedAdamW {
  public:
-  ShardedAdamW(FullyShardedDataParallel& fsdp, AdamWOptions options = {});
+  // `decays(name)`: whether the parameter of that (FSDP entry) name takes weight decay;
+  // unset: every parameter does. Each shard is stepped in runs of equal decay.
+  using DecayRule = std::function<bool(const std::string&)>;
+  ShardedAdamW(FullyShardedDataParallel& fsdp, AdamWOptions options = {}, DecayRule decays = nullptr);
 
   void step();
   void zeroGrad() { fsdp_.zeroGrad(); }
@@ -41,6 +45,11 @@ class ShardedAdamW {
   FullyShardedDataParallel& fsdp_;
   AdamWOptions opts_;
   std::vector<at::Tensor> expAvg_, expAvgSq_;
+  struct Run {
+    int64_t begin, end;  // within this rank's shard
+    bool decay;
+  };
+  std::vector<std::vector<Run>> runs_;  // per unit, covering its trainable shard elements
   int64_t step_ = 0;
 };
 

@@ -1,0 +1,45 @@
+#pragma once
+// AdamW over whole (unflattened) parameters, such as DDP's replicas and TP shards, with
+// tessera's AdamW kernel (kernels/adamw.h: one fused kernel per tensor on CUDA, the ATen
+// reference on the CPU): the update ShardedAdamW applies to FSDP's flat shards, so DDP and
+// FSDP runs step identically. Each parameter has its own weight-decay switch (no decay on
+// norms and biases: decaysByName). State is allocated at construction (zeros) so checkpoints
+// can address it before the first step. Every parameter is stepped, also with a zero gradient;
+// one without .grad is an error naming it. The learning rate may change between steps
+// (setLr: LR schedules). Local; not thread-safe.
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "sharding/fsdp/optimizer.h"
+
+namespace tessera::optim {
+
+// The usual weight-decay rule: decay matrices, not norms' weights nor biases (names ending in
+// "norm.weight", "ln1.weight", ".bias", ...: any name whose last part is "bias" or whose
+// owner's name contains "norm" or "ln"), and embeddings only when `embeddings` is set.
+bool decaysByName(const std::string& name, bool embeddings);
+
+class AdamW {
+ public:
+  // names[i] names params[i] in errors; decay[i]: whether params[i] takes weight decay.
+  AdamW(std::vector<at::Tensor> params, std::vector<std::string> names, std::vector<bool> decay, AdamWOptions o);
+  void step();
+  void setLr(double lr) { o_.lr = lr; }
+  int64_t steps() const { return step_; }
+  void setSteps(int64_t s) { step_ = s; }
+  // expAvg()[i], expAvgSq()[i]: state of params[i] (same shape, fp32).
+  const std::vector<at::Tensor>& params() const { return params_; }
+  const std::vector<at::Tensor>& expAvg() const { return m_; }
+  const std::vector<at::Tensor>& expAvgSq() const { return v_; }
+
+ private:
+  std::vector<at::Tensor> params_, m_, v_;
+  std::vector<std::string> names_;
+  std::vector<bool> decay_;
+  AdamWOptions o_;
+  int64_t step_ = 0;
+};
+
+}  // namespace tessera::optim
