@@ -167,4 +167,34 @@ at::Tensor PipelineExecutor::step(const at::Tensor& input, const at::Tensor& tar
   return lossSum.reshape({});
 }
 
+at::Tensor PipelineExecutor::evaluate(const at::Tensor& input, const at::Tensor& target) {
+  const int P = sched_.pp, r = rank(), M = sched_.numMicro;
+  auto sig = preamble(input, target);
+  std::vector<at::Tensor> inputs, targets;
+  if (r == 0) inputs = input.chunk(M, 0);
+  if (r == P - 1) targets = target.chunk(M, 0);
+  if (sig != signature_) {
+    signature_.clear();
+    probe(r == 0 ? inputs[0] : at::Tensor(), r == P - 1 ? targets[0] : at::Tensor());
+    signature_ = sig;
+    ++probes_;
+  }
+  at::NoGradGuard ng;
+  auto lossSum = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(opts_.device));
+  for (int m = 0; m < M; ++m) {
+    for (int c = 0; c < sched_.chunks; ++c) {
+      const int s = sched_.stageOf(r, c);
+      const bool first = s == 0, last = s == sched_.numStages() - 1;
+      auto y = chunks_[c](first ? inputs[m] : p2p_->recvForward(inMeta_[c]));
+      if (last) {
+        lossSum += loss_(y, targets[m]).to(at::kFloat) / static_cast<double>(M);
+      } else {
+        p2p_->sendForward(y, outMeta_[c]);
+      }
+    }
+  }
+  group_->broadcast(lossSum, P - 1)->wait();
+  return lossSum.reshape({});
+}
+
 }  // namespace tessera::pipeline

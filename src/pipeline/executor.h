@@ -96,6 +96,10 @@ class PipelineExecutor {
   ~PipelineExecutor();
 
   at::Tensor step(const at::Tensor& input, const at::Tensor& target);
+  // Forward only (validation), under no_grad: the micro-batches run through the stages one
+  // after another (no schedule, no backward, no gradients touched); returns the mean loss on
+  // every pp rank. Collective over the pp group like step(), with the same preamble and probe.
+  at::Tensor evaluate(const at::Tensor& input, const at::Tensor& target);
 
   const Schedule& schedule() const { return sched_; }
   const StepStats& lastStats() const { return stats_; }

@@ -1,0 +1,119 @@
+#include "models/config.h"
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+
+namespace tessera::models {
+
+const char* toString(Arch a) { return a == Arch::Gpt ? "gpt" : "llama"; }
+
+const char* toString(Positions p) {
+  switch (p) {
+    case Positions::None:
+      return "none";
+    case Positions::Learned:
+      return "learned";
+    default:
+      return "rope";
+  }
+}
+
+Positions parsePositions(const std::string& s) {
+  for (Positions p : {Positions::None, Positions::Learned, Positions::Rope}) {
+    if (s == toString(p)) return p;
+  }
+  throw Error(fmt::format("model: unknown positions '{}' (none, learned, rope)", s));
+}
+
+ModelConfig presetConfig(const std::string& name) {
+  ModelConfig c;
+  if (name == "tiny") {
+    c.d = 64, c.layers = 4, c.heads = 4, c.vocab = 256, c.seqLen = 32;
+  } else if (name == "small") {
+    c.d = 512, c.layers = 8, c.heads = 8, c.vocab = 8192, c.seqLen = 256;
+  } else if (name == "735m") {
+    c.d = 2048, c.layers = 12, c.heads = 16, c.vocab = 32000, c.seqLen = 1024;
+    c.positions = Positions::None;  // as the anchors' GPT (../shared/anchors)
+  } else if (name == "llama-tiny" || name == "llama3-1b" || name == "llama3-8b") {
+    c.arch = Arch::Llama;
+    c.positions = Positions::Rope;
+    if (name == "llama-tiny") {
+      c.d = 64, c.layers = 4, c.heads = 4, c.kvHeads = 2, c.ffn = 192, c.vocab = 4096, c.seqLen = 64;
+      c.tiedEmbeddings = true;
+    } else if (name == "llama3-1b") {
+      c.d = 2048, c.layers = 16, c.heads = 32, c.kvHeads = 8, c.ffn = 8192, c.vocab = 128256, c.seqLen = 2048;
+      c.tiedEmbeddings = true;
+      c.ropeTheta = 500000;
+      c.ropeScaling = {true, 32, 1, 4, 8192};
+    } else {
+      c.d = 4096, c.layers = 32, c.heads = 32, c.kvHeads = 8, c.ffn = 14336, c.vocab = 128256, c.seqLen = 8192;
+      c.ropeTheta = 500000;
+    }
+  } else {
+    throw Error(fmt::format("model: unknown preset '{}' ({})", name, fmt::join(presetNames(), ", ")));
+  }
+  return c;
+}
+
+std::vector<std::string> presetNames() { return {"tiny", "small", "735m", "llama-tiny", "llama3-1b", "llama3-8b"}; }
+
+void validate(const ModelConfig& c) {
+  TESSERA_CHECK(c.d > 0 && c.layers > 0 && c.heads > 0 && c.vocab > 0 && c.seqLen > 0,
+                "model: d {}, layers {}, heads {}, vocab {}, seq-len {} must all be > 0", c.d, c.layers, c.heads,
+                c.vocab, c.seqLen);
+  TESSERA_CHECK(c.d % c.heads == 0, "model: d = {} is not divisible by heads = {}", c.d, c.heads);
+  TESSERA_CHECK(c.kvH() <= c.heads && c.heads % c.kvH() == 0,
+                "model: heads = {} is not a multiple of kv heads = {} (grouped-query attention)", c.heads, c.kvH());
+  TESSERA_CHECK(c.arch == Arch::Llama || c.kvH() == c.heads, "model: the GPT has no grouped-query attention (kv heads {})",
+                c.kvHeads);
+  TESSERA_CHECK(c.arch == Arch::Gpt || c.positions == Positions::Rope,
+                "model: Llama takes rotary positions, not '{}'", toString(c.positions));
+  TESSERA_CHECK(c.positions != Positions::Rope || c.headDim() % 2 == 0,
+                "model: rotary positions need an even head dimension (d / heads = {})", c.headDim());
+  TESSERA_CHECK(c.ffnSize() > 0, "model: FFN size {} must be > 0", c.ffn);
+  TESSERA_CHECK(c.ropeTheta > 0, "model: rope theta {} must be > 0", c.ropeTheta);
+}
+
+int64_t blockParamCount(const ModelConfig& c) {
+  if (c.arch == Arch::Gpt) return 4 * c.d * c.d + 2 * c.d * c.ffnSize() + 9 * c.d + c.ffnSize();
+  const int64_t kv = c.kvH() * c.headDim();
+  return c.d * c.d * 2 + 2 * c.d * kv + 3 * c.d * c.ffnSize() + 2 * c.d;
+}
+
+int64_t paramCount(const ModelConfig& c) {
+  const int64_t table = c.vocab * c.d;
+  const int64_t finalNorm = c.arch == Arch::Gpt ? 2 * c.d : c.d;
+  const int64_t pos = c.positions == Positions::Learned ? c.seqLen * c.d : 0;
+  return c.layers * blockParamCount(c) + table + (c.tiedEmbeddings ? 0 : table) + finalNorm + pos;
+}
+
+double flopsPerToken(const ModelConfig& c) {
+  const double attention = 12.0 * static_cast<double>(c.layers * c.d * c.seqLen);
+  if (c.arch == Arch::Gpt && !c.tiedEmbeddings) {
+    const int64_t pos = c.positions == Positions::Learned ? c.seqLen * c.d : 0;
+    return 6.0 * static_cast<double>(paramCount(c) - pos) + attention;
+  }
+  const double multiplied = static_cast<double>(c.layers * blockParamCount(c) + c.vocab * c.d);
+  return 6.0 * multiplied + attention;
+}
+
+std::string ModelConfig::describe() const {
+  std::string s = fmt::format("{} d {} layers {} heads {}", toString(arch), d, layers, heads);
+  if (arch == Arch::Llama) s += fmt::format(" kv heads {} ffn {}", kvH(), ffnSize());
+  s += fmt::format(" vocab {} T {}, {} positions", vocab, seqLen, toString(positions));
+  if (positions == Positions::Rope) {
+    s += fmt::format(" (theta {:g}{})", ropeTheta,
+                     ropeScaling.enabled ? fmt::format(", llama3 scaling x{:g}", ropeScaling.factor) : "");
+  }
+  if (tiedEmbeddings) s += ", tied embeddings";
+  return s + fmt::format(" ({:.1f} M parameters)", paramCount(*this) / 1e6);
+}
+
+std::string ModelConfig::signature() const {
+  return fmt::format("{} d {} layers {} heads {} kv {} ffn {} vocab {} positions {}{} tied {}", toString(arch), d,
+                     layers, heads, kvH(), ffnSize(), vocab, toString(positions),
+                     positions == Positions::Learned ? fmt::format(" T {}", seqLen) : "", tiedEmbeddings);
+}
+
+}  // namespace tessera::models

@@ -1,0 +1,198 @@
+#include "models/llama.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "common/attention.h"
+#include "common/error.h"
+#include "parallel/tensor/checkpoint_pieces.h"
+#include "parallel/tensor/mappings.h"
+
+namespace tessera::models {
+
+RmsNormImpl::RmsNormImpl(int64_t d, double eps_, CommPtr tp_, bool sp_) : eps(eps_), tp(std::move(tp_)), sp(sp_) {
+  weight = register_parameter("weight", at::ones({d}));
+}
+
+at::Tensor RmsNormImpl::forward(const at::Tensor& x) {
+  const auto w = sp && tp ? tp::copyToRegion(weight, tp) : weight;
+  auto xf = x.to(at::kFloat);
+  auto y = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (y * w.to(at::kFloat)).to(x.scalar_type());
+}
+
+CommPtr llamaKvGroup(const ModelConfig& c, const CommPtr& tp) {
+  const int t = tp->size();
+  const int64_t kv = c.kvH();
+  TESSERA_CHECK(c.heads % t == 0, "llama: heads = {} is not divisible by the tensor-parallel size {}", c.heads, t);
+  TESSERA_CHECK(kv % t == 0 || t % kv == 0,
+                "llama: kv heads = {} and the tensor-parallel size {}: one must divide the other (kv heads are split "
+                "over tp, or each replicated on tp / kv ranks)",
+                kv, t);
+  if (kv >= t) return nullptr;
+  const int replicas = static_cast<int>(t / kv);
+  return tp->split(tp->rank() / replicas, tp->rank(), fmt::format("{}.kv", tp->name()));
+}
+
+std::map<std::string, at::Tensor> llamaBlockInit(const ModelConfig& c, int64_t layer, uint64_t seed) {
+  auto gen = at::detail::createCPUGenerator(seed * 1000003ull + 101ull + static_cast<uint64_t>(layer));
+  const int64_t d = c.d, hd = c.headDim(), f = c.ffnSize();
+  const double std = 0.02, out = 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers));
+  std::map<std::string, at::Tensor> w;
+  for (const auto& [name, rows, cols, s] : std::vector<std::tuple<std::string, int64_t, int64_t, double>>{
+           {"wq.weight", c.heads * hd, d, std}, {"wk.weight", c.kvH() * hd, d, std},
+           {"wv.weight", c.kvH() * hd, d, std}, {"wo.weight", d, c.heads * hd, out},
+           {"w1.weight", f, d, std}, {"w3.weight", f, d, std}, {"w2.weight", d, f, out}}) {
+    w[name] = at::normal(0, s, {rows, cols}, gen);
+  }
+  w["attn_norm.weight"] = at::ones({d});
+  w["mlp_norm.weight"] = at::ones({d});
+  return w;
+}
+
+LlamaBlockImpl::LlamaBlockImpl(const ModelConfig& c, CommPtr tp, CommPtr kvGroup, int64_t layer, uint64_t seed,
+                               LlamaBlockOptions o, const std::string& name)
+    : cfg_(c), tp_(std::move(tp)), kvGroup_(std::move(kvGroup)), o_(o), name_(name) {
+  const int t = tp_->size(), r = tp_->rank();
+  const int64_t kv = c.kvH();
+  TESSERA_CHECK(c.heads % t == 0 && (kv % t == 0 || t % kv == 0),
+                "llama block '{}': heads {} / kv heads {} do not fit tensor-parallel size {}", name, c.heads, kv, t);
+  TESSERA_CHECK(c.ffnSize() % t == 0, "llama block '{}': FFN size {} is not divisible by the tensor-parallel size {}",
+                name, c.ffnSize(), t);
+  hd_ = c.headDim();
+  lq_ = c.heads / t;
+  firstQ_ = r * lq_;
+  if (kv >= t) {
+    lkv_ = kv / t;
+    firstKv_ = r * lkv_;
+  } else {
+    kvReplicas_ = static_cast<int>(t / kv);
+    lkv_ = 1;
+    firstKv_ = r / kvReplicas_;
+    TESSERA_CHECK(kvGroup_ && kvGroup_->size() == kvReplicas_,
+                  "llama block '{}': kv heads {} on tp {} need a kv group of {} ranks (llamaKvGroup)", name, kv, t,
+                  kvReplicas_);
+  }
+  lffn_ = c.ffnSize() / t;
+  auto opts = [&](const std::string& n) {
+    tp::ParallelLinearOptions lo;
+    lo.bias = false;
+    lo.sequenceParallel = o_.sequenceParallel;
+    lo.initFromRng = false;
+    lo.name = name + "." + n;
+    return lo;
+  };
+  attnNorm = register_module("attn_norm", RmsNorm(c.d, c.normEps, tp_, o_.sequenceParallel));
+  mlpNorm = register_module("mlp_norm", RmsNorm(c.d, c.normEps, tp_, o_.sequenceParallel));
+  // The column layers' "out" is the unsharded width this rank's rows are a tp-th of.
+  wqkv = register_module("wqkv", tp::ColumnParallelLinear(tp_, c.d, t * (lq_ + 2 * lkv_) * hd_, opts("wqkv")));
+  wo = register_module("wo", tp::RowParallelLinear(tp_, c.heads * hd_, c.d, opts("wo")));
+  w13 = register_module("w13", tp::ColumnParallelLinear(tp_, c.d, 2 * c.ffnSize(), opts("w13")));
+  w2 = register_module("w2", tp::RowParallelLinear(tp_, c.ffnSize(), c.d, opts("w2")));
+  loadFull(llamaBlockInit(c, layer, seed), "");
+}
+
+void LlamaBlockImpl::loadFull(const std::map<std::string, at::Tensor>& full, const std::string& prefix) {
+  auto get = [&](const std::string& n) {
+    auto it = full.find(prefix + n);
+    TESSERA_CHECK(it != full.end(), "llama block '{}': loadFull: no tensor '{}{}'", name_, prefix, n);
+    return it->second;
+  };
+  at::NoGradGuard ng;
+  auto rows = [](const at::Tensor& w, int64_t first, int64_t n) { return w.narrow(0, first, n); };
+  auto q = rows(get("wq.weight"), firstQ_ * hd_, lq_ * hd_);
+  auto k = rows(get("wk.weight"), firstKv_ * hd_, lkv_ * hd_);
+  auto v = rows(get("wv.weight"), firstKv_ * hd_, lkv_ * hd_);
+  wqkv->weight.copy_(at::cat({q, k, v}));
+  const int r = tp_->rank();
+  wo->loadFull(get("wo.weight"));
+  w13->weight.copy_(at::cat({rows(get("w1.weight"), r * lffn_, lffn_), rows(get("w3.weight"), r * lffn_, lffn_)}));
+  w2->loadFull(get("w2.weight"));
+  attnNorm->weight.copy_(get("attn_norm.weight"));
+  mlpNorm->weight.copy_(get("mlp_norm.weight"));
+}
+
+at::Tensor LlamaBlockImpl::attention(const at::Tensor& x) {
+  at::Tensor h;
+  if (kvGroup_) {
+    // Replicated kv rows: their gradient is summed over the ranks sharing the head.
+    auto w = wqkv->weight;
+    auto kvRows = tp::copyToRegion(w.narrow(0, lq_ * hd_, 2 * hd_), kvGroup_);
+    auto lo = wqkv->opts;
+    lo.accumulateGradInGemm = false;  // the weight is a cat, not the leaf
+    h = tp::columnParallelLinear(x, at::cat({w.narrow(0, 0, lq_ * hd_), kvRows}), {}, tp_, lo);
+  } else {
+    h = wqkv->forward(x);
+  }
+  const int64_t s = h.size(0), b = h.size(1);
+  const auto tables =
+      nn::ropeTables(cfg_.seqLen, hd_, cfg_.ropeTheta, cfg_.ropeScaling, x.device());
+  auto q = nn::applyRope(h.narrow(2, 0, lq_ * hd_).view({s, b, lq_, hd_}), tables);
+  auto k = nn::applyRope(h.narrow(2, lq_ * hd_, lkv_ * hd_).view({s, b, lkv_, hd_}), tables);
+  auto v = h.narrow(2, (lq_ + lkv_) * hd_, lkv_ * hd_).view({s, b, lkv_, hd_});
+  const int64_t rep = lq_ / lkv_;
+  const nn::MultiFn core = [s, b, rep, this](const std::vector<at::Tensor>& t) {
+    auto bhsd = [&](const at::Tensor& x, int64_t heads) {
+      auto y = x.permute({1, 2, 0, 3});  // [B, h, S, hd]
+      if (rep == 1) return y;
+      return y.unsqueeze(2).expand({b, heads, rep, s, hd_}).reshape({b, heads * rep, s, hd_});
+    };
+    return causalSelfAttention(t[0].permute({1, 2, 0, 3}), bhsd(t[1], lkv_), bhsd(t[2], lkv_))
+        .permute({2, 0, 1, 3})
+        .reshape({s, b, lq_ * hd_});
+  };
+  auto a = o_.recompute == Recompute::Selective ? nn::recompute(core, {q, k, v}) : core({q, k, v});
+  return wo->forward(a);
+}
+
+at::Tensor LlamaBlockImpl::mlp(const at::Tensor& x) {
+  auto h = w13->forward(x);  // [.., 2 ffn/tp]: [gate | up]
+  const nn::Fn swiglu = [this](const at::Tensor& t) {
+    return at::silu(t.narrow(-1, 0, lffn_)) * t.narrow(-1, lffn_, lffn_);
+  };
+  return w2->forward(o_.recompute == Recompute::Selective ? nn::recompute(swiglu, h) : swiglu(h));
+}
+
+at::Tensor LlamaBlockImpl::forward(const at::Tensor& x) {
+  TESSERA_CHECK(x.defined() && x.dim() == 3 && x.size(2) == cfg_.d,
+                "llama block '{}': input must be [tokens, batch, {}] ([tokens/tp, batch, d] with sequence parallel), "
+                "got [{}]",
+                name_, cfg_.d, x.defined() ? c10::str(x.sizes()) : "undefined");
+  auto h = x + attention(attnNorm->forward(x));
+  return h + mlp(mlpNorm->forward(h));
+}
+
+std::vector<checkpoint::Piece> LlamaBlockImpl::pieces(const std::string& p) {
+  const int64_t d = cfg_.d, kv = cfg_.kvH(), r = tp_->rank();
+  auto w = wqkv->weight.detach();
+  auto f = w13->weight.detach();
+  std::vector<checkpoint::Piece> out{
+      checkpoint::whole(p + "attn_norm.weight", attnNorm->weight.detach()),
+      {p + "wq.weight", {cfg_.heads * hd_, d}, {firstQ_ * hd_, 0}, w.narrow(0, 0, lq_ * hd_)},
+      {p + "wk.weight", {kv * hd_, d}, {firstKv_ * hd_, 0}, w.narrow(0, lq_ * hd_, lkv_ * hd_)},
+      {p + "wv.weight", {kv * hd_, d}, {firstKv_ * hd_, 0}, w.narrow(0, (lq_ + lkv_) * hd_, lkv_ * hd_)},
+      checkpoint::whole(p + "mlp_norm.weight", mlpNorm->weight.detach()),
+      {p + "w1.weight", {cfg_.ffnSize(), d}, {r * lffn_, 0}, f.narrow(0, 0, lffn_)},
+      {p + "w3.weight", {cfg_.ffnSize(), d}, {r * lffn_, 0}, f.narrow(0, lffn_, lffn_)}};
+  for (auto& x : tp::rowPieces(*wo, p + "wo")) out.push_back(std::move(x));
+  for (auto& x : tp::rowPieces(*w2, p + "w2")) out.push_back(std::move(x));
+  return out;
+}
+
+std::vector<ChunkParam> LlamaBlockImpl::params(const std::string& p) {
+  ChunkParam qkv{p + "wqkv.weight", wqkv->weight};
+  if (kvReplicas_ > 1) {
+    qkv.replicatedFrom = lq_ * hd_ * cfg_.d;
+    qkv.replicas = kvReplicas_;
+  }
+  return {{p + "attn_norm.weight", attnNorm->weight, true},
+          qkv,
+          {p + "wo.weight", wo->weight},
+          {p + "mlp_norm.weight", mlpNorm->weight, true},
+          {p + "w13.weight", w13->weight},
+          {p + "w2.weight", w2->weight}};
+}
+
+}  // namespace tessera::models

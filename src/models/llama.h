@@ -1,0 +1,88 @@
+#pragma once
+// The Llama block over a tensor-parallel group `tp` (Megatron layout: activations [tokens,
+// batch, d], [tokens/tp, batch, d] with sequence parallel):
+//   h = x + wo(attention(rope(q), rope(k), v)),  q|k|v = wqkv(rmsnorm(x))
+//   y = h + w2(silu(w1 a) * w3 a),               a = rmsnorm(h)
+// No biases. Heads split over tp: rank r keeps q heads [r·H/tp, (r+1)·H/tp); key/value heads
+// (grouped-query attention, KV of them) are split too when tp divides KV, or, when KV divides
+// tp, each kv head lives on tp/KV ranks (its gradient summed over them, as Megatron does);
+// anything else is a tessera::Error naming the block and the numbers. This rank's fused wqkv
+// rows are [q_r | k_r | v_r], its w13 rows [w1_r | w3_r].
+// Initialisation draws the unsharded weights from a CPU generator seeded `seed` in the order
+// wq, wk, wv, wo, w1, w3, w2 (normal, std 0.02; wo and w2 scaled by 1/sqrt(2·layers)) and keeps
+// this rank's shards, so every layout starts from the same model. The unsharded names
+// (checkpoints, loadFull): attn_norm.weight, wq/wk/wv.weight [H·hd | KV·hd, d], wo.weight
+// [d, H·hd], mlp_norm.weight, w1/w3.weight [ffn, d], w2.weight [d, ffn].
+// Forward/backward are collective over tp (and over the kv group when kv heads are replicated);
+// construction is local.
+#include <torch/nn/module.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "comm/communicator.h"
+#include "models/config.h"
+#include "models/param.h"
+#include "nn/recompute.h"
+#include "nn/rope.h"
+#include "parallel/tensor/linear.h"
+
+namespace tessera::models {
+
+using nn::Recompute;
+
+// x / sqrt(mean(x²) + eps) · weight, in float32, returned in x's dtype. With sequence parallel
+// each rank normalises its own tokens and the weight's gradient is summed over `tp`.
+class RmsNormImpl : public torch::nn::Module {
+ public:
+  RmsNormImpl(int64_t d, double eps, CommPtr tp = nullptr, bool sequenceParallel = false);
+  at::Tensor forward(const at::Tensor& x);
+  at::Tensor weight;  // [d], ones
+  double eps;
+  CommPtr tp;
+  bool sp;
+};
+TORCH_MODULE(RmsNorm);
+
+struct LlamaBlockOptions {
+  bool sequenceParallel = false;
+  Recompute recompute = Recompute::None;  // Selective: attention's core and SwiGLU's product
+};
+
+class LlamaBlockImpl : public torch::nn::Module {
+ public:
+  // kvGroup: llamaKvGroup(c, tp) (null unless kv heads are replicated).
+  LlamaBlockImpl(const ModelConfig& c, CommPtr tp, CommPtr kvGroup, int64_t layer, uint64_t seed,
+                 LlamaBlockOptions o, const std::string& name);
+  at::Tensor forward(const at::Tensor& x);
+  // Local: the unsharded block's tensors, named as above after `prefix`.
+  void loadFull(const std::map<std::string, at::Tensor>& full, const std::string& prefix);
+  std::vector<checkpoint::Piece> pieces(const std::string& prefix);
+  std::vector<ChunkParam> params(const std::string& prefix);
+
+  RmsNorm attnNorm{nullptr}, mlpNorm{nullptr};
+  tp::ColumnParallelLinear wqkv{nullptr}, w13{nullptr};
+  tp::RowParallelLinear wo{nullptr}, w2{nullptr};
+
+ private:
+  at::Tensor attention(const at::Tensor& x);
+  at::Tensor mlp(const at::Tensor& x);
+  ModelConfig cfg_;
+  CommPtr tp_, kvGroup_;  // kvGroup_: the ranks sharing this rank's kv head (replicated case)
+  LlamaBlockOptions o_;
+  std::string name_;
+  int64_t hd_, lq_, lkv_, firstQ_, firstKv_, lffn_;
+  int kvReplicas_ = 1;
+};
+TORCH_MODULE(LlamaBlock);
+
+// The group of tp ranks holding the same kv head when tp > kv heads (split from tp: collective
+// over tp); null when the kv heads are split. Checks the head counts against tp.
+CommPtr llamaKvGroup(const ModelConfig& c, const CommPtr& tp);
+
+// The unsharded block drawn as the constructor draws it (CPU, float32), by unsharded name.
+std::map<std::string, at::Tensor> llamaBlockInit(const ModelConfig& c, int64_t layer, uint64_t seed);
+
+}  // namespace tessera::models

@@ -1,0 +1,275 @@
+// A pipeline chunk of the GPT or Llama language model; see lm.h.
+#include "models/lm.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "parallel/tensor/checkpoint_pieces.h"
+#include "parallel/tensor/mappings.h"
+
+namespace tessera::models {
+
+uint64_t blockSeed(uint64_t seed, int64_t layer) { return seed * 1000003ull + 101ull + static_cast<uint64_t>(layer); }
+uint64_t headSeed(uint64_t seed) { return seed * 1000003ull + 7ull; }
+
+pipeline::Partition partitionModel(const ModelConfig& c, int pp, int chunks, const std::vector<int>& layersPerStage) {
+  pipeline::PartitionOptions o;
+  o.pp = pp;
+  o.chunks = chunks;
+  o.layersPerStage = layersPerStage;
+  o.embeddingParams = c.vocab * c.d;
+  o.headParams = c.vocab * c.d + 2 * c.d;
+  o.embeddingIsLookup = true;
+  return pipeline::partitionBlocks(std::vector<int64_t>(c.layers, blockParamCount(c)), o);
+}
+
+namespace {
+bool isLlama(const ModelConfig& c) { return c.arch == Arch::Llama; }
+
+// The full initial table [V, d]: N(0, 1) for the GPT (as torch::nn::Embedding), N(0, 0.02²) for Llama.
+at::Tensor fullTable(const ModelConfig& c, uint64_t seed) {
+  auto t = tp::VocabParallelEmbeddingImpl::fullInitWeight(c.vocab, c.d, seed);
+  return isLlama(c) ? t.mul_(0.02) : t;
+}
+}  // namespace
+
+LmChunkImpl::LmChunkImpl(const ModelConfig& c, CommPtr group, CommPtr kvGroup, const pipeline::Partition& part,
+                         int stage_, ChunkOptions o)
+    : cfg(c), tp(std::move(group)), opts(o), stage(stage_) {
+  validate(c);
+  first = stage == 0;
+  last = stage == part.numStages() - 1;
+  firstBlock = part.firstBlock(stage);
+  endBlock = part.endBlock(stage);
+  const bool sp = o.sequenceParallel;
+  TESSERA_CHECK(!sp || c.seqLen % tp->size() == 0,
+                "model: sequence parallel needs T divisible by tp (T {}, tp {})", c.seqLen, tp->size());
+  if (first || (last && c.tiedEmbeddings)) {
+    const auto table = fullTable(c, o.seed);
+    if (first) emb = register_module("emb", tp::VocabParallelEmbedding(table, tp));
+    if (last && !first && c.tiedEmbeddings) {
+      const auto r = tp::vocabRange(c.vocab, tp->rank(), tp->size(), "head");
+      headTable = register_parameter("head_table", table.narrow(0, r.start, r.size()).clone());
+    }
+  }
+  if (first && c.positions == Positions::Learned) {
+    auto gen = at::detail::createCPUGenerator(headSeed(o.seed) + 1);
+    pos = register_parameter("pos", at::normal(0, 0.02, {c.seqLen, c.d}, gen));
+  }
+  for (int i = firstBlock; i < endBlock; ++i) {
+    const auto name = fmt::format("blocks.{}", i);
+    if (isLlama(c)) {
+      llamaBlocks.push_back(register_module(
+          fmt::format("block{}", i), LlamaBlock(c, tp, kvGroup, i, o.seed, LlamaBlockOptions{sp, o.recompute}, name)));
+    } else {
+      torch::manual_seed(blockSeed(o.seed, i));
+      auto b = register_module(fmt::format("block{}", i),
+                               tp::ParallelBlock(tp, c.d, c.heads, sp, name, tp::BlockDropout{}, c.ffnSize()));
+      b->attn->recomputeCore = b->mlp->recomputeActivation = o.recompute == Recompute::Selective;
+      if (c.positions == Positions::Rope) b->attn->ropeTheta = c.ropeTheta;
+      gptBlocks.push_back(b);
+    }
+  }
+  if (last) {
+    if (isLlama(c)) {
+      norm = register_module("norm", RmsNorm(c.d, c.normEps, tp, sp));
+    } else {
+      lnf = register_module("lnf", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d})));
+    }
+    if (!c.tiedEmbeddings) {
+      tp::ParallelLinearOptions ho;
+      ho.bias = false;
+      ho.sequenceParallel = sp;
+      ho.name = "head";
+      ho.initFromRng = !isLlama(c);
+      torch::manual_seed(headSeed(o.seed));
+      head = register_module("head", tp::ColumnParallelLinear(tp, c.d, c.vocab, ho));
+      if (isLlama(c)) {
+        auto gen = at::detail::createCPUGenerator(headSeed(o.seed));
+        head->loadFull(at::normal(0, 0.02, {c.vocab, c.d}, gen));
+      }
+    }
+  }
+}
+
+at::Tensor LmChunkImpl::tiedTable() {
+  if (!cfg.tiedEmbeddings) return {};
+  if (first) return emb->weight;
+  return last ? headTable : at::Tensor();
+}
+
+at::Tensor LmChunkImpl::embed(const at::Tensor& tokens) {
+  TESSERA_CHECK(tokens.dim() == 2 && tokens.size(1) == cfg.seqLen,
+                "model: the first stage takes tokens [batch, {}], got [{}]", cfg.seqLen, c10::str(tokens.sizes()));
+  auto x = emb->forward(tokens.t().contiguous());  // [T, b, d], the same on every tp rank
+  if (pos.defined() || !opts.sequenceParallel) return x;
+  return tp::scatterSeq(x, tp);  // this rank's T/tp tokens
+}
+
+at::Tensor LmChunkImpl::addPositions(const at::Tensor& x) {
+  auto y = x + pos.unsqueeze(1);
+  return opts.sequenceParallel ? tp::scatterSeq(y, tp) : y;
+}
+
+at::Tensor LmChunkImpl::finalNorm(const at::Tensor& x) {
+  if (isLlama(cfg)) return norm->forward(x);
+  // With sp each rank normalises its own tokens: the LayerNorm's gradients sum over tp.
+  if (!opts.sequenceParallel) return lnf->forward(x);
+  return at::layer_norm(x, {cfg.d}, tp::copyToRegion(lnf->weight, tp), tp::copyToRegion(lnf->bias, tp));
+}
+
+at::Tensor LmChunkImpl::applyHead(const at::Tensor& h) {
+  if (!cfg.tiedEmbeddings) return head->forward(h);  // [T, b, V/tp]
+  tp::ParallelLinearOptions ho;
+  ho.bias = false;
+  ho.sequenceParallel = opts.sequenceParallel;
+  ho.name = "head (tied)";
+  return tp::columnParallelLinear(h, tiedTable(), {}, tp, ho);
+}
+
+at::Tensor LmChunkImpl::block(size_t i, const at::Tensor& x) {
+  nn::Fn f;
+  if (isLlama(cfg)) {
+    f = [m = llamaBlocks[i].get()](const at::Tensor& v) { return m->forward(v); };
+  } else {
+    f = [m = gptBlocks[i].get()](const at::Tensor& v) { return m->forward(v); };
+  }
+  return opts.recompute == Recompute::Full ? nn::recompute(f, x) : f(x);
+}
+
+std::vector<LmChunkImpl::Part> LmChunkImpl::parts() {
+  std::vector<Part> out;
+  if (first) out.push_back([this](const at::Tensor& t) { return embed(t); });
+  if (pos.defined()) out.push_back([this](const at::Tensor& x) { return addPositions(x); });
+  for (int i = firstBlock; i < endBlock; ++i) {
+    out.push_back([this, k = static_cast<size_t>(i - firstBlock)](const at::Tensor& x) { return block(k, x); });
+  }
+  if (last) {
+    out.push_back([this](const at::Tensor& x) { return finalNorm(x); });
+    out.push_back([this](const at::Tensor& x) { return applyHead(x); });
+  }
+  return out;
+}
+
+at::Tensor LmChunkImpl::forward(const at::Tensor& x) {
+  at::Tensor h = x;
+  for (const auto& p : parts()) h = p(h);
+  return h;
+}
+
+namespace {
+// "attn.qkv.weight" → "qkv.weight" (the unsharded GPT block's names, as loadFull and blockPieces).
+std::string flatBlockName(const std::string& n) {
+  for (const char* pre : {"attn.", "mlp."}) {
+    if (n.rfind(pre, 0) == 0) return n.substr(std::string(pre).size());
+  }
+  return n;
+}
+bool gptParamReplicated(const std::string& flat) {
+  return flat.rfind("ln1.", 0) == 0 || flat.rfind("ln2.", 0) == 0 || flat == "proj.bias" || flat == "fc2.bias";
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::function<std::vector<ChunkParam>()>>> LmChunkImpl::partParams() {
+  std::vector<std::pair<std::string, std::function<std::vector<ChunkParam>()>>> out;
+  const int copies = cfg.tiedEmbeddings && !(first && last) ? 2 : 1;
+  if (first) {
+    out.emplace_back("emb", [this, copies] {
+      return std::vector<ChunkParam>{{"emb.weight", emb->weight, false, -1, 1, copies}};
+    });
+  }
+  if (pos.defined()) out.emplace_back("pos", [this] { return std::vector<ChunkParam>{{"pos.weight", pos, true}}; });
+  for (int i = firstBlock; i < endBlock; ++i) {
+    out.emplace_back(fmt::format("block{}", i), [this, i] {
+      const auto prefix = fmt::format("blocks.{}.", i);
+      if (isLlama(cfg)) return llamaBlocks[i - firstBlock]->params(prefix);
+      std::vector<ChunkParam> ps;
+      for (const auto& kv : gptBlocks[i - firstBlock]->named_parameters()) {
+        const auto flat = flatBlockName(kv.key());
+        ps.push_back({prefix + flat, kv.value(), gptParamReplicated(flat)});
+      }
+      return ps;
+    });
+  }
+  if (last) {
+    out.emplace_back("norm", [this] {
+      if (isLlama(cfg)) return std::vector<ChunkParam>{{"norm.weight", norm->weight, true}};
+      return std::vector<ChunkParam>{{"lnf.weight", lnf->weight, true}, {"lnf.bias", lnf->bias, true}};
+    });
+    if (!headInEmbUnit()) {
+      out.emplace_back("head", [this, copies] {
+        if (headTable.defined()) return std::vector<ChunkParam>{{"emb.weight", headTable, false, -1, 1, copies}};
+        return std::vector<ChunkParam>{{"head.weight", head->weight}};
+      });
+    }
+  }
+  return out;
+}
+
+std::vector<FsdpUnitSpec> LmChunkImpl::fsdpUnits() {
+  std::vector<FsdpUnitSpec> units;
+  for (const auto& [name, get] : partParams()) {
+    FsdpUnitSpec u;
+    u.name = fmt::format("stage{}.{}", stage, name);
+    for (const auto& p : get()) u.params.emplace_back(p.name, p.tensor);
+    if (name == "emb" && headInEmbUnit()) u.reshardAfterForward = false;  // run first and last
+    units.push_back(std::move(u));
+  }
+  return units;
+}
+
+std::vector<size_t> LmChunkImpl::partUnits() {
+  const size_t n = partParams().size();
+  std::vector<size_t> out(n);
+  for (size_t k = 0; k < n; ++k) out[k] = k;
+  if (headInEmbUnit()) out.push_back(0);  // the head part runs in the emb unit
+  return out;
+}
+
+int LmChunkImpl::tiedUnit() {
+  if (!cfg.tiedEmbeddings || !(first || last)) return -1;
+  return first ? 0 : static_cast<int>(partParams().size()) - 1;
+}
+
+std::vector<ChunkParam> LmChunkImpl::params() {
+  std::vector<ChunkParam> out;
+  for (const auto& [name, get] : partParams()) {
+    for (auto& p : get()) out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::vector<checkpoint::Piece> LmChunkImpl::pieces() {
+  std::vector<checkpoint::Piece> out;
+  auto add = [&](std::vector<checkpoint::Piece> ps) {
+    for (auto& p : ps) out.push_back(std::move(p));
+  };
+  const int64_t r = tp->rank();
+  if (first) out.push_back(checkpoint::chunkOf("emb.weight", emb->weight.detach(), {cfg.vocab, cfg.d}, 0, r));
+  if (pos.defined()) out.push_back(checkpoint::whole("pos.weight", pos.detach()));
+  for (int i = firstBlock; i < endBlock; ++i) {
+    const auto prefix = fmt::format("blocks.{}.", i);
+    add(isLlama(cfg) ? llamaBlocks[i - firstBlock]->pieces(prefix) : tp::blockPieces(*gptBlocks[i - firstBlock], prefix));
+  }
+  if (last) {
+    if (isLlama(cfg)) {
+      out.push_back(checkpoint::whole("norm.weight", norm->weight.detach()));
+    } else {
+      out.push_back(checkpoint::whole("lnf.weight", lnf->weight.detach()));
+      out.push_back(checkpoint::whole("lnf.bias", lnf->bias.detach()));
+    }
+    if (!cfg.tiedEmbeddings) add(tp::columnPieces(*head, "head"));
+    if (headTable.defined()) out.push_back(checkpoint::chunkOf("emb.weight", headTable.detach(), {cfg.vocab, cfg.d}, 0, r));
+  }
+  return out;
+}
+
+at::Tensor lmLoss(const at::Tensor& logitsShard, const at::Tensor& targets, const CommPtr& tp, int64_t vocab) {
+  auto flat = logitsShard.reshape({-1, logitsShard.size(-1)});
+  return tp::vocabParallelCrossEntropy(flat, targets.t().reshape({-1}), tp, vocab);
+}
+
+}  // namespace tessera::models
