@@ -43,6 +43,15 @@ data::TokenBatch Batches::next(int64_t step) {
   return {b.tokens, b.targets};
 }
 
+data::TokenBatch Batches::validBatch(int64_t k) {
+  TESSERA_CHECK(corpus_ && corpus_->valid(), "train_gpt: no validation data (--split with a validation share, or "
+                                             "--valid-data)");
+  const int64_t rows = o_.batch / o_.dp;
+  auto s = data::readSamples(*corpus_->valid(), k * o_.batch + dpRank_ * rows, rows, o_.cfg.vocab);
+  auto b = data::splitSamples(s.to(device_));
+  return {b.tokens.contiguous(), b.targets.contiguous()};
+}
+
 data::DataState Batches::state() const {
   if (corpus_) return {consumed_, corpus_->fingerprint(), fmt::format("{} (split {}, seed {}, seq-len {})", o_.data,
                                                                        o_.split, o_.seed, o_.cfg.seqLen)};

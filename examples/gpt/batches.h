@@ -22,6 +22,9 @@ class Batches {
   void start(const data::DataState* saved, int64_t step);
   // The next step's batch on the device.
   data::TokenBatch next(int64_t step);
+  // Validation batch k (the same rows for every call): this rank's rows of global batch k of the
+  // validation share. An error when the data has no validation share.
+  data::TokenBatch validBatch(int64_t k);
   // The position after the steps taken so far, for a checkpoint.
   data::DataState state() const;
   std::string describe() const;

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "data/token_source.h"
+#include "models/config.h"
 
 namespace tessera::gpt {
 
@@ -30,6 +31,13 @@ int64_t toInt(const std::string& flag, const std::string& v) {
 double toDouble(const std::string& flag, const std::string& v) {
   return parseWhole<double>(flag, v, "a number", [](const std::string& s, size_t* n) { return std::stod(s, n); });
 }
+bool isSwitch(const std::string& flag) {
+  for (const char* s : {"--sp", "--breakdown", "--no-fused-wgrad", "--tie-embeddings", "--untie-embeddings",
+                        "--no-decay-embeddings"}) {
+    if (flag == s) return true;
+  }
+  return false;
+}
 std::vector<int> toList(const std::string& flag, const std::string& v) {
   std::vector<int> out;
   std::stringstream ss(v);
@@ -39,18 +47,29 @@ std::vector<int> toList(const std::string& flag, const std::string& v) {
 }  // namespace
 
 std::string usage() {
+  std::string presets;
+  for (const auto& name : models::presetNames()) {
+    const auto c = models::presetConfig(name);
+    presets += fmt::format("  {:<11} {}\n", name, c.describe());
+  }
   return "usage: train_gpt [--layout DPxPPxTP | --dp N --pp N --tp N] [--dp-mode ddp|fsdp] [--micro-batches M]\n"
-         "  [--schedule 1f1b|gpipe|interleaved] [--chunks V] [--extra-warmup K] [--layers-per-stage a,b,...]\n"
-         "  [--sp] [--model tiny|small|735m] [--d D] [--layers L] [--heads H] [--vocab V] [--seq-len T]\n"
-         "  [--batch B] [--steps S] [--lr X] [--clip X] [--weight-decay X] [--precision fp32|bf16]\n"
-         "  [--seed S] [--data synthetic|PATH|'W1 PATH1 W2 PATH2 ...'] [--data-format auto|megatron|llmc|\n"
-         "  raw-uint16|raw-uint32] [--split TRAIN,VALID[,TEST]] [--valid-data SPEC] [--eod-token ID]\n"
+         "  [--schedule 1f1b|gpipe|interleaved] [--chunks V] [--extra-warmup K] [--layers-per-stage a,b,...] [--sp]\n"
+         "  [--model PRESET] [--d D] [--layers L] [--heads H] [--kv-heads K] [--ffn F] [--vocab V] [--seq-len T]\n"
+         "  [--positions none|learned|rope] [--rope-theta X] [--tie-embeddings | --untie-embeddings]\n"
+         "  [--batch B] [--steps S] [--lr X] [--lr-schedule constant|cosine|linear|wsd] [--min-lr X] [--warmup N]\n"
+         "  [--decay-steps N] [--clip X] [--weight-decay X] [--no-decay-embeddings] [--recompute none|full|selective]\n"
+         "  [--eval-every N] [--eval-batches K] [--precision fp32|bf16] [--seed S]\n"
+         "  [--data synthetic|PATH|'W1 PATH1 W2 PATH2 ...'] [--data-format auto|megatron|llmc|raw-uint16|raw-uint32]\n"
+         "  [--split TRAIN,VALID[,TEST]] [--valid-data SPEC] [--eod-token ID]\n"
          "  [--fsdp-prefetch-mib N] [--checkpoint-dir DIR] [--checkpoint-every K]\n"
          "  [--log-jsonl FILE] [--breakdown] [--peak-tflops X] [--no-fused-wgrad]\n"
-         "Defaults: dp = world / (pp·tp); micro-batches 1 without pp, else 2·pp; model tiny on CPU,\n"
-         "735m on GPU; precision fp32 on CPU, bf16 on GPU; batch 8·dp sequences; data synthetic.\n"
+         "Defaults: dp = world / (pp·tp); micro-batches 1 without pp (more: gradient accumulation), else 2·pp;\n"
+         "model tiny on CPU, 735m on GPU; precision fp32 on CPU, bf16 on GPU; batch 8·dp sequences; data\n"
+         "synthetic; constant lr 1e-3; weight decay 0.01 (never on norms and biases).\n"
          "--data PATH: a Megatron dataset (PREFIX of PREFIX.bin/.idx), llm.c shards (a glob) or a raw token\n"
-         "file (with --data-format raw-uint16|raw-uint32); a blend weighs several (Megatron's syntax).\n";
+         "file (with --data-format raw-uint16|raw-uint32); a blend weighs several (Megatron's syntax).\n"
+         "Model presets (any dimension can follow):\n" +
+         presets;
 }
 
 TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
@@ -67,7 +86,7 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
     if (auto eq = a.find('='); eq != std::string::npos) {
       name = a.substr(0, eq);
       value = a.substr(eq + 1);
-    } else if (name != "--sp" && name != "--breakdown" && name != "--no-fused-wgrad") {
+    } else if (!isSwitch(name)) {
       TESSERA_CHECK(i + 1 < argc, "train_gpt: {} needs a value", name);
       value = argv[++i];
     }
@@ -81,7 +100,7 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
   };
   o.model = onGpu ? "735m" : "tiny";
   take("--model", [&](const std::string& v) { o.model = v; });
-  o.cfg = presetConfig(o.model);
+  o.cfg = models::presetConfig(o.model);
   auto i64 = [&](const char* n, int64_t& x) { take(n, [&](const std::string& v) { x = toInt(n, v); }); };
   auto i32 = [&](const char* n, int& x) { take(n, [&](const std::string& v) { x = static_cast<int>(toInt(n, v)); }); };
   auto dbl = [&](const char* n, double& x) { take(n, [&](const std::string& v) { x = toDouble(n, v); }); };
@@ -108,13 +127,27 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
   i64("--d", o.cfg.d);
   i64("--layers", o.cfg.layers);
   i64("--heads", o.cfg.heads);
+  i64("--kv-heads", o.cfg.kvHeads);
+  i64("--ffn", o.cfg.ffn);
   i64("--vocab", o.cfg.vocab);
   i64("--seq-len", o.cfg.seqLen);
+  take("--positions", [&](const std::string& v) { o.cfg.positions = models::parsePositions(v); });
+  dbl("--rope-theta", o.cfg.ropeTheta);
+  take("--tie-embeddings", [&](const std::string&) { o.cfg.tiedEmbeddings = true; });
+  take("--untie-embeddings", [&](const std::string&) { o.cfg.tiedEmbeddings = false; });
   i64("--batch", o.batch);
   i32("--steps", o.steps);
-  dbl("--lr", o.lr);
+  dbl("--lr", o.lr.lr);
+  take("--lr-schedule", [&](const std::string& v) { o.lr.kind = optim::parseLrKind(v); });
+  dbl("--min-lr", o.lr.minLr);
+  i64("--warmup", o.lr.warmup);
+  i64("--decay-steps", o.lr.decay);
   dbl("--clip", o.clip);
   dbl("--weight-decay", o.weightDecay);
+  take("--no-decay-embeddings", [&](const std::string&) { o.decayEmbeddings = false; });
+  take("--recompute", [&](const std::string& v) { o.recompute = nn::parseRecompute(v); });
+  i32("--eval-every", o.evalEvery);
+  i32("--eval-batches", o.evalBatches);
   o.precision = onGpu ? "bf16" : "fp32";
   str("--precision", o.precision);
   take("--seed", [&](const std::string& v) { o.seed = static_cast<uint64_t>(toInt("--seed", v)); });
@@ -144,7 +177,14 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
   TESSERA_CHECK(o.extraWarmup >= 0 && (o.extraWarmup == 0 || o.schedule == "1f1b"),
                 "train_gpt: --extra-warmup {} needs --schedule 1f1b and a count >= 0 (schedule: {})", o.extraWarmup,
                 o.schedule);
+  models::validate(o.cfg);
+  o.lr.total = o.steps;
+  optim::validate(o.lr);
+  TESSERA_CHECK(o.evalEvery >= 0 && o.evalBatches >= 1, "train_gpt: --eval-every {} must be >= 0, --eval-batches {} >= 1",
+                o.evalEvery, o.evalBatches);
   TESSERA_CHECK(!o.data.empty(), "train_gpt: --data needs 'synthetic' or a dataset");
+  TESSERA_CHECK(o.evalEvery == 0 || o.data != "synthetic",
+                "train_gpt: --eval-every needs validation data (--data PATH with --split or --valid-data)");
   data::parseFormat(o.dataFormat);  // an unknown format is an error here, before any rank starts
   TESSERA_CHECK(o.data != "synthetic" || o.validData.empty(), "train_gpt: --valid-data needs --data PATH (not synthetic)");
   if (o.schedule != "interleaved") o.chunks = 1;
@@ -166,6 +206,17 @@ void resolveLayout(TrainOptions& o, int world) {
   TESSERA_CHECK((o.batch / o.dp) % o.microBatches == 0,
                 "train_gpt: the per-replica batch {} (batch {} / dp {}) is not divisible into {} micro-batches",
                 o.batch / o.dp, o.batch, o.dp, o.microBatches);
+  const auto& c = o.cfg;
+  TESSERA_CHECK(c.heads % o.tp == 0, "train_gpt: heads = {} is not divisible by tp = {}", c.heads, o.tp);
+  TESSERA_CHECK(c.arch != models::Arch::Llama || c.kvH() % o.tp == 0 || o.tp % c.kvH() == 0,
+                "train_gpt: kv heads = {} and tp = {}: one must divide the other (kv heads split over tp, or each "
+                "replicated on tp / kv heads ranks)",
+                c.kvH(), o.tp);
+  TESSERA_CHECK(c.ffnSize() % o.tp == 0, "train_gpt: the FFN size {} is not divisible by tp = {}", c.ffnSize(), o.tp);
+  TESSERA_CHECK(c.vocab % o.tp == 0, "train_gpt: the vocabulary {} is not divisible by tp = {} (vocab-parallel)",
+                c.vocab, o.tp);
+  TESSERA_CHECK(c.layers >= o.pp * o.chunks, "train_gpt: {} layers cannot fill pp {} x {} chunk(s) = {} stages",
+                c.layers, o.pp, o.chunks, o.pp * o.chunks);
   TESSERA_CHECK(!(o.dpMode == "fsdp" && o.schedule == "interleaved"),
                 "train_gpt: --dp-mode fsdp with --schedule interleaved is not supported (FSDP reduces a unit's "
                 "gradients in the last backward that runs it, which interleaving splits across chunks); use 1f1b or "
@@ -175,13 +226,14 @@ void resolveLayout(TrainOptions& o, int world) {
 bool usesFusedWgrad(const TrainOptions& o) { return o.fusedWgrad && o.dpMode == "ddp"; }
 
 std::string describe(const TrainOptions& o) {
-  return fmt::format("dp {} ({}) x pp {} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}; {} steps",
+  return fmt::format("dp {} ({}) x pp {} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}; {} steps; {}{}",
                      o.dp, o.dpMode, o.pp, o.tp, o.sequenceParallel ? " +sp" : "", o.microBatches, o.schedule,
                      o.chunks > 1                ? fmt::format(" ({} chunks)", o.chunks)
                      : o.extraWarmup > 0 ? fmt::format(" (+{} warm-up forwards)", o.extraWarmup)
                                          : "",
                      o.batch, o.cfg.seqLen, o.precision,
-                     usesFusedWgrad(o) ? ", weight gradients summed in the GEMM" : "", o.steps);
+                     usesFusedWgrad(o) ? ", weight gradients summed in the GEMM" : "", o.steps, optim::describe(o.lr),
+                     o.recompute != nn::Recompute::None ? fmt::format("; recompute {}", nn::toString(o.recompute)) : "");
 }
 
 }  // namespace tessera::gpt

@@ -6,23 +6,30 @@
 #include <string>
 #include <vector>
 
-#include "model.h"
+#include "models/config.h"
+#include "nn/recompute.h"
+#include "optim/lr_schedule.h"
 
 namespace tessera::gpt {
 
 struct TrainOptions {
   int dp = 0, pp = 1, tp = 1;     // dp 0: world / (pp · tp)
   std::string dpMode = "ddp";     // ddp | fsdp
-  int microBatches = 0;           // 0: 1 without pp, else 2 · pp
+  int microBatches = 0;           // 0: 1 without pp, else 2 · pp (gradient accumulation without pp)
   std::string schedule = "1f1b";  // 1f1b | gpipe | interleaved
   int chunks = 2;                 // virtual stages per rank (interleaved only)
   int extraWarmup = 0;            // 1F1B's extra warm-up forwards (pipeline/schedule.h)
   std::vector<int> layersPerStage;
-  std::string model;              // preset (model.h); empty: tiny on CPU, 735m on GPU
-  GptConfig cfg;                  // the preset, then --d/--layers/--heads/--vocab/--seq-len
+  std::string model;              // preset (models/config.h); empty: tiny on CPU, 735m on GPU
+  models::ModelConfig cfg;        // the preset, then the shape flags
   int64_t batch = 0;              // global batch (sequences per step); 0: 8 · dp
   int steps = 5;
-  double lr = 1e-3, clip = 1.0, weightDecay = 0.01;
+  double clip = 1.0, weightDecay = 0.01;
+  optim::LrSchedule lr;           // --lr, --lr-schedule, --min-lr, --warmup, --decay-steps (total: steps)
+  bool decayEmbeddings = true;    // weight decay on embedding tables (never on norms and biases)
+  nn::Recompute recompute = nn::Recompute::None;
+  int evalEvery = 0;              // validation loss every N steps (and at the end); 0: never
+  int evalBatches = 4;            // global batches of the validation share per evaluation
   std::string precision;          // fp32 | bf16; empty: fp32 on CPU, bf16 on GPU
   uint64_t seed = 1234;
   // Data (src/data/dataset.h): "synthetic", or a path / Megatron blend "W1 PATH1 W2 PATH2".

@@ -47,10 +47,22 @@ void Trainer::State::build() {
   useDevice(device);
   mesh = std::make_unique<ProcessMesh>(ctx.world, o.dp, o.pp, o.tp);
   const auto me = mesh->coord();
-  part = partitionGpt(o.cfg, o.pp, o.chunks, o.layersPerStage);
+  const auto& cfg = o.cfg;
+  part = models::partitionModel(cfg, o.pp, o.chunks, o.layersPerStage);
   batches = std::make_unique<Batches>(o, me.dp, device);
+  // Collective splits, in the same order on every rank: the kv group (Llama, tp > kv heads),
+  // then the embedding group (tied embeddings over pp > 1).
+  CommPtr kvGroup = cfg.arch == models::Arch::Llama ? models::llamaKvGroup(cfg, mesh->tpGroup()) : nullptr;
+  if (cfg.tiedEmbeddings && o.pp > 1) {
+    const bool end = me.pp == 0 || me.pp == o.pp - 1;
+    embGroup = ctx.world->split(end ? me.dp * o.tp + me.tp : -1, me.pp, "emb");
+  }
+  models::ChunkOptions co;
+  co.sequenceParallel = o.sequenceParallel;
+  co.recompute = o.recompute;
+  co.seed = o.seed;
   for (int c = 0; c < o.chunks; ++c) {
-    auto chunk = GptChunk(o.cfg, mesh->tpGroup(), part, part.stageOf(me.pp, c), o.sequenceParallel, o.seed);
+    auto chunk = models::LmChunk(cfg, mesh->tpGroup(), kvGroup, part, part.stageOf(me.pp, c), co);
     chunk->to(device);
     // Weight gradients summed by the GEMM into .grad across micro-batches: DDP's hooks still see
     // them (tests/parallel/ddp); FSDP's bf16 unit parameters and the tp > 1 ops cannot take it.
@@ -59,8 +71,10 @@ void Trainer::State::build() {
   }
   const bool bf16 = o.precision == "bf16";
   AdamWOptions ao;
-  ao.lr = o.lr;
+  ao.lr = o.lr.lr;
   ao.weightDecay = o.weightDecay;
+  const bool decayEmb = o.decayEmbeddings;
+  auto decays = [decayEmb](const std::string& name) { return optim::decaysByName(name, decayEmb); };
   if (o.dpMode == "fsdp") {
     std::vector<FsdpUnitSpec> units;
     for (auto& c : chunks) {
@@ -71,13 +85,17 @@ void Trainer::State::build() {
     fo.paramDtype = bf16 ? at::kBFloat16 : at::kFloat;
     fo.prefetchBudgetBytes = static_cast<size_t>(o.fsdpPrefetchMiB) << 20;
     fsdp = std::make_unique<FullyShardedDataParallel>(std::move(units), mesh->dpGroup(), fo);
-    shardedAdam = std::make_unique<ShardedAdamW>(*fsdp, ao);
+    shardedAdam = std::make_unique<ShardedAdamW>(*fsdp, ao, decays);
   } else {
     DistributedDataParallel::Named named;
     std::vector<at::Tensor> tensors;
+    std::vector<std::string> names;
+    std::vector<bool> decay;
     for (const auto& p : params()) {
       named.emplace_back(p.name, p.tensor);
       tensors.push_back(p.tensor);
+      names.push_back(p.name);
+      decay.push_back(decays(p.name));
     }
     DdpOptions dopt;
     dopt.gradientAsBucketView = true;
@@ -85,16 +103,18 @@ void Trainer::State::build() {
     // contribute the gradients they accumulated (DDP's unused-parameter path).
     dopt.findUnusedParameters = o.chunks > 1;
     ddp = std::make_unique<DistributedDataParallel>(named, DistributedDataParallel::Named{}, mesh->dpGroup(), dopt);
-    adam = std::make_unique<ParamAdamW>(tensors, ao);
+    adam = std::make_unique<optim::AdamW>(tensors, names, decay, ao);
   }
 
   std::vector<pipeline::PipelineExecutor::ChunkFn> fns;
   for (int c = 0; c < o.chunks; ++c) {
-    fns.push_back([this, c, bf16](const at::Tensor& x) {
+    fns.push_back([this, c, bf16, units = chunks[c]->partUnits()](const at::Tensor& x) {
       Bf16Autocast autocast(bf16 && device.is_cuda());
       auto parts = chunks[c]->parts();
       at::Tensor h = x;
-      for (size_t k = 0; k < parts.size(); ++k) h = fsdp ? fsdp->runUnit(firstUnit[c] + k, h, parts[k]) : parts[k](h);
+      for (size_t k = 0; k < parts.size(); ++k) {
+        h = fsdp ? fsdp->runUnit(firstUnit[c] + units[k], h, parts[k]) : parts[k](h);
+      }
       return h;
     });
   }
@@ -112,35 +132,12 @@ void Trainer::State::build() {
     if (o.breakdown) synchronizeDevice(device);
     (last ? lastBackwardMs : (backwardMs.emplace_back(), backwardMs.back())) = msSince(backwardStart);
   };
-  const int64_t vocab = o.cfg.vocab;
+  const int64_t vocab = cfg.vocab;
   auto tpGroup = mesh->tpGroup();
   exec = std::make_unique<pipeline::PipelineExecutor>(
       mesh->ppGroup(),
       pipeline::makeSchedule(scheduleKind(o.schedule), o.pp, o.microBatches, o.chunks, o.extraWarmup), fns,
-      [tpGroup, vocab](const at::Tensor& y, const at::Tensor& t) { return gptLoss(y, t, tpGroup, vocab); }, eo);
-}
-
-std::vector<GradPiece> Trainer::State::gradPieces() const {
-  std::vector<GradPiece> out;
-  const double repl = 1.0 / o.tp;
-  std::map<std::string, bool> replicated;
-  for (const auto& p : params()) replicated[p.name] = p.replicatedOverTp;
-  if (!fsdp) {
-    for (const auto& p : params()) out.push_back({p.tensor.grad(), p.replicatedOverTp ? repl : 1.0});
-    return out;
-  }
-  const int r = fsdp->shardRank();
-  for (size_t u = 0; u < fsdp->numUnits(); ++u) {
-    const auto& lay = fsdp->layout(u);
-    auto g = fsdp->gradShard(u);
-    const int64_t lo = r * lay.shardNumel, hi = lo + lay.shardNumel;
-    for (const auto& e : lay.entries) {
-      const int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + e.numel);
-      if (!e.trainable || a >= b) continue;
-      out.push_back({g.narrow(0, a - lo, b - a), replicated.at(e.name) ? repl : 1.0});
-    }
-  }
-  return out;
+      [tpGroup, vocab](const at::Tensor& y, const at::Tensor& t) { return models::lmLoss(y, t, tpGroup, vocab); }, eo);
 }
 
 StepReport Trainer::State::step(int64_t s) {
@@ -165,13 +162,17 @@ StepReport Trainer::State::step(int64_t s) {
   synchronizeDevice(device);
   rep.pipelineMs = msSince(t0);
   const auto t1 = Clock::now();
+  syncTiedEmbeddings();
   std::vector<CommPtr> sumOver{mesh->tpGroup(), mesh->ppGroup()};
   if (fsdp) sumOver.insert(sumOver.begin(), mesh->dpGroup());
   rep.gradNorm = clipGlobalGradNorm(gradPieces(), sumOver, o.clip, device);
+  rep.lr = optim::lrAt(o.lr, s);
   if (fsdp) {
+    shardedAdam->options().lr = rep.lr;
     shardedAdam->step();
     shardedAdam->zeroGrad();
   } else {
+    adam->setLr(rep.lr);
     adam->step();
     ddp->zeroGrad();
   }
@@ -194,7 +195,9 @@ StepReport Trainer::State::step(int64_t s) {
   rep.computeMsEst = rep.pipelineMs - rep.bubbleMsEst - std::max(0.0, rep.dpSyncMsEst);
   const double tokens = static_cast<double>(o.batch * o.cfg.seqLen);
   rep.tokensPerS = tokens / (rep.stepMs / 1e3);
-  if (o.peakTflops > 0) rep.mfu = rep.tokensPerS * flopsPerToken(o.cfg) / (ctx.world->size() * o.peakTflops * 1e12);
+  if (o.peakTflops > 0) {
+    rep.mfu = rep.tokensPerS * models::flopsPerToken(o.cfg) / (ctx.world->size() * o.peakTflops * 1e12);
+  }
   auto peak = at::full({1}, peakMemoryGiB(device), at::TensorOptions().dtype(at::kFloat).device(device));
   ctx.world->allReduce(peak, ReduceOp::Max)->wait();  // the fullest rank's peak
   rep.peakMemGiB = peak.item<double>();
@@ -211,6 +214,8 @@ std::vector<StepReport> Trainer::run() {
     profiler.beginStep(i);
     out.push_back(s.step(i));
     profiler.endStep(i);
+    const bool eval = s.o.evalEvery > 0 && ((i + 1) % s.o.evalEvery == 0 || i + 1 == s.o.steps);
+    if (eval) out.back().validLoss = s.validationLoss();
     s.logStep(out.back());
     const bool every = s.o.checkpointEvery > 0 && (i + 1) % s.o.checkpointEvery == 0;
     if (!s.o.checkpointDir.empty() && (every || i + 1 == s.o.steps)) s.saveCheckpoint(i + 1);

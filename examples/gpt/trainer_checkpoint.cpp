@@ -2,7 +2,7 @@
 // (tp::blockPieces & co. place this rank's TP shard in the full tensor), and AdamW's exp_avg /
 // exp_avg_sq in the same boxes ("optim.exp_avg.<name>", "optim.exp_avg_sq.<name>"), so a
 // checkpoint loads into any dp / pp / tp layout and either data-parallel mode.
-// - DDP: the pieces are views of the parameters and of ParamAdamW's state.
+// - DDP: the pieces are views of the parameters and of optim::AdamW's state.
 // - FSDP: each unit's flat master / exp_avg / exp_avg_sq shards are all-gathered over dp into
 //   full fp32 flat buffers (collective over dp), and the pieces are views of those, in the boxes
 //   the parameters' pieces have (worked out while the units are gathered); on load the pieces
@@ -82,7 +82,7 @@ class Unsharded {
 };
 
 // `fsdp`: its units are gathered meanwhile (collective over dp).
-std::vector<checkpoint::Piece> trainingPieces(std::vector<GptChunk> chunks, const std::vector<ChunkParam>& params,
+std::vector<checkpoint::Piece> trainingPieces(std::vector<models::LmChunk> chunks, const std::vector<ChunkParam>& params,
                                               const ViewFn& view, FullyShardedDataParallel* fsdp) {
   std::optional<Unsharded> gathered;
   if (fsdp) gathered.emplace(*fsdp);
@@ -132,7 +132,7 @@ void keepShards(FullyShardedDataParallel& fsdp, ShardedAdamW& adam, const FlatFu
   adam.loadStateDict(opt);
 }
 
-ViewFn ddpView(const std::vector<ChunkParam>& params, const ParamAdamW& adam) {
+ViewFn ddpView(const std::vector<ChunkParam>& params, const optim::AdamW& adam) {
   return [&params, &adam](const checkpoint::Piece& piece, size_t k, int what) {
     if (what == 0) return piece.local;
     const auto& state = what == 1 ? adam.expAvg()[k] : adam.expAvgSq()[k];
@@ -153,7 +153,9 @@ void Trainer::State::saveCheckpoint(int64_t step) {
   }
   synchronizeDevice(device);
   checkpoint::save(o.checkpointDir, pieces, *ctx.world, step,
-                   {{"layout", describe(o)}, {"data_state", data::encodeDataState(batches->state())}});
+                   {{"layout", describe(o)},
+                    {"model", o.cfg.signature()},
+                    {"data_state", data::encodeDataState(batches->state())}});
   if (isLogger()) log::info("train_gpt: checkpoint of step {} saved to {}", step, o.checkpointDir);
 }
 
@@ -163,6 +165,13 @@ bool Trainer::State::loadCheckpoint() {
     return false;
   }
   at::NoGradGuard ng;
+  {  // the architecture first: a checkpoint of another model is refused before any tensor is read
+    const auto saved = checkpoint::readMetadata(o.checkpointDir);
+    const auto it = saved.extra.find("model");
+    TESSERA_CHECK(it == saved.extra.end() || it->second == o.cfg.signature(),
+                  "train_gpt: the checkpoint in {} is of another model:\n  checkpoint: {}\n  this run:   {}",
+                  o.checkpointDir, it->second, o.cfg.signature());
+  }
   const auto ps = params();
   checkpoint::Metadata meta;
   if (fsdp) {

@@ -42,28 +42,33 @@ void Trainer::State::openLog() {
                "{{\"event\": \"config\", \"world\": {}, \"dp\": {}, \"pp\": {}, \"tp\": {}, \"dp_mode\": \"{}\", "
                "\"micro_batches\": {}, \"schedule\": \"{}\", \"chunks\": {}, \"sequence_parallel\": {}, \"d\": {}, "
                "\"layers\": {}, \"heads\": {}, \"vocab\": {}, \"seq_len\": {}, \"batch\": {}, \"precision\": \"{}\", "
-               "\"seed\": {}, \"params\": {}, \"device\": \"{}\", \"data\": {}}}",
+               "\"seed\": {}, \"params\": {}, \"device\": \"{}\", \"data\": {}, \"model\": {}, \"lr\": {}, "
+               "\"recompute\": \"{}\"}}",
                ctx.world->size(), o.dp, o.pp, o.tp, o.dpMode, o.microBatches, o.schedule, o.chunks,
                o.sequenceParallel, o.cfg.d, o.cfg.layers, o.cfg.heads, o.cfg.vocab, o.cfg.seqLen, o.batch,
-               o.precision, o.seed, paramCount(o.cfg), ctx.deviceDescription, jsonString(o.data))
+               o.precision, o.seed, models::paramCount(o.cfg), ctx.deviceDescription, jsonString(o.data),
+               jsonString(o.cfg.describe()), jsonString(optim::describe(o.lr)), nn::toString(o.recompute))
         << std::endl;
 }
 
 void Trainer::State::logStep(const StepReport& r) {
   if (!isLogger()) return;
   log::info(
-      "step {}/{} loss {:.6f} | grad norm {:.4f} | {:.0f} tok/s{} | step {:.1f} ms: compute ~{:.1f}, exposed dp comm "
-      "~{}, bubble ~{:.1f}, optimizer {:.1f} | peak {:.2f} GiB",
-      r.step, o.steps, r.loss, r.gradNorm, r.tokensPerS, r.mfu >= 0 ? fmt::format(" | MFU {:.1f}%", 100 * r.mfu) : "",
-      r.stepMs, r.computeMsEst, r.dpSyncMsEst >= 0 ? fmt::format("{:.1f}", r.dpSyncMsEst) : "n/a", r.bubbleMsEst,
+      "step {}/{} loss {:.6f}{} | lr {:.3g} | grad norm {:.4f} | {:.0f} tok/s{} | step {:.1f} ms: compute ~{:.1f}, "
+      "exposed dp comm ~{}, bubble ~{:.1f}, optimizer {:.1f} | peak {:.2f} GiB",
+      r.step, o.steps, r.loss, r.validLoss >= 0 ? fmt::format(" | valid loss {:.6f}", r.validLoss) : "", r.lr,
+      r.gradNorm, r.tokensPerS, r.mfu >= 0 ? fmt::format(" | MFU {:.1f}%", 100 * r.mfu) : "", r.stepMs,
+      r.computeMsEst, r.dpSyncMsEst >= 0 ? fmt::format("{:.1f}", r.dpSyncMsEst) : "n/a", r.bubbleMsEst,
       r.optimizerMs, r.peakMemGiB);
   if (!jsonl.is_open()) return;
   jsonl << fmt::format(
-               "{{\"event\": \"step\", \"step\": {}, \"loss\": {:.9g}, \"grad_norm\": {:.9g}, \"step_ms\": {:.3f}, "
+               "{{\"event\": \"step\", \"step\": {}, \"loss\": {:.9g}, \"valid_loss\": {}, \"lr\": {:.9g}, "
+               "\"grad_norm\": {:.9g}, \"step_ms\": {:.3f}, "
                "\"tokens_per_s\": {:.1f}, \"mfu\": {}, \"peak_mem_gib\": {:.4f}, \"pipeline_ms\": {:.3f}, "
                "\"optimizer_ms\": {:.3f}, \"compute_ms_est\": {:.3f}, \"dp_sync_ms_est\": {}, "
                "\"bubble_ms_est\": {:.3f}}}",
-               r.step, r.loss, r.gradNorm, r.stepMs, r.tokensPerS, jsonNumber(r.mfu), r.peakMemGiB, r.pipelineMs,
+               r.step, r.loss, r.validLoss >= 0 ? fmt::format("{:.9g}", r.validLoss) : "null", r.lr, r.gradNorm,
+               r.stepMs, r.tokensPerS, jsonNumber(r.mfu), r.peakMemGiB, r.pipelineMs,
                r.optimizerMs, r.computeMsEst, jsonNumber(r.dpSyncMsEst), r.bubbleMsEst)
         << std::endl;
 }

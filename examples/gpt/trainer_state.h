@@ -1,15 +1,16 @@
 #pragma once
-// Trainer internals shared by trainer.cpp (setup, step), trainer_io.cpp (log) and
-// trainer_checkpoint.cpp (checkpoints).
+// Trainer internals shared by trainer.cpp (setup, step), trainer_eval.cpp (validation, gradient
+// pieces), trainer_io.cpp (log) and trainer_checkpoint.cpp (checkpoints).
 #include <chrono>
 #include <fstream>
 #include <memory>
 #include <vector>
 
 #include "batches.h"
-#include "model.h"
-#include "param_adamw.h"
+#include "models/lm.h"
+#include "optim/adamw.h"
 #include "parallel/ddp/ddp.h"
+#include "parallel/grad_norm.h"
 #include "parallel/process_mesh.h"
 #include "pipeline/executor.h"
 #include "sharding/fsdp/fsdp.h"
@@ -18,17 +19,20 @@
 
 namespace tessera::gpt {
 
+using models::ChunkParam;
+
 struct Trainer::State {
   TrainOptions o;
   Context ctx;
   at::Device device = at::kCPU;
   std::unique_ptr<ProcessMesh> mesh;
+  CommPtr embGroup;  // tied embeddings with pp > 1: this (dp, tp) slot's first and last stage ranks
   pipeline::Partition part;
-  std::vector<GptChunk> chunks;  // this rank's chunks, chunk c = stage c · pp + pp rank
-  std::vector<size_t> firstUnit;  // FSDP: index of chunk c's first unit
+  std::vector<models::LmChunk> chunks;  // this rank's chunks, chunk c = stage c · pp + pp rank
+  std::vector<size_t> firstUnit;        // FSDP: index of chunk c's first unit
   std::unique_ptr<DistributedDataParallel> ddp;
   std::unique_ptr<FullyShardedDataParallel> fsdp;
-  std::unique_ptr<ParamAdamW> adam;          // ddp mode
+  std::unique_ptr<optim::AdamW> adam;         // ddp mode
   std::unique_ptr<ShardedAdamW> shardedAdam;  // fsdp mode
   std::unique_ptr<pipeline::PipelineExecutor> exec;
   std::unique_ptr<Batches> batches;
@@ -49,7 +53,10 @@ struct Trainer::State {
 
   void build();
   StepReport step(int64_t s);
+  // trainer_eval.cpp
   std::vector<GradPiece> gradPieces() const;
+  void syncTiedEmbeddings();  // sums the tied table's gradient over the embedding group
+  double validationLoss();    // mean over o.evalBatches validation batches, all ranks
   // trainer_io.cpp, trainer_checkpoint.cpp
   void openLog();
   void logStep(const StepReport& r);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the src/data reader suites (tests/data/test_readers.cpp + test_samples.cpp) with every
 # src/data/*.cpp under AddressSanitizer + UndefinedBehaviorSanitizer (the rest of libtessera is not
-# needed: src/data only uses common/error.h, header-only) and runs them once. Exits non-zero on a
-# failed test or any sanitizer report, printing it.
+# needed: src/data uses common/error.h, header-only, and common/device.cpp) and runs them once.
+# Exits non-zero on a failed test or any sanitizer report, printing it.
 #
 #   tests/data/asan.sh [REPO_ROOT] [gtest args...]
 #
@@ -39,7 +39,8 @@ flags=(-std=gnu++17 -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer 
 [[ $torch_inc != /usr/include ]] && flags+=(-isystem "$torch_inc")
 [[ -n ${GTEST_INCLUDE:-} ]] && flags+=(-isystem "$GTEST_INCLUDE")
 
-sources=("$repo"/src/data/*.cpp "$repo/tests/data/test_readers.cpp" "$repo/tests/data/test_samples.cpp")
+sources=("$repo"/src/data/*.cpp "$repo/src/common/device.cpp" "$repo/tests/data/test_readers.cpp"
+         "$repo/tests/data/test_samples.cpp")
 jobs=${TESSERA_ASAN_JOBS:-$(nproc 2>/dev/null || echo 2)}
 
 echo "asan: compiling ${#sources[@]} files with $cxx (${jobs} at a time) in $work"

@@ -15,6 +15,11 @@
 #                                    raw token file trains bitwise like the Megatron original
 #        data_mismatch               (TESSERA_TRAIN_DATA) resuming with another split: every rank refuses
 #        data_vocab                  (TESSERA_TRAIN_DATA) --vocab 256: every rank names the token's place
+#        bad_model                   heads / kv heads / FFN not fitting tp, layers not filling pp, an
+#                                    unknown preset, a checkpoint of another model: each refused by every rank
+#        learn <steps> <bound>       (TESSERA_TRAIN_LLAMA, TESSERA_TRAIN_DATA) 2 ranks (dp) train <steps> steps:
+#                                    the validation loss ends below <bound>; with a learning rate of 1e-9
+#                                    (training broken) it must not
 #
 # Tolerance: relative 1e-5 on each step's loss. The layouts compute the same sums in other
 # orders (TP splits the GEMMs' reductions, DP averages per-replica means, micro-batches
@@ -38,8 +43,19 @@ COMPARE=$(dirname "$0")/compare_losses.py
 RTOL=1e-5
 # 8 heads: tp 8 divides them (the tiny preset has 4).
 BASE=(--model tiny --heads 8 --batch 16 --steps 5 --lr 1e-2 --clip 0.3 --seed 7)
+# TESSERA_TRAIN_LLAMA=1: the small Llama instead (4 heads, 2 kv heads: tp 4 replicates each kv head
+# on 2 ranks; tied embeddings), T 32, with a cosine schedule after a warm-up (needs the data below).
+if [[ ${TESSERA_TRAIN_LLAMA:-0} == 1 ]]; then
+  BASE=(--model llama-tiny --seq-len 32 --batch 16 --steps 5 --lr 1e-2 --lr-schedule cosine --warmup 2 --min-lr 1e-3
+        --clip 0.3 --seed 7)
+fi
 # TESSERA_TRAIN_DATA=PREFIX: every run trains on that Megatron dataset (the Brown corpus of
 # scripts/setup: SentencePiece vocabulary 4096, end-of-document token 2) instead of synthetic data.
+# TESSERA_TRAIN_MODEL_FLAGS: more model flags for every run, the reference's included.
+if [[ -n ${TESSERA_TRAIN_MODEL_FLAGS:-} ]]; then
+  read -r -a extra <<<"$TESSERA_TRAIN_MODEL_FLAGS"
+  BASE+=("${extra[@]}")
+fi
 DATA=${TESSERA_TRAIN_DATA:-}
 if [[ -n $DATA ]]; then
   [[ -f $DATA.idx && -f $DATA.bin ]] || { echo "FAIL: $DATA.idx/.bin missing: run scripts/setup (it prepares the Brown corpus)"; exit 1; }
@@ -76,6 +92,9 @@ case $CASE in
     shift
     reference
     run_torchrun got "$n" "$@"
+    if [[ ${TESSERA_TRAIN_MODEL_FLAGS:-} =~ --positions\ ([a-z]+) ]]; then
+      grep -q "${BASH_REMATCH[1]} positions" "$WORK/got.jsonl" || fail "the model has no ${BASH_REMATCH[1]} positions"
+    fi
     compare got --rtol "$RTOL"
     ;;
   mpirun)
@@ -179,6 +198,46 @@ PY
     n=$(grep -oE "outside the model's vocabulary \[0, 256\): '[^']*\.bin' sequence [0-9]+ position [0-9]+" "$OUT" | wc -l)
     ((n == 2)) || fail "$n of 2 ranks named the token's file, sequence and position"
     echo "PASS ($CASE): every rank named the out-of-vocabulary token"
+    ;;
+  bad_model)
+    # expect_refusal <nproc> <text> <flags...>: every rank fails naming <text>.
+    expect_refusal() {
+      local n=$1 text=$2
+      shift 2
+      launch torchrun -r 1 -t 1 --master_port="$(free_port)" --nproc_per_node="$n" --no_python "$TRAIN" "${BASE[@]}" \
+        --log-jsonl "" "$@"
+      ((RC != 0)) || fail "train_gpt accepted $*"
+      local k
+      k=$(grep -oF "$text" "$OUT" | wc -l)
+      ((k == n)) || fail "$k of $n ranks said '$text' for $*"
+      echo "refused by all $n ranks: $* ('$text')"
+    }
+    expect_refusal 4 "heads = 6 is not divisible by tp = 4" --model llama-tiny --d 96 --heads 6 --kv-heads 2 --tp 4
+    expect_refusal 2 "kv heads = 3 and tp = 2: one must divide the other" --model llama-tiny --d 96 --heads 6 \
+      --kv-heads 3 --tp 2
+    expect_refusal 4 "the FFN size 190 is not divisible by tp = 4" --model llama-tiny --ffn 190 --tp 4
+    expect_refusal 4 "3 layers cannot fill pp 4" --model llama-tiny --layers 3 --pp 4
+    expect_refusal 2 "unknown preset 'llama4'" --model llama4
+    run_torchrun first 2 --model llama-tiny --checkpoint-dir "$WORK/ckpt" --steps 2
+    expect_refusal 2 "is of another model" --model llama-tiny --layers 2 --checkpoint-dir "$WORK/ckpt"
+    echo "PASS ($CASE)"
+    ;;
+  learn)  # learn <steps> <bound>
+    steps=$1 bound=$2
+    [[ -n $DATA ]] || fail "learn needs TESSERA_TRAIN_DATA"
+    learn_run() {  # learn_run <name> <flags...>: prints the final validation loss
+      local name=$1
+      shift
+      run_torchrun "$name" 2 --steps "$steps" --eval-every "$steps" --eval-batches 8 "$@" >&2
+      python3 -c 'import json,sys; v=[json.loads(l)["valid_loss"] for l in open(sys.argv[1]) if "\"step\"" in l];
+print(v[-1])' "$WORK/$name.jsonl"
+    }
+    got=$(learn_run trained)
+    frozen=$(learn_run frozen --lr 1e-9 --min-lr 0)
+    echo "validation loss after $steps steps: $got (bound $bound); with a frozen learning rate: $frozen"
+    python3 -c "import sys; sys.exit(0 if float('$got') < $bound <= float('$frozen') else 1)" ||
+      fail "validation loss $got not below $bound, or the frozen run ($frozen) not above it"
+    echo "PASS ($CASE)"
     ;;
   *) fail "unknown case '$CASE'" ;;
 esac
