@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The Llama benchmark on one GPU: train_gpt (--model llama3-1b, bf16) beside the independent PyTorch
+# Llama (bench/llama/torch_llama_train.py: eager and torch.compile) on the same Brown-corpus batches
+# from the same initial weights, in one run. Writes bench/results/llama_1gpu.{json,md} and the loss
+# curves bench/results/llama_1gpu_loss.png (bench/llama/combine.py).
+#   bench/llama/run.sh BUILD_DIR LOG_DIR [sections...]
+# Sections (default: curves):
+#   curves     tessera and PyTorch eager for STEPS (300) steps (the loss curves and their largest gap),
+#              PyTorch compiled for COMPILE_STEPS (40): tokens/s, MFU, peak memory; batch B (4) x 2048
+#   recompute  train_gpt with --recompute none|selective|full at batches RECOMPUTE_BATCHES (4 8 16),
+#              RECOMPUTE_STEPS (8) steps each: step time and peak memory, or out of memory
+# Env: PYTHONPATH must reach the built tessera module (tessera.data: the PyTorch side's batches);
+# DATA (default data/brown/brown_sp4096_text_document); RUN_TIMEOUT (s per run, 300); MODEL
+# (llama3-1b; llama-tiny on a CPU: a smoke run in fp32); RESULTS (default bench/results); PYTHON
+# (default python3: its torch runs the PyTorch side).
+set -uo pipefail
+BUILD=${1:?build dir}
+LOGS=${2:?log dir}
+shift 2
+HERE=$(cd "$(dirname "$0")" && pwd)
+SECTIONS=("$@")
+[ ${#SECTIONS[@]} -eq 0 ] && SECTIONS=(curves)
+DATA=${DATA:-$HERE/../../data/brown/brown_sp4096_text_document}
+STEPS=${STEPS:-300} COMPILE_STEPS=${COMPILE_STEPS:-40} B=${B:-4} MODEL=${MODEL:-llama3-1b}
+PRECISION=()
+if nvidia-smi -L >/dev/null 2>&1; then PRECISION=(--precision bf16); fi
+RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+PY=${PYTHON:-python3}  # an interpreter with torch (Debian's /usr/bin/python3 on our CPU machines)
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+mkdir -p "$LOGS"
+[ -f "$DATA.idx" ] || { echo "run.sh: $DATA.idx missing (carry data/brown to this machine)" >&2; exit 1; }
+COMMON=(--lr 3e-4 --min-lr 3e-5 --warmup "${WARMUP:-30}")
+rc=0
+run() {  # run NAME CMD...: under a timeout, output to LOGS/NAME.log
+  local name=$1
+  shift
+  echo "=== llama bench: $name: $*"
+  local t0=$SECONDS
+  if timeout -k 15 "$RUN_TIMEOUT" "$@" >"$LOGS/$name.log" 2>&1; then
+    grep -E "^RESULT" "$LOGS/$name.log" | cut -c1-300 | sed 's/^/  /' || true
+  else
+    echo "  $name FAILED (rc=$?); log tail:"
+    grep -vE "^\s*$" "$LOGS/$name.log" | tail -15 | sed 's/^/  | /'
+    rc=1
+  fi
+  echo "  ($((SECONDS - t0)) s)"
+}
+train() {  # train NAME STEPS train_gpt-flags...
+  local name=$1 steps=$2
+  shift 2
+  run "$name" torchrun -r 1 -t 1 --standalone --nproc_per_node=1 --no_python "$BUILD/examples/train_gpt" --model "$MODEL" \
+    "${PRECISION[@]}" --data "$DATA" --split 98,2 --eod-token 2 --lr-schedule cosine --steps "$steps" \
+    --log-jsonl "$LOGS/$name.jsonl" "$@"
+  [ -f "$LOGS/$name.jsonl" ] && "$PY" "$HERE/../train/jsonl_result.py" "$LOGS/$name.jsonl" "$name" 5 >>"$LOGS/$name.log"
+}
+for s in "${SECTIONS[@]}"; do
+  case $s in
+    curves)
+      train tessera "$STEPS" --batch "$B" "${COMMON[@]}"
+      run pytorch-eager "$PY" "$HERE/torch_llama_train.py" --mode eager --model "$MODEL" --data "$DATA" \
+        --steps "$STEPS" --batch "$B" "${COMMON[@]}" --log "$LOGS/pytorch-eager.jsonl"
+      if ((COMPILE_STEPS > 0)); then
+        run pytorch-compile "$PY" "$HERE/torch_llama_train.py" --mode compile --model "$MODEL" --data "$DATA" \
+          --steps "$COMPILE_STEPS" --batch "$B" "${COMMON[@]}" --log "$LOGS/pytorch-compile.jsonl"
+      fi ;;
+    recompute)
+      for r in none selective full; do
+        for b in ${RECOMPUTE_BATCHES:-4 8 16}; do
+          train "tessera-recompute-$r-b$b" "${RECOMPUTE_STEPS:-8}" --batch "$b" --recompute "$r" "${COMMON[@]}"
+        done
+      done ;;
+    *) echo "run.sh: unknown section $s" >&2; exit 2 ;;
+  esac
+done
+gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 | sed 's/,/ driver/')
+"$PY" "$HERE/combine.py" "$LOGS" --machine "1 ${gpus:-CPU}; torch $("$PY" -c 'import torch;print(torch.__version__)')" \
+  --command "bench/llama/run.sh $BUILD $LOGS ${SECTIONS[*]} (B=$B STEPS=$STEPS COMPILE_STEPS=$COMPILE_STEPS)" \
+  --results "${RESULTS:-$HERE/../results}" || rc=1
+exit $rc
