@@ -1,6 +1,7 @@
 #include "models/config.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/error.h"
 
