@@ -66,7 +66,7 @@ for s in "${SECTIONS[@]}"; do
     recompute)
       for r in none selective full; do
         for b in ${RECOMPUTE_BATCHES:-4 8 16}; do
-          train "tessera-recompute-$r-b$b" "${RECOMPUTE_STEPS:-8}" --batch "$b" --recompute "$r" "${COMMON[@]}"
+          train "tessera-recompute-$r-b$b" "${RECOMPUTE_STEPS:-8}" --batch "$b" --recompute "$r" "${COMMON[@]}" --warmup 2
         done
       done ;;
     *) echo "run.sh: unknown section $s" >&2; exit 2 ;;

@@ -15,26 +15,43 @@
 
 namespace tessera {
 
-// While alive (and `enabled`): CUDA autocast to bf16 on this thread (the forward only:
+// The calling thread's CUDA autocast state: activation recomputation (nn/recompute.h) captures
+// it with the forward and re-establishes it when it re-runs that forward in backward, on the
+// autograd engine's thread (as torch.utils.checkpoint does). LibTorch 1.13: always off.
+struct CudaAutocastState {
+  bool enabled = false;
+  c10::ScalarType dtype = c10::ScalarType::BFloat16;
+};
+inline CudaAutocastState currentCudaAutocast() {
+#if TORCH_VERSION_MAJOR >= 2
+  return {at::autocast::is_autocast_enabled(at::kCUDA), at::autocast::get_autocast_dtype(at::kCUDA)};
+#else
+  return {};
+#endif
+}
+
+// While alive (and `enabled`): CUDA autocast to `dtype` on this thread (the forward only:
 // backward runs on the autograd engine's threads, as under torch.autocast). The destructor
 // restores the previous state and clears autocast's cast cache (as leaving torch.autocast
 // does). With LibTorch 1.13 (the CPU machine) it does nothing: fp32 throughout.
-class Bf16Autocast {
+class CudaAutocast {
  public:
-  explicit Bf16Autocast(bool enabled = true) {
+  CudaAutocast(bool enabled, c10::ScalarType dtype) {
 #if TORCH_VERSION_MAJOR >= 2
     on_ = enabled;
     if (!on_) return;
     prevEnabled_ = at::autocast::is_autocast_enabled(at::kCUDA);
     prevDtype_ = at::autocast::get_autocast_dtype(at::kCUDA);
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    at::autocast::set_autocast_dtype(at::kCUDA, dtype);
     at::autocast::set_autocast_enabled(at::kCUDA, true);
     at::autocast::increment_nesting();
 #else
     (void)enabled;
+    (void)dtype;
 #endif
   }
-  ~Bf16Autocast() {
+  explicit CudaAutocast(const CudaAutocastState& s) : CudaAutocast(s.enabled, s.dtype) {}
+  ~CudaAutocast() {
 #if TORCH_VERSION_MAJOR >= 2
     if (!on_) return;
     if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
@@ -42,12 +59,18 @@ class Bf16Autocast {
     at::autocast::set_autocast_dtype(at::kCUDA, prevDtype_);
 #endif
   }
-  Bf16Autocast(const Bf16Autocast&) = delete;
-  Bf16Autocast& operator=(const Bf16Autocast&) = delete;
+  CudaAutocast(const CudaAutocast&) = delete;
+  CudaAutocast& operator=(const CudaAutocast&) = delete;
 
  private:
   bool on_ = false, prevEnabled_ = false;
   c10::ScalarType prevDtype_ = c10::ScalarType::Float;
+};
+
+// CUDA autocast to bf16 while alive (and `enabled`).
+class Bf16Autocast : public CudaAutocast {
+ public:
+  explicit Bf16Autocast(bool enabled = true) : CudaAutocast(enabled, c10::ScalarType::BFloat16) {}
 };
 
 // A parameter (a float32 leaf that requires grad) in the CUDA autocast dtype through autocast's

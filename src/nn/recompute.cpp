@@ -2,6 +2,7 @@
 
 #include <torch/autograd.h>
 
+#include "common/autocast.h"
 #include "common/error.h"
 
 namespace tessera::nn {
@@ -32,11 +33,13 @@ struct Holder : torch::CustomClassHolder {
   Holder(MultiFn f_, std::function<void()> b) : f(std::move(f_)), before(std::move(b)) {}
   MultiFn f;
   std::function<void()> before;
+  CudaAutocastState autocast;  // the forward's, re-established for the recomputation
 };
 
 struct Recomputed : torch::autograd::Function<Recomputed> {
   // `xs` is flattened by autograd (one input per tensor); the holder outlives the call in ctx.
   static variable_list forward(AutogradContext* ctx, c10::intrusive_ptr<Holder> h, at::TensorList xs) {
+    h->autocast = currentCudaAutocast();
     ctx->saved_data["f"] = c10::IValue::make_capsule(h);
     ctx->save_for_backward(xs.vec());
     if (h->before) h->before();
@@ -52,6 +55,7 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
     at::Tensor y;
     {
       at::AutoGradMode on(true);
+      CudaAutocast autocast(h->autocast);  // backward runs without the forward's autocast
       y = h->f(inputs);
     }
     if (y.requires_grad()) torch::autograd::backward({y}, {grads[0]});

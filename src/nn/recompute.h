@@ -4,6 +4,8 @@
 // is saved) and, in backward, runs f(x) again with autograd on and backpropagates through that
 // graph: the gradient of x is returned and the gradients of the parameters f uses accumulate
 // into their .grad as usual (hooks on them fire: DDP and FSDP see a normal backward).
+// The recomputation runs under the CUDA autocast state of the first forward (backward runs on
+// the autograd engine's thread, where it is off), so it computes exactly what the first did.
 // f must be deterministic given x and its state: `before` (if set) runs before each of the two
 // forwards, so a block restores its random-number state (e.g. dropout's call counter) to what
 // it was at the first. f may communicate (tensor parallelism): every rank recomputes in the
