@@ -31,20 +31,9 @@ mkdir -p "$LOGS"
 [ -f "$DATA.idx" ] || { echo "run.sh: $DATA.idx missing (carry data/brown to this machine)" >&2; exit 1; }
 COMMON=(--lr 3e-4 --min-lr 3e-5 --warmup "${WARMUP:-30}")
 rc=0
-run() {  # run NAME CMD...: under a timeout, output to LOGS/NAME.log
-  local name=$1
-  shift
-  echo "=== llama bench: $name: $*"
-  local t0=$SECONDS
-  if timeout -k 15 "$RUN_TIMEOUT" "$@" >"$LOGS/$name.log" 2>&1; then
-    grep -E "^RESULT" "$LOGS/$name.log" | cut -c1-300 | sed 's/^/  /' || true
-  else
-    echo "  $name FAILED (rc=$?); log tail:"
-    grep -vE "^\s*$" "$LOGS/$name.log" | tail -15 | sed 's/^/  | /'
-    rc=1
-  fi
-  echo "  ($((SECONDS - t0)) s)"
-}
+logs=()
+BENCH="llama bench"
+source "$HERE/../run_lib.sh"  # run NAME CMD...
 train() {  # train NAME STEPS train_gpt-flags...
   local name=$1 steps=$2
   shift 2

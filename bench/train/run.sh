@@ -35,23 +35,8 @@ mkdir -p "$LOGS"
 TORCHRUN=(torchrun --standalone)
 rc=0
 logs=()
-run() {  # run NAME CMD...: under a timeout, output to LOGS/NAME.log
-  local name=$1
-  shift
-  echo "=== train bench: $name: $*"
-  local t0
-  t0=$(date +%s)
-  if timeout -k 15 "$RUN_TIMEOUT" "$@" >"$LOGS/$name.log" 2>&1; then
-    grep -E "RESULT" "$LOGS/$name.log" | cut -c1-400 | sed 's/^/  /' || true
-  else
-    local r=$?
-    echo "  $name FAILED (rc=$r); log tail:"
-    grep -vE "^\s*$" "$LOGS/$name.log" | tail -20 | sed 's/^/  | /'
-    rc=1
-  fi
-  echo "  ($(($(date +%s) - t0)) s)"
-  logs+=("$LOGS/$name.log")
-}
+BENCH="train bench"
+source "$HERE/../run_lib.sh"  # run NAME CMD...
 torch_run() { local name=$1 n=$2 mode=$3; run "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" "$HERE/../torch_anchor.py" "$mode"; }
 train() {  # train NAME NPROC train_gpt-flags...: then its RESULT line from the JSONL log
   local name=$1 n=$2

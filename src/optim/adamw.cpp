@@ -33,9 +33,7 @@ AdamW::AdamW(std::vector<at::Tensor> params, std::vector<std::string> names, std
 void AdamW::step() {
   at::NoGradGuard ng;
   ++step_;
-  kernels::AdamWStep s{o_.lr, o_.beta1, o_.beta2, o_.eps, o_.weightDecay, step_};
-  kernels::AdamWStep noDecay = s;
-  noDecay.weightDecay = 0;
+  const auto s = adamwKernelStep(o_, step_), noDecay = adamwKernelStep(o_, step_, false);
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& g = params_[i].grad();
     TESSERA_CHECK(g.defined(), "AdamW: parameter '{}' ({} of {}, {}) has no gradient", names_[i], i, params_.size(),

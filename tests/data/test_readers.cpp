@@ -17,29 +17,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class Readers : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / fmt::format("tessera-data-{}-{}", ::getpid(),
-                                                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
-};
-
-// The error `f` throws contains every one of `parts`.
-template <typename F>
-void expectError(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one with: " << *parts.begin();
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
+using Readers = DataDirTest;
 
 std::vector<int64_t> toVector(const at::Tensor& t) { return {t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel()}; }
 

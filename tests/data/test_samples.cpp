@@ -26,16 +26,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class Sampling : public ::testing::Test {
+class Sampling : public DataDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / fmt::format("tessera-samples-{}-{}", ::getpid(),
-                                                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
   // `n` documents; document d holds tokens d·1000 + 1, + 2, ... (lengths 1..maxLen, seeded), so
   // a token names its document and position. With `eod` > 0 every other document ends in it.
   std::string corpus(const std::string& name, int n, int maxLen, int64_t eod = -1, uint64_t seed = 5) {
@@ -51,18 +43,7 @@ class Sampling : public ::testing::Test {
     writeMegatron(path(name), docs, 4);
     return path(name);
   }
-  fs::path dir_;
 };
-
-template <typename F>
-void expectError(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one with: " << *parts.begin();
-  } catch (const Error& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
 
 std::vector<int64_t> sample(const DocumentSamples& s, int64_t g) {
   std::vector<int64_t> out(s.seqLen() + 1);

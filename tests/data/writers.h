@@ -1,12 +1,18 @@
 #pragma once
 // Test-only writers of the token formats, byte by byte from the layouts in data/formats.h
-// (independent of any tessera writer), with knobs to corrupt them.
+// (independent of any tessera writer), with knobs to corrupt them; a fixture with a fresh
+// directory per test and an error-text matcher for the data suites.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
+
+#include "common/error.h"
 
 namespace tessera::testing {
 
@@ -63,6 +69,17 @@ inline void writeMegatron(const std::string& prefix, const Docs& seqs, int code 
 }
 
 // An llm.c shard: uint16 (magic 20240520, version 1) or uint32 (20240801, version 7).
+// Tokens as uint32 (`wide`) or uint16, little-endian.
+inline void appendTokens(std::string& out, const std::vector<int64_t>& tokens, bool wide) {
+  for (int64_t t : tokens) {
+    if (wide) {
+      appendValue<uint32_t>(out, static_cast<uint32_t>(t));
+    } else {
+      appendValue<uint16_t>(out, static_cast<uint16_t>(t));
+    }
+  }
+}
+
 inline void writeLlmc(const std::string& file, const std::vector<int64_t>& tokens, bool wide = false,
                       int32_t countOverride = -1) {
   std::string out;
@@ -71,26 +88,40 @@ inline void writeLlmc(const std::string& file, const std::vector<int64_t>& token
   header[1] = wide ? 7 : 1;
   header[2] = countOverride >= 0 ? countOverride : static_cast<int32_t>(tokens.size());
   appendBytes(out, header, sizeof(header));
-  for (int64_t t : tokens) {
-    if (wide) {
-      appendValue<uint32_t>(out, static_cast<uint32_t>(t));
-    } else {
-      appendValue<uint16_t>(out, static_cast<uint16_t>(t));
-    }
-  }
+  appendTokens(out, tokens, wide);
   writeFile(file, out);
 }
 
 inline void writeRaw(const std::string& file, const std::vector<int64_t>& tokens, bool wide) {
   std::string out;
-  for (int64_t t : tokens) {
-    if (wide) {
-      appendValue<uint32_t>(out, static_cast<uint32_t>(t));
-    } else {
-      appendValue<uint16_t>(out, static_cast<uint16_t>(t));
-    }
-  }
+  appendTokens(out, tokens, wide);
   writeFile(file, out);
+}
+
+// A fresh directory per test (named after the test), removed afterwards; path(name) inside it.
+class DataDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("tessera-data-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::filesystem::path dir_;
+};
+
+// The tessera::Error `f` throws contains every one of `parts` (a failure when none is thrown).
+template <typename F>
+void expectError(F&& f, std::initializer_list<std::string> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one with: " << *parts.begin();
+  } catch (const Error& e) {
+    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace tessera::testing

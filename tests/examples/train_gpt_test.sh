@@ -78,6 +78,21 @@ reference() {
 sys.exit(0 if max(n) > 0.3 else 1)' "$WORK/ref.jsonl" || fail "the reference's gradient norms stay below the clip (0.3)"
 }
 
+# expect_refusal <nproc> <regex> <flags...>: train_gpt on <nproc> ranks with <flags> fails, and every
+# rank's error matches <regex> (occurrences are counted, not lines: ranks' stderr lines may
+# interleave within a line).
+expect_refusal() {
+  local n=$1 text=$2
+  shift 2
+  launch torchrun -r 1 -t 1 --master_port="$(free_port)" --nproc_per_node="$n" --no_python "$TRAIN" "${BASE[@]}" \
+    --log-jsonl "" "$@"
+  ((RC != 0)) || fail "train_gpt accepted $*"
+  local k
+  k=$(grep -oE "$text" "$OUT" | wc -l)
+  ((k == n)) || fail "$k of $n ranks said '$text' for $*"
+  echo "refused by all $n ranks: $* ('$text')"
+}
+
 compare() {  # compare <log> [compare_losses options]
   local log=$1
   shift
@@ -149,12 +164,7 @@ PY
     compare got --rtol "$RTOL" --steps 4-5
     ;;
   bad_layout)
-    launch torchrun -r 1 -t 1 --master_port="$(free_port)" --nproc_per_node=4 --no_python "$TRAIN" "${BASE[@]}" \
-      --dp 3 --log-jsonl ""
-    ((RC != 0)) || fail "train_gpt accepted dp 3 on 4 ranks"
-    # Count occurrences, not lines: ranks' stderr lines may still interleave within a line.
-    n=$(grep -o "error: train_gpt: dp 3 x pp 1 x tp 1 = 3 ranks, but the world has 4" "$OUT" | wc -l)
-    ((n == 4)) || fail "$n of 4 ranks named the bad layout"
+    expect_refusal 4 "error: train_gpt: dp 3 x pp 1 x tp 1 = 3 ranks, but the world has 4" --dp 3
     echo "PASS ($CASE): every rank failed with the layout's numbers"
     ;;
   data_formats)
@@ -182,36 +192,18 @@ PY
   data_mismatch)
     [[ -n $DATA ]] || fail "data_mismatch needs TESSERA_TRAIN_DATA"
     run_torchrun first 2 --checkpoint-dir "$WORK/ckpt" --steps 3
-    launch torchrun -r 1 -t 1 --master_port="$(free_port)" --nproc_per_node=2 --no_python "$TRAIN" "${BASE[@]}" \
-      --split 97,3 --checkpoint-dir "$WORK/ckpt" --log-jsonl ""
-    ((RC != 0)) || fail "train_gpt resumed a checkpoint of split 98,2 with split 97,3"
-    n=$(grep -o "error: tessera data: the checkpoint was trained on other data" "$OUT" | wc -l)
-    ((n == 2)) || fail "$n of 2 ranks refused the checkpoint of other data"
+    expect_refusal 2 "error: tessera data: the checkpoint was trained on other data" --split 97,3 \
+      --checkpoint-dir "$WORK/ckpt"
     grep -q "split 98,2" "$OUT" && grep -q "split 97,3" "$OUT" || fail "the error does not name both splits"
     echo "PASS ($CASE): every rank refused to resume on other data"
     ;;
   data_vocab)
     [[ -n $DATA ]] || fail "data_vocab needs TESSERA_TRAIN_DATA"
-    launch torchrun -r 1 -t 1 --master_port="$(free_port)" --nproc_per_node=2 --no_python "$TRAIN" "${BASE[@]}" \
-      --vocab 256 --log-jsonl ""
-    ((RC != 0)) || fail "train_gpt trained a vocabulary of 256 on token ids up to 4095"
-    n=$(grep -oE "outside the model's vocabulary \[0, 256\): '[^']*\.bin' sequence [0-9]+ position [0-9]+" "$OUT" | wc -l)
-    ((n == 2)) || fail "$n of 2 ranks named the token's file, sequence and position"
+    expect_refusal 2 "outside the model's vocabulary \[0, 256\): '[^']*\.bin' sequence [0-9]+ position [0-9]+" \
+      --vocab 256
     echo "PASS ($CASE): every rank named the out-of-vocabulary token"
     ;;
   bad_model)
-    # expect_refusal <nproc> <text> <flags...>: every rank fails naming <text>.
-    expect_refusal() {
-      local n=$1 text=$2
-      shift 2
-      launch torchrun -r 1 -t 1 --master_port="$(free_port)" --nproc_per_node="$n" --no_python "$TRAIN" "${BASE[@]}" \
-        --log-jsonl "" "$@"
-      ((RC != 0)) || fail "train_gpt accepted $*"
-      local k
-      k=$(grep -oF "$text" "$OUT" | wc -l)
-      ((k == n)) || fail "$k of $n ranks said '$text' for $*"
-      echo "refused by all $n ranks: $* ('$text')"
-    }
     expect_refusal 4 "heads = 6 is not divisible by tp = 4" --model llama-tiny --d 96 --heads 6 --kv-heads 2 --tp 4
     expect_refusal 2 "kv heads = 3 and tp = 2: one must divide the other" --model llama-tiny --d 96 --heads 6 \
       --kv-heads 3 --tp 2

@@ -39,9 +39,7 @@ ShardedAdamW::ShardedAdamW(FullyShardedDataParallel& fsdp, AdamWOptions o, Decay
 void ShardedAdamW::step() {
   torch::NoGradGuard ng;
   ++step_;
-  kernels::AdamWStep s{opts_.lr, opts_.beta1, opts_.beta2, opts_.eps, opts_.weightDecay, step_};
-  kernels::AdamWStep noDecay = s;
-  noDecay.weightDecay = 0;
+  const auto s = adamwKernelStep(opts_, step_), noDecay = adamwKernelStep(opts_, step_, false);
   for (size_t u = 0; u < fsdp_.numUnits(); ++u) {
     for (const auto& run : runs_[u]) {
       const int64_t a = run.begin, n = run.end - run.begin;
