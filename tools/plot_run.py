@@ -81,4 +81,6 @@ def main():
 
 
 if __name__ == "__main__":
+    from interpreter import require
+    require("plot_run", ["matplotlib"])
     main()
