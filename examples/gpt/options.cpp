@@ -240,7 +240,9 @@ void resolveLayout(TrainOptions& o, int world) {
 bool usesFusedWgrad(const TrainOptions& o) { return o.fusedWgrad && o.dpMode == DpMode::Ddp; }
 
 std::string describe(const TrainOptions& o) {
-  return fmt::format("dp {} ({}) x pp {} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}; {} steps; {}{}",
+  const auto& ov = o.overlap;
+  const bool overlapSet = ov.forwardChunks > 1 || ov.smCarveout > 0 || ov.ring;
+  return fmt::format("dp {} ({}) x pp {} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}; {} steps; {}{}{}",
                      o.dp, toString(o.dpMode), o.pp, o.tp, o.sequenceParallel ? " +sp" : "", o.microBatches,
                      pipeline::scheduleName(o.schedule),
                      o.chunks > 1                ? fmt::format(" ({} chunks)", o.chunks)
@@ -248,7 +250,10 @@ std::string describe(const TrainOptions& o) {
                                          : "",
                      o.batch, o.cfg.seqLen, toString(o.precision),
                      usesFusedWgrad(o) ? ", weight gradients summed in the GEMM" : "", o.steps, optim::describe(o.lr),
-                     o.recompute != nn::Recompute::None ? fmt::format("; recompute {}", nn::toString(o.recompute)) : "");
+                     o.recompute != nn::Recompute::None ? fmt::format("; recompute {}", nn::toString(o.recompute)) : "",
+                     overlapSet ? fmt::format("; overlap: {} forward pieces, {} SMs kept free{}", ov.forwardChunks,
+                                              ov.smCarveout, ov.ring ? ", ring" : "")
+                                : "");
 }
 
 }  // namespace tessera::gpt
