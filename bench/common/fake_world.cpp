@@ -19,6 +19,8 @@ Context initWorld() {
   TESSERA_CHECK(envInt("WORLD_SIZE", 1) == 1, "FAKE_WORLD={}: the probe runs as one process (WORLD_SIZE={})", n,
                 envInt("WORLD_SIZE", 1));
   Context ctx;
+  ctx.settings = Settings::fromEnvironment();  // as tessera::init() would
+  configure(ctx.settings);
   ctx.launch.launcher = "fake";
   ctx.launch.worldSize = n;
   ctx.device = singleProcessDevice();

@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "comm/fake/fake_timing.h"
+#include "comm/settings.h"
 #include "common/profiler.h"
 #include "fake_world.h"
 
@@ -65,7 +66,8 @@ std::vector<double> timeSteps(int warm, int steps, const at::Device& d, const st
   // TESSERA_PROFILE=PATH[:FIRST[:COUNT]] traces chosen steps (warm-ups count; a traced step's time
   // includes the profiler's cost, so a profiled run's timing is not a result).
   const int rank = static_cast<int>(envInt("RANK", 0));
-  StepProfiler profiler = profile ? StepProfiler(rank) : StepProfiler(rank, "");
+  const auto env = profile ? Settings::fromEnvironment() : Settings{};
+  StepProfiler profiler(rank, env.profile, env.profileCpu);
   for (int i = 0; i < warm + steps; ++i) {
     synchronize(d);
     profiler.beginStep(i);

@@ -149,7 +149,8 @@ int main(int argc, char** argv) try {
   const bool explicitVariants = !variants.empty();
   if (!explicitVariants) variants.push_back("default");  // the layers' defaults (environment)
   for (const auto& spec : variants) {
-    tp::LinearOverlap ov;  // TESSERA_TP_FORWARD_CHUNKS / TESSERA_OVERLAP_SM_CARVEOUT for "default"
+    // "default": TESSERA_TP_FORWARD_CHUNKS / TESSERA_OVERLAP_SM_CARVEOUT / TESSERA_TP_RING.
+    tp::LinearOverlap ov = tp::LinearOverlap::fromSettings(ctx.settings);
     if (spec != "default") ov = parseVariant(spec);
     tp::setOverlap(*model, ov);
     bench::FusedAdamW opt(model->parameters());

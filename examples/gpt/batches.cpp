@@ -14,7 +14,7 @@ Batches::Batches(const TrainOptions& o, int dpRank, at::Device device) : o_(o), 
   d.train = o.data;
   d.valid = o.validData;
   d.split = o.split;
-  d.format = data::parseFormat(o.dataFormat);
+  d.format = o.dataFormat;
   d.seqLen = o.cfg.seqLen;
   d.seed = o.seed;
   d.eodToken = o.eodToken;

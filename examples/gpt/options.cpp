@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/choice.h"
 #include "common/error.h"
 #include "data/token_source.h"
 #include "models/config.h"
@@ -14,6 +15,9 @@
 namespace tessera::gpt {
 
 namespace {
+constexpr Choices<DpMode, 2> kDpMode{"--dp-mode value", {{{DpMode::Ddp, "ddp"}, {DpMode::Fsdp, "fsdp"}}}};
+constexpr Choices<Precision, 2> kPrecision{"--precision value", {{{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}}}};
+
 // The whole of `v` read by `read` (std::stoll / std::stod), else an error naming the flag.
 template <typename T, typename Read>
 T parseWhole(const std::string& flag, const std::string& v, const char* what, Read read) {
@@ -33,7 +37,7 @@ double toDouble(const std::string& flag, const std::string& v) {
 }
 bool isSwitch(const std::string& flag) {
   for (const char* s : {"--sp", "--breakdown", "--no-fused-wgrad", "--tie-embeddings", "--untie-embeddings",
-                        "--no-decay-embeddings"}) {
+                        "--no-decay-embeddings", "--tp-ring"}) {
     if (flag == s) return true;
   }
   return false;
@@ -45,6 +49,9 @@ std::vector<int> toList(const std::string& flag, const std::string& v) {
   return out;
 }
 }  // namespace
+
+const char* toString(DpMode m) { return kDpMode.name(m); }
+const char* toString(Precision p) { return kPrecision.name(p); }
 
 std::string usage() {
   std::string presets;
@@ -63,17 +70,23 @@ std::string usage() {
          "  [--split TRAIN,VALID[,TEST]] [--valid-data SPEC] [--eod-token ID]\n"
          "  [--fsdp-prefetch-mib N] [--checkpoint-dir DIR] [--checkpoint-every K]\n"
          "  [--log-jsonl FILE] [--breakdown] [--peak-tflops X] [--no-fused-wgrad]\n"
+         "  [--tp-forward-chunks N] [--sm-carveout SMS] [--tp-ring] [--profile PATH[:FIRST[:COUNT]]]\n"
          "Defaults: dp = world / (pp·tp); micro-batches 1 without pp (more: gradient accumulation), else 2·pp;\n"
          "model tiny on CPU, 735m on GPU; precision fp32 on CPU, bf16 on GPU; batch 8·dp sequences; data\n"
-         "synthetic; constant lr 1e-3; weight decay 0.01 (never on norms and biases).\n"
+         "synthetic; constant lr 1e-3; weight decay 0.01 (never on norms and biases); --tp-forward-chunks,\n"
+         "--sm-carveout, --tp-ring, --profile: TESSERA_TP_FORWARD_CHUNKS, TESSERA_OVERLAP_SM_CARVEOUT,\n"
+         "TESSERA_TP_RING, TESSERA_PROFILE, else 1, 0, off, none.\n"
          "--data PATH: a Megatron dataset (PREFIX of PREFIX.bin/.idx), llm.c shards (a glob) or a raw token\n"
          "file (with --data-format raw-uint16|raw-uint32); a blend weighs several (Megatron's syntax).\n"
          "Model presets (any dimension can follow):\n" +
          presets;
 }
 
-TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
+TrainOptions parseOptions(int argc, char** argv, bool onGpu, const Settings& env) {
   TrainOptions o;
+  o.overlap = tp::LinearOverlap::fromSettings(env);
+  o.profile = env.profile;
+  o.profileCpu = env.profileCpu;
   std::map<std::string, std::string> kv;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -118,9 +131,9 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
   i32("--dp", o.dp);
   i32("--pp", o.pp);
   i32("--tp", o.tp);
-  str("--dp-mode", o.dpMode);
+  take("--dp-mode", [&](const std::string& v) { o.dpMode = kDpMode.parse(v); });
   i32("--micro-batches", o.microBatches);
-  str("--schedule", o.schedule);
+  take("--schedule", [&](const std::string& v) { o.schedule = pipeline::parseScheduleKind(v); });
   i32("--chunks", o.chunks);
   i32("--extra-warmup", o.extraWarmup);
   take("--layers-per-stage", [&](const std::string& v) { o.layersPerStage = toList("--layers-per-stage", v); });
@@ -148,13 +161,13 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
   take("--recompute", [&](const std::string& v) { o.recompute = nn::parseRecompute(v); });
   i32("--eval-every", o.evalEvery);
   i32("--eval-batches", o.evalBatches);
-  o.precision = onGpu ? "bf16" : "fp32";
-  str("--precision", o.precision);
+  o.precision = onGpu ? Precision::Bf16 : Precision::Fp32;
+  take("--precision", [&](const std::string& v) { o.precision = kPrecision.parse(v); });
   take("--seed", [&](const std::string& v) { o.seed = static_cast<uint64_t>(toInt("--seed", v)); });
   str("--data", o.data);
   str("--valid-data", o.validData);
   str("--split", o.split);
-  str("--data-format", o.dataFormat);
+  take("--data-format", [&](const std::string& v) { o.dataFormat = data::parseFormat(v); });
   i64("--eod-token", o.eodToken);
   take("--sp", [&](const std::string&) { o.sequenceParallel = true; });
   take("--breakdown", [&](const std::string&) { o.breakdown = true; });
@@ -164,19 +177,21 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
   i32("--checkpoint-every", o.checkpointEvery);
   str("--log-jsonl", o.logJsonl);
   dbl("--peak-tflops", o.peakTflops);
+  i32("--tp-forward-chunks", o.overlap.forwardChunks);
+  i32("--sm-carveout", o.overlap.smCarveout);
+  take("--tp-ring", [&](const std::string&) { o.overlap.ring = true; });
+  str("--profile", o.profile);
   if (o.peakTflops == 0 && onGpu) o.peakTflops = 989;
   TESSERA_CHECK(kv.empty(), "train_gpt: unknown flag '{}'\n{}", kv.begin()->first, usage());
-  TESSERA_CHECK(o.dpMode == "ddp" || o.dpMode == "fsdp", "train_gpt: --dp-mode must be ddp or fsdp, got '{}'",
-                o.dpMode);
-  TESSERA_CHECK(o.schedule == "1f1b" || o.schedule == "gpipe" || o.schedule == "interleaved",
-                "train_gpt: --schedule must be 1f1b, gpipe or interleaved, got '{}'", o.schedule);
-  TESSERA_CHECK(o.precision == "fp32" || o.precision == "bf16", "train_gpt: --precision must be fp32 or bf16, got '{}'",
-                o.precision);
-  TESSERA_CHECK(o.precision == "fp32" || onGpu, "train_gpt: --precision bf16 needs GPUs (CPU runs are fp32)");
+  TESSERA_CHECK(o.precision == Precision::Fp32 || onGpu, "train_gpt: --precision bf16 needs GPUs (CPU runs are fp32)");
   TESSERA_CHECK(o.steps >= 1, "train_gpt: --steps must be >= 1, got {}", o.steps);
-  TESSERA_CHECK(o.extraWarmup >= 0 && (o.extraWarmup == 0 || o.schedule == "1f1b"),
+  TESSERA_CHECK(o.extraWarmup >= 0 && (o.extraWarmup == 0 || o.schedule == pipeline::ScheduleKind::OneFOneB),
                 "train_gpt: --extra-warmup {} needs --schedule 1f1b and a count >= 0 (schedule: {})", o.extraWarmup,
-                o.schedule);
+                pipeline::scheduleName(o.schedule));
+  TESSERA_CHECK(o.overlap.forwardChunks >= 1 && o.overlap.forwardChunks <= 64,
+                "train_gpt: --tp-forward-chunks must be 1 to 64, got {}", o.overlap.forwardChunks);
+  TESSERA_CHECK(o.overlap.smCarveout >= 0 && o.overlap.smCarveout < 1024,
+                "train_gpt: --sm-carveout must be 0 to 1023 SMs, got {}", o.overlap.smCarveout);
   models::validate(o.cfg);
   o.lr.total = o.steps;
   optim::validate(o.lr);
@@ -185,9 +200,8 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
   TESSERA_CHECK(!o.data.empty(), "train_gpt: --data needs 'synthetic' or a dataset");
   TESSERA_CHECK(o.evalEvery == 0 || o.data != "synthetic",
                 "train_gpt: --eval-every needs validation data (--data PATH with --split or --valid-data)");
-  data::parseFormat(o.dataFormat);  // an unknown format is an error here, before any rank starts
   TESSERA_CHECK(o.data != "synthetic" || o.validData.empty(), "train_gpt: --valid-data needs --data PATH (not synthetic)");
-  if (o.schedule != "interleaved") o.chunks = 1;
+  if (o.schedule != pipeline::ScheduleKind::Interleaved1F1B) o.chunks = 1;
   return o;
 }
 
@@ -217,23 +231,29 @@ void resolveLayout(TrainOptions& o, int world) {
                 c.vocab, o.tp);
   TESSERA_CHECK(c.layers >= o.pp * o.chunks, "train_gpt: {} layers cannot fill pp {} x {} chunk(s) = {} stages",
                 c.layers, o.pp, o.chunks, o.pp * o.chunks);
-  TESSERA_CHECK(!(o.dpMode == "fsdp" && o.schedule == "interleaved"),
+  TESSERA_CHECK(!(o.dpMode == DpMode::Fsdp && o.schedule == pipeline::ScheduleKind::Interleaved1F1B),
                 "train_gpt: --dp-mode fsdp with --schedule interleaved is not supported (FSDP reduces a unit's "
                 "gradients in the last backward that runs it, which interleaving splits across chunks); use 1f1b or "
                 "gpipe");
 }
 
-bool usesFusedWgrad(const TrainOptions& o) { return o.fusedWgrad && o.dpMode == "ddp"; }
+bool usesFusedWgrad(const TrainOptions& o) { return o.fusedWgrad && o.dpMode == DpMode::Ddp; }
 
 std::string describe(const TrainOptions& o) {
-  return fmt::format("dp {} ({}) x pp {} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}; {} steps; {}{}",
-                     o.dp, o.dpMode, o.pp, o.tp, o.sequenceParallel ? " +sp" : "", o.microBatches, o.schedule,
+  const auto& ov = o.overlap;
+  const bool overlapSet = ov.forwardChunks > 1 || ov.smCarveout > 0 || ov.ring;
+  return fmt::format("dp {} ({}) x pp {} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}; {} steps; {}{}{}",
+                     o.dp, toString(o.dpMode), o.pp, o.tp, o.sequenceParallel ? " +sp" : "", o.microBatches,
+                     pipeline::scheduleName(o.schedule),
                      o.chunks > 1                ? fmt::format(" ({} chunks)", o.chunks)
                      : o.extraWarmup > 0 ? fmt::format(" (+{} warm-up forwards)", o.extraWarmup)
                                          : "",
-                     o.batch, o.cfg.seqLen, o.precision,
+                     o.batch, o.cfg.seqLen, toString(o.precision),
                      usesFusedWgrad(o) ? ", weight gradients summed in the GEMM" : "", o.steps, optim::describe(o.lr),
-                     o.recompute != nn::Recompute::None ? fmt::format("; recompute {}", nn::toString(o.recompute)) : "");
+                     o.recompute != nn::Recompute::None ? fmt::format("; recompute {}", nn::toString(o.recompute)) : "",
+                     overlapSet ? fmt::format("; overlap: {} forward pieces, {} SMs kept free{}", ov.forwardChunks,
+                                              ov.smCarveout, ov.ring ? ", ring" : "")
+                                : "");
 }
 
 }  // namespace tessera::gpt

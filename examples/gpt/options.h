@@ -6,17 +6,26 @@
 #include <string>
 #include <vector>
 
+#include "comm/settings.h"
+#include "data/token_source.h"
 #include "models/config.h"
 #include "nn/recompute.h"
 #include "optim/lr_schedule.h"
+#include "parallel/tensor/linear_overlap.h"
+#include "pipeline/schedule.h"
 
 namespace tessera::gpt {
 
+enum class DpMode { Ddp, Fsdp };
+enum class Precision { Fp32, Bf16 };
+const char* toString(DpMode m);     // "ddp" | "fsdp"
+const char* toString(Precision p);  // "fp32" | "bf16"
+
 struct TrainOptions {
   int dp = 0, pp = 1, tp = 1;     // dp 0: world / (pp · tp)
-  std::string dpMode = "ddp";     // ddp | fsdp
+  DpMode dpMode = DpMode::Ddp;
   int microBatches = 0;           // 0: 1 without pp, else 2 · pp (gradient accumulation without pp)
-  std::string schedule = "1f1b";  // 1f1b | gpipe | interleaved
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
   int chunks = 2;                 // virtual stages per rank (interleaved only)
   int extraWarmup = 0;            // 1F1B's extra warm-up forwards (pipeline/schedule.h)
   std::vector<int> layersPerStage;
@@ -30,13 +39,13 @@ struct TrainOptions {
   nn::Recompute recompute = nn::Recompute::None;
   int evalEvery = 0;              // validation loss every N steps (and at the end); 0: never
   int evalBatches = 4;            // global batches of the validation share per evaluation
-  std::string precision;          // fp32 | bf16; empty: fp32 on CPU, bf16 on GPU
+  Precision precision = Precision::Fp32;  // default: fp32 on CPU, bf16 on GPU
   uint64_t seed = 1234;
   // Data (src/data/dataset.h): "synthetic", or a path / Megatron blend "W1 PATH1 W2 PATH2".
   std::string data = "synthetic";
   std::string validData;          // separate validation data (else the split's share)
   std::string split = "100";      // training,validation[,test] shares of the documents
-  std::string dataFormat = "auto";  // auto | megatron | llmc | raw-uint16 | raw-uint32
+  data::Format dataFormat = data::Format::Auto;
   int64_t eodToken = -1;          // end-of-document token: appended where missing, ends stream documents
   bool sequenceParallel = false;
   int64_t fsdpPrefetchMiB = 512;
@@ -48,11 +57,16 @@ struct TrainOptions {
   // DDP, at any tp (FSDP's bf16 parameters keep autograd's). --no-fused-wgrad: off.
   bool fusedWgrad = true;
   double peakTflops = 0;          // 0: 989 on CUDA (H100/H200 bf16 dense), none on CPU
+  // Overlap of the TP layers' collectives with their GEMMs (--tp-forward-chunks, --sm-carveout,
+  // --tp-ring; defaults from the environment, Settings); the carveout also serves DDP.
+  tp::LinearOverlap overlap;
+  std::string profile;            // --profile PATH[:FIRST[:COUNT]] (TESSERA_PROFILE); empty: none
+  bool profileCpu = true;         // TESSERA_PROFILE_CPU
 };
 
-// Parses argv; `onGpu` picks the defaults. Throws on bad input; "--help" → help text in
-// TrainOptions::model == "help".
-TrainOptions parseOptions(int argc, char** argv, bool onGpu);
+// Parses argv; `onGpu` picks the defaults, `env` (Settings::fromEnvironment()) the defaults of
+// the flags that have a variable. Throws on bad input; "--help" → TrainOptions::model == "help".
+TrainOptions parseOptions(int argc, char** argv, bool onGpu, const Settings& env = {});
 std::string usage();
 // Fills dp, microBatches, batch from the world size; checks that everything fits.
 void resolveLayout(TrainOptions& o, int world);

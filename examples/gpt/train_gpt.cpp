@@ -20,9 +20,12 @@
 int main(int argc, char** argv) {
   namespace gpt = tessera::gpt;
   gpt::TrainOptions opts;
-  const bool onGpu = torch::cuda::is_available() && std::getenv("TESSERA_BACKEND") == nullptr;
+  tessera::InitOptions init;
+  bool onGpu = false;
   try {
-    opts = gpt::parseOptions(argc, argv, onGpu);
+    init.settings = tessera::Settings::fromEnvironment();  // the one read of TESSERA_* (comm/settings.h)
+    onGpu = torch::cuda::is_available() && !init.settings->backend;
+    opts = gpt::parseOptions(argc, argv, onGpu, *init.settings);
     if (opts.model == "help") {
       std::cout << gpt::usage();
       return 0;
@@ -33,7 +36,7 @@ int main(int argc, char** argv) {
   }
   int rank = -1;
   try {
-    auto ctx = tessera::init();
+    auto ctx = tessera::init(init);
     rank = ctx.world->rank();
     gpt::resolveLayout(opts, ctx.world->size());
     gpt::Trainer trainer(opts, ctx);

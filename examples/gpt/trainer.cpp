@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/profiler.h"
+#include "parallel/tensor/linear.h"
 #include "parallel/grad_norm.h"
 #include "pipeline/schedule.h"
 #include "trainer_state.h"
@@ -20,11 +21,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double msSince(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-pipeline::ScheduleKind scheduleKind(const std::string& s) {
-  if (s == "gpipe") return pipeline::ScheduleKind::GPipe;
-  if (s == "interleaved") return pipeline::ScheduleKind::Interleaved1F1B;
-  return pipeline::ScheduleKind::OneFOneB;
-}
 }  // namespace
 
 Trainer::Trainer(TrainOptions o, const Context& ctx) : s_(std::make_unique<State>()) {
@@ -64,18 +60,19 @@ void Trainer::State::build() {
   for (int c = 0; c < o.chunks; ++c) {
     auto chunk = models::LmChunk(cfg, mesh->tpGroup(), kvGroup, part, part.stageOf(me.pp, c), co);
     chunk->to(device);
+    tp::setOverlap(*chunk, o.overlap);
     // Weight gradients summed by the GEMM into .grad across micro-batches: DDP's hooks still see
     // them (tests/parallel/ddp); FSDP's bf16 unit parameters and the tp > 1 ops cannot take it.
     if (usesFusedWgrad(o)) tp::setAccumulateGradInGemm(*chunk, true);
     chunks.push_back(chunk);
   }
-  const bool bf16 = o.precision == "bf16";
+  const bool bf16 = o.precision == Precision::Bf16;
   AdamWOptions ao;
   ao.lr = o.lr.lr;
   ao.weightDecay = o.weightDecay;
   const bool decayEmb = o.decayEmbeddings;
   auto decays = [decayEmb](const std::string& name) { return optim::decaysByName(name, decayEmb); };
-  if (o.dpMode == "fsdp") {
+  if (o.dpMode == DpMode::Fsdp) {
     std::vector<FsdpUnitSpec> units;
     for (auto& c : chunks) {
       firstUnit.push_back(units.size());
@@ -99,6 +96,7 @@ void Trainer::State::build() {
     }
     DdpOptions dopt;
     dopt.gradientAsBucketView = true;
+    dopt.smCarveout = o.overlap.smCarveout;
     // Interleaved: the last backward runs chunk 0 only; the other chunks' parameters then
     // contribute the gradients they accumulated (DDP's unused-parameter path).
     dopt.findUnusedParameters = o.chunks > 1;
@@ -136,7 +134,7 @@ void Trainer::State::build() {
   auto tpGroup = mesh->tpGroup();
   exec = std::make_unique<pipeline::PipelineExecutor>(
       mesh->ppGroup(),
-      pipeline::makeSchedule(scheduleKind(o.schedule), o.pp, o.microBatches, o.chunks, o.extraWarmup), fns,
+      pipeline::makeSchedule(o.schedule, o.pp, o.microBatches, o.chunks, o.extraWarmup), fns,
       [tpGroup, vocab](const at::Tensor& y, const at::Tensor& t) { return models::lmLoss(y, t, tpGroup, vocab); }, eo);
 }
 
@@ -209,7 +207,7 @@ std::vector<StepReport> Trainer::run() {
   s.openLog();
   s.loadCheckpoint();
   std::vector<StepReport> out;
-  StepProfiler profiler(s.ctx.world->rank());  // TESSERA_PROFILE=PATH[:FIRST[:COUNT]]
+  StepProfiler profiler(s.ctx.world->rank(), s.o.profile, s.o.profileCpu);
   for (int64_t i = s.startStep; i < s.o.steps; ++i) {
     profiler.beginStep(i);
     out.push_back(s.step(i));

@@ -44,9 +44,9 @@ void Trainer::State::openLog() {
                "\"layers\": {}, \"heads\": {}, \"vocab\": {}, \"seq_len\": {}, \"batch\": {}, \"precision\": \"{}\", "
                "\"seed\": {}, \"params\": {}, \"device\": \"{}\", \"data\": {}, \"model\": {}, \"lr\": {}, "
                "\"recompute\": \"{}\"}}",
-               ctx.world->size(), o.dp, o.pp, o.tp, o.dpMode, o.microBatches, o.schedule, o.chunks,
+               ctx.world->size(), o.dp, o.pp, o.tp, toString(o.dpMode), o.microBatches, pipeline::scheduleName(o.schedule), o.chunks,
                o.sequenceParallel, o.cfg.d, o.cfg.layers, o.cfg.heads, o.cfg.vocab, o.cfg.seqLen, o.batch,
-               o.precision, o.seed, models::paramCount(o.cfg), ctx.deviceDescription, jsonString(o.data),
+               toString(o.precision), o.seed, models::paramCount(o.cfg), ctx.deviceDescription, jsonString(o.data),
                jsonString(o.cfg.describe()), jsonString(optim::describe(o.lr)), nn::toString(o.recompute))
         << std::endl;
 }

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "bindings.h"
+#include "comm/settings.h"
 #include "parallel/ddp/ddp.h"
 
 namespace tessera::py {
@@ -56,6 +57,7 @@ void bindDdp(pb::module_& m) {
              o.findUnusedParameters = findUnused;
              o.broadcastBuffers = broadcastBuffers;
              o.rebuildBuckets = rebuildBuckets;
+             o.smCarveout = settings().smCarveout;  // TESSERA_OVERLAP_SM_CARVEOUT, as tessera.init() read it
              pb::gil_scoped_release nogil;  // collective: checks shapes, broadcasts from rank 0
              return std::make_shared<Ddp>(std::move(params), std::move(buffers), std::move(comm), o);
            }),

@@ -30,6 +30,7 @@ tp::ParallelLinearOptions linearOptions(bool gatherOutput, bool inputIsParallel,
   o.inputIsParallel = inputIsParallel;
   o.sequenceParallel = sequenceParallel;
   o.name = name;
+  o.overlap = tp::LinearOverlap::fromSettings(settings());  // the environment, as tessera.init() read it
   return o;
 }
 

@@ -16,7 +16,7 @@
 #include <fstream>
 #include <set>
 
-#include "common/env.h"
+#include "comm/settings.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -193,7 +193,7 @@ void save(const std::string& dirName, const std::vector<Piece>& pieces, Communic
   idx.insert("fnv1a64", static_cast<int64_t>(fnv1a(bytes)));
   writeDurably(tmp / fmt::format("rank-{}.index.pt", comm.rank()), torch::jit::pickle_save(idx));
   // Fault injection for the tests (an interrupted save): TESSERA_FAULT_INJECT=checkpoint-after-write:<rank>.
-  if (env::get("TESSERA_FAULT_INJECT").value_or("") == fmt::format("checkpoint-after-write:{}", comm.rank())) {
+  if (settings().faultInject == fmt::format("checkpoint-after-write:{}", comm.rank())) {
     log::error("checkpoint: TESSERA_FAULT_INJECT: rank {} kills itself after writing its shard", comm.rank());
     ::raise(SIGKILL);
   }

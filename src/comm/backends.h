@@ -22,6 +22,15 @@ std::string ncclVersion();
 CommPtr makeNcclCommunicator(const StorePtr& store, int rank, int size, int device, const std::string& name,
                              std::chrono::milliseconds timeout);
 
+// Process-wide backend options (configure() in comm/settings.h sets them): they apply to the
+// communicators made afterwards. setGlooDevice: the interface name, else the host name or
+// address, Gloo's TCP device binds (both empty: this host's name); ignored once the device
+// exists (the first Gloo communicator) and in builds without Gloo. setNcclOptions: ops on a
+// blocking twin communicator (blockingOps) and NCCL's CTA policy; throws tessera::Error for a
+// policy this NCCL lacks (< 2.27); ignored in builds without NCCL.
+void setGlooDevice(const std::string& ifname, const std::string& host);
+void setNcclOptions(bool blockingOps, NcclCtaPolicy ctaPolicy);
+
 // CUDA device queries (0 / "" when built without CUDA or no driver is present).
 int cudaDeviceCount();
 std::string cudaPciBusId(int device);

@@ -9,7 +9,6 @@
 #include "comm/watchdog/fingerprint.h"
 #include "comm/watchdog/flight_recorder.h"
 #include "comm/watchdog/watchdog.h"
-#include "common/env.h"
 #include "common/error.h"
 
 namespace tessera {
@@ -42,11 +41,6 @@ bool isFloatingDtype(c10::ScalarType t) { return t == at::kFloat || t == at::kBF
 
 bool isSupportedDtype(c10::ScalarType t) { return isFloatingDtype(t) || t == at::kInt || t == at::kLong; }
 
-std::chrono::milliseconds defaultTimeout() {
-  static const auto t = env::getSeconds("TESSERA_TIMEOUT_S").value_or(std::chrono::minutes(10));
-  return t;
-}
-
 std::string OpInfo::describe() const {
   return fmt::format("{} #{} on group '{}' (rank {} of {}{}{})", op, seq, group, rank, groupSize,
                      detail.empty() ? "" : ", ", detail);
@@ -59,7 +53,7 @@ std::string shapeDetail(const at::Tensor& t) {
 }  // namespace
 
 Communicator::Communicator(int rank, int size, std::string name)
-    : rank_(rank), size_(size), name_(std::move(name)), timeout_(defaultTimeout()) {
+    : rank_(rank), size_(size), name_(std::move(name)), timeout_(kDefaultTimeout) {
   TESSERA_CHECK(size > 0 && rank >= 0 && rank < size, "communicator '{}': rank {} is not in [0, {})", name_, rank,
                 size);
 }
@@ -73,7 +67,7 @@ void Communicator::setSideChannel(StorePtr store, std::string ns) {
 template <typename F>
 WorkPtr Communicator::run(const OpInfo& i, F&& launch) {
   if (i.seq > 0 && fingerprint::enabled()) {
-    TESSERA_CHECK(sideStore_, "{}: TESSERA_DEBUG=detail needs the rendezvous store, which this communicator lacks",
+    TESSERA_CHECK(sideStore_, "{}: debug mode (TESSERA_DEBUG=detail) needs the rendezvous store, which this communicator lacks",
                   i.describe());
     fingerprint::check(sideStore_, sideNs_, i, timeout_);
   }

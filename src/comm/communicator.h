@@ -7,13 +7,13 @@
 // Inputs are checked before anything is sent: device (CPU for Gloo, the communicator's CUDA
 // device for NCCL), contiguity, dtype (fp32, bf16, fp16, int32, int64; equal across in/out),
 // and sizes; a bad input throws tessera::Error naming the op, the group, the rank and the
-// value. Each op carries a timeout (default 10 min; TESSERA_TIMEOUT_S; setTimeout()): when it
+// value. Each op carries a timeout (the maker's, e.g. Settings::timeout; setTimeout()): when it
 // expires the op fails on that rank with the op, the group, its sequence number and the
 // elapsed time. After a failure the communicator is broken: later ops throw the first error.
 // Every op is recorded in the process's flight recorder (comm/watchdog/flight_recorder.h); a
 // failure in transit goes to the process watchdog (comm/watchdog/watchdog.h), which aborts
-// the other communicators and ends the process; with TESSERA_DEBUG=detail every collective is
-// first checked against the other ranks' calls (comm/watchdog/fingerprint.h).
+// the other communicators and ends the process; in debug mode (Settings::debugDetail) every
+// collective is first checked against the other ranks' calls (comm/watchdog/fingerprint.h).
 #include <ATen/core/Tensor.h>
 
 #include <atomic>

@@ -9,9 +9,13 @@ namespace tessera {
 
 enum class ReduceOp { Sum, Avg, Max, Min };
 enum class Backend { Gloo, Nccl };
+// NCCL's CTA policy (ncclConfig_t::CTAPolicy, NCCL >= 2.27): Efficiency uses as few CTAs (SMs)
+// as give decent bandwidth, for collectives that overlap compute; Zero none where it can.
+enum class NcclCtaPolicy { Default, Efficiency, Zero };
 
 const char* toString(ReduceOp op);
 const char* toString(Backend b);
+const char* toString(NcclCtaPolicy p);  // "default" | "efficiency" | "zero"
 // "float32", "bfloat16", ... (what error messages print).
 std::string dtypeName(c10::ScalarType t);
 // fp32, bf16, fp16, int32, int64: the dtypes every collective supports.
@@ -19,8 +23,8 @@ bool isSupportedDtype(c10::ScalarType t);
 // fp32, bf16, fp16: the floating dtypes among them (gradients, communication dtypes).
 bool isFloatingDtype(c10::ScalarType t);
 
-// Default per-op timeout: 10 minutes, overridden by TESSERA_TIMEOUT_S (seconds).
-std::chrono::milliseconds defaultTimeout();
+// Per-op timeout of a communicator unless its maker is given another (Settings::timeout).
+constexpr std::chrono::milliseconds kDefaultTimeout = std::chrono::minutes(10);
 
 // Who keeps an op's tensors alive until the device is done with them (see work.h).
 // UntilDone (default): the communicator references them until it sees the op complete, so the

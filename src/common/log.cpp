@@ -2,29 +2,17 @@
 
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 
 namespace tessera::log {
 namespace {
 std::atomic<int> g_rank{-1};
+std::atomic<int> g_level{static_cast<int>(Level::Info)};
 std::mutex g_mu;
-
-Level parseLevel() {
-  const char* v = std::getenv("TESSERA_LOG_LEVEL");
-  if (!v) return Level::Info;
-  if (!std::strcmp(v, "debug")) return Level::Debug;
-  if (!std::strcmp(v, "warn")) return Level::Warn;
-  if (!std::strcmp(v, "error")) return Level::Error;
-  return Level::Info;
-}
 }  // namespace
 
-Level level() {
-  static const Level lvl = parseLevel();
-  return lvl;
-}
+Level level() { return static_cast<Level>(g_level.load(std::memory_order_relaxed)); }
+void setLevel(Level lvl) { g_level = static_cast<int>(lvl); }
 
 void setRank(int rank) { g_rank = rank; }
 

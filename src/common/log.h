@@ -1,6 +1,6 @@
 #pragma once
 // Minimal fmt logging to stderr, one line per call, prefixed with "[tessera rank N]".
-// Level from TESSERA_LOG_LEVEL (debug|info|warn|error; default info).
+// Messages below the level (default info; Settings::logLevel) are dropped. Thread-safe.
 #include <fmt/format.h>
 
 #include <string>
@@ -10,6 +10,7 @@ namespace tessera::log {
 enum class Level { Debug = 0, Info = 1, Warn = 2, Error = 3 };
 
 Level level();
+void setLevel(Level lvl);
 // Rank shown in the prefix; -1 (the default) until bootstrap knows it.
 void setRank(int rank);
 void write(Level lvl, const std::string& msg);

@@ -4,7 +4,6 @@
 
 #include <set>
 
-#include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -15,9 +14,7 @@
 
 namespace tessera {
 
-StepProfiler::StepProfiler(int rank) : StepProfiler(rank, env::get("TESSERA_PROFILE").value_or("")) {}
-
-StepProfiler::StepProfiler(int rank, const std::string& spec) {
+StepProfiler::StepProfiler(int rank, const std::string& spec, bool cpuOps) : cpuOps_(cpuOps) {
   if (spec.empty()) return;
   auto c1 = spec.find(':');
   path_ = spec.substr(0, c1);
@@ -50,10 +47,10 @@ void StepProfiler::beginStep(int64_t step) {
   if (path_.empty() || active_ || step != first_) return;
   using torch::profiler::impl::ActivityType;
   const torch::profiler::impl::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
-  // TESSERA_PROFILE_CPU=0: CUDA activity only, no CPU op records (which slow the host and so
+  // Without cpuOps: CUDA activity only, no CPU op records (which slow the host and so
   // lengthen the gaps a host-bound step leaves on the GPU).
   std::set<ActivityType> activities{ActivityType::CUDA};
-  if (env::get("TESSERA_PROFILE_CPU").value_or("1") != "0") activities.insert(ActivityType::CPU);
+  if (cpuOps_) activities.insert(ActivityType::CPU);
   torch::autograd::profiler::prepareProfiler(config, activities);
   torch::autograd::profiler::enableProfiler(config, activities);
   active_ = true;

@@ -3,8 +3,6 @@
 #include <ATen/Context.h>
 #include <torch/version.h>
 
-#include "common/env.h"
-#include "common/error.h"
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 7)
 #define TESSERA_ATEN_CARVEOUT 1
@@ -18,15 +16,6 @@ bool smCarveoutSupported() {
 #else
   return false;
 #endif
-}
-
-int defaultSmCarveout() {
-  static const int value = [] {
-    auto v = env::getInt("TESSERA_OVERLAP_SM_CARVEOUT").value_or(0);
-    TESSERA_CHECK(v >= 0 && v < 1024, "TESSERA_OVERLAP_SM_CARVEOUT={} is not a number of SMs (0 to 1023)", v);
-    return static_cast<int>(v);
-  }();
-  return value;
 }
 
 SmCarveoutGuard::SmCarveoutGuard(int sms) {

@@ -12,17 +12,13 @@
 // - Process-wide (ATen's global context): it affects every thread's GEMMs (the autograd
 //   engine's backward threads included) while active. Guards nest; each restores what it found.
 // - A no-op where ATen has no carveout (LibTorch < 2.7, CPU-only builds, CPU tensors).
-// - The amount comes from the caller (DdpOptions::smCarveout, tp options) or, by default,
-//   from TESSERA_OVERLAP_SM_CARVEOUT (an integer number of SMs; 0 or unset: no carveout).
+// - The amount comes from the caller (DdpOptions::smCarveout, tp::LinearOverlap::smCarveout).
 #include <optional>
 
 namespace tessera {
 
 // Whether this build can apply a carveout (LibTorch >= 2.7 with CUDA).
 bool smCarveoutSupported();
-
-// TESSERA_OVERLAP_SM_CARVEOUT, read once (a malformed value is a tessera::Error naming it).
-int defaultSmCarveout();
 
 // While alive and sms > 0: ATen's GEMMs target (SM count − sms) SMs, through cuBLASLt.
 class SmCarveoutGuard {

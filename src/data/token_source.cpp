@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "common/choice.h"
 #include "common/error.h"
 #include "data/megatron.h"
 #include "data/random.h"
@@ -10,27 +11,17 @@
 
 namespace tessera::data {
 
-Format parseFormat(const std::string& s) {
-  for (Format f : {Format::Auto, Format::Megatron, Format::Llmc, Format::RawUInt16, Format::RawUInt32}) {
-    if (s == formatName(f)) return f;
-  }
-  throw Error(fmt::format("tessera data: unknown data format '{}' (auto, megatron, llmc, raw-uint16, raw-uint32)", s));
-}
+namespace {
+constexpr Choices<Format, 5> kFormat{"data format",
+                                     {{{Format::Auto, "auto"},
+                                       {Format::Megatron, "megatron"},
+                                       {Format::Llmc, "llmc"},
+                                       {Format::RawUInt16, "raw-uint16"},
+                                       {Format::RawUInt32, "raw-uint32"}}}};
+}  // namespace
 
-const char* formatName(Format f) {
-  switch (f) {
-    case Format::Auto:
-      return "auto";
-    case Format::Megatron:
-      return "megatron";
-    case Format::Llmc:
-      return "llmc";
-    case Format::RawUInt16:
-      return "raw-uint16";
-    default:
-      return "raw-uint32";
-  }
-}
+Format parseFormat(const std::string& s) { return kFormat.parse(s); }
+const char* formatName(Format f) { return kFormat.name(f); }
 
 void TokenSource::checkRange(int64_t doc, int64_t offset, int64_t count) const {
   TESSERA_CHECK(doc >= 0 && doc < numDocuments(), "tessera data: document {} out of range [0, {}) in '{}'", doc,

@@ -3,29 +3,20 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/choice.h"
 #include "common/error.h"
 
 namespace tessera::models {
 
 const char* toString(Arch a) { return a == Arch::Gpt ? "gpt" : "llama"; }
 
-const char* toString(Positions p) {
-  switch (p) {
-    case Positions::None:
-      return "none";
-    case Positions::Learned:
-      return "learned";
-    default:
-      return "rope";
-  }
-}
+namespace {
+constexpr Choices<Positions, 3> kPositions{
+    "positions", {{{Positions::None, "none"}, {Positions::Learned, "learned"}, {Positions::Rope, "rope"}}}};
+}  // namespace
 
-Positions parsePositions(const std::string& s) {
-  for (Positions p : {Positions::None, Positions::Learned, Positions::Rope}) {
-    if (s == toString(p)) return p;
-  }
-  throw Error(fmt::format("model: unknown positions '{}' (none, learned, rope)", s));
-}
+const char* toString(Positions p) { return kPositions.name(p); }
+Positions parsePositions(const std::string& s) { return kPositions.parse(s); }
 
 ModelConfig presetConfig(const std::string& name) {
   ModelConfig c;

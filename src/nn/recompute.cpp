@@ -3,27 +3,18 @@
 #include <torch/autograd.h>
 
 #include "common/autocast.h"
+#include "common/choice.h"
 #include "common/error.h"
 
 namespace tessera::nn {
 
-Recompute parseRecompute(const std::string& s) {
-  for (Recompute r : {Recompute::None, Recompute::Full, Recompute::Selective}) {
-    if (s == toString(r)) return r;
-  }
-  throw Error(fmt::format("unknown recompute mode '{}' (none, full, selective)", s));
-}
+namespace {
+constexpr Choices<Recompute, 3> kRecompute{
+    "recompute mode", {{{Recompute::None, "none"}, {Recompute::Full, "full"}, {Recompute::Selective, "selective"}}}};
+}  // namespace
 
-const char* toString(Recompute r) {
-  switch (r) {
-    case Recompute::None:
-      return "none";
-    case Recompute::Full:
-      return "full";
-    default:
-      return "selective";
-  }
-}
+Recompute parseRecompute(const std::string& s) { return kRecompute.parse(s); }
+const char* toString(Recompute r) { return kRecompute.name(r); }
 
 namespace {
 using torch::autograd::AutogradContext;

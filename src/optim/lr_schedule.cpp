@@ -4,29 +4,21 @@
 
 #include <cmath>
 
+#include "common/choice.h"
 #include "common/error.h"
 
 namespace tessera::optim {
 
-LrKind parseLrKind(const std::string& s) {
-  for (LrKind k : {LrKind::Constant, LrKind::Cosine, LrKind::Linear, LrKind::Wsd}) {
-    if (s == toString(k)) return k;
-  }
-  throw Error(fmt::format("lr schedule: unknown kind '{}' (constant, cosine, linear, wsd)", s));
-}
+namespace {
+constexpr Choices<LrKind, 4> kLrKind{"lr schedule",
+                                     {{{LrKind::Constant, "constant"},
+                                       {LrKind::Cosine, "cosine"},
+                                       {LrKind::Linear, "linear"},
+                                       {LrKind::Wsd, "wsd"}}}};
+}  // namespace
 
-const char* toString(LrKind k) {
-  switch (k) {
-    case LrKind::Constant:
-      return "constant";
-    case LrKind::Cosine:
-      return "cosine";
-    case LrKind::Linear:
-      return "linear";
-    default:
-      return "wsd";
-  }
-}
+LrKind parseLrKind(const std::string& s) { return kLrKind.parse(s); }
+const char* toString(LrKind k) { return kLrKind.name(k); }
 
 void validate(const LrSchedule& s) {
   TESSERA_CHECK(s.lr > 0 && std::isfinite(s.lr), "lr schedule: lr must be > 0, got {}", s.lr);

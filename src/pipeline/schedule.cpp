@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "common/choice.h"
 #include "common/error.h"
 
 namespace tessera::pipeline {
@@ -17,6 +18,16 @@ const char* toString(ScheduleKind k) {
   }
   return "?";
 }
+
+namespace {
+constexpr Choices<ScheduleKind, 3> kScheduleNames{"pipeline schedule",
+                                                  {{{ScheduleKind::OneFOneB, "1f1b"},
+                                                    {ScheduleKind::GPipe, "gpipe"},
+                                                    {ScheduleKind::Interleaved1F1B, "interleaved"}}}};
+}  // namespace
+
+ScheduleKind parseScheduleKind(const std::string& s) { return kScheduleNames.parse(s); }
+const char* scheduleName(ScheduleKind k) { return kScheduleNames.name(k); }
 
 const char* toString(CommKind k) {
   switch (k) {

@@ -16,9 +16,8 @@
 //   With `extraWarmup` = k > 0, every rank but the last warms up with k more forwards
 //   (min(P − r − 1 + k, M)); at most P − r + k micro-batches are then in flight there. This
 //   is for unbalanced stages: a slower stage keeps computing forwards while the faster stages
-//   after it return the first gradients, instead of waiting for them (with pp = 2 and the
-//   first stage 12 % slower, k = 2 removes the warm-up and cool-down waits: see
-//   pipeline/simulate.h). The last stage's warm-up stays 0: its backward never waits.
+//   after it return the first gradients, instead of waiting for them (pipeline/simulate.h
+//   estimates the effect). The last stage's warm-up stays 0: its backward never waits.
 // - Interleaved 1F1B (Megatron's ordering): chunks >= 2, pp >= 2, M % pp == 0; warm-up of
 //   (P − r − 1)·2 + (chunks − 1)·P forwards (all of them when M == P).
 // Communication placement: the compute orders above are played in lock-step ticks (each
@@ -27,8 +26,6 @@
 // computed and the receives of what its neighbours just computed. A batch thus pairs only
 // with its neighbours' batches of the same tick, so the tables cannot deadlock, and 1F1B's
 // fused send-forward-recv-backward / send-backward-recv-forward pairs fall out of it.
-// (Placing each receive just before the computation that needs it deadlocks interleaved
-// 1F1B as soon as M > pp; test_schedule's simulation showed it.)
 // Between two ranks, the k-th send a→b is matched with the k-th receive b←a.
 #include <string>
 #include <vector>
@@ -36,7 +33,10 @@
 namespace tessera::pipeline {
 
 enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B };
-const char* toString(ScheduleKind k);
+const char* toString(ScheduleKind k);  // "GPipe", "1F1B", "interleaved 1F1B" (for people)
+// The command line's spellings: "gpipe" | "1f1b" | "interleaved"; anything else is an error.
+ScheduleKind parseScheduleKind(const std::string& s);
+const char* scheduleName(ScheduleKind k);
 
 // `chunk` is always this rank's local chunk: SendForward: the chunk whose output is sent;
 // RecvForward: the chunk that takes it as input; RecvBackward: the chunk whose output's

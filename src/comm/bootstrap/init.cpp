@@ -8,7 +8,6 @@
 #include <signal.h>
 
 #include "comm/backends.h"
-#include "common/env.h"
 #include "common/host.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -44,12 +43,8 @@ LaunchInfo detect(const InitOptions& o) {
       "MASTER_ADDR, MASTER_PORT), PMIx (srun --mpi=pmix, mpirun) or SLURM (SLURM_PROCID, SLURM_NTASKS)");
 }
 
-Backend chooseBackend(const InitOptions& o, int devices) {
-  if (auto b = env::get("TESSERA_BACKEND")) {
-    if (*b == "gloo") return Backend::Gloo;
-    if (*b == "nccl") return Backend::Nccl;
-    throw Error(fmt::format("TESSERA_BACKEND='{}' is not one of gloo, nccl", *b));
-  }
+Backend chooseBackend(const InitOptions& o, const Settings& s, int devices) {
+  if (s.backend) return *s.backend;
   if (o.backend) return *o.backend;
   return (ncclAvailable() && devices > 0) ? Backend::Nccl : Backend::Gloo;
 }
@@ -99,6 +94,9 @@ Context init(const InitOptions& o) {
   static std::once_flag terminateOnce;
   std::call_once(terminateOnce, [] { previousTerminate = std::set_terminate(terminateWithMessage); });
   Context c;
+  c.settings = o.settings ? *o.settings : Settings::fromEnvironment();
+  configure(c.settings);
+  const auto timeout = o.timeout.value_or(c.settings.timeout);
   c.launch = detect(o);
   const auto& l = c.launch;
   TESSERA_CHECK(l.worldSize > 0 && l.rank >= 0 && l.rank < l.worldSize,
@@ -108,18 +106,18 @@ Context init(const InitOptions& o) {
 
   StorePtr base = l.store;
   if (!base) {
-    base = l.hostsStore ? startStoreServer(l.storePort, o.timeout) : connectStore(l.storeHost, l.storePort, o.timeout);
+    base = l.hostsStore ? startStoreServer(l.storePort, timeout) : connectStore(l.storeHost, l.storePort, timeout);
   }
   // Fault injection for the tests (the store's host dying during start-up):
   // TESSERA_FAULT_INJECT=bootstrap-after-store:<rank>.
-  if (env::get("TESSERA_FAULT_INJECT").value_or("") == fmt::format("bootstrap-after-store:{}", l.rank)) {
+  if (c.settings.faultInject == fmt::format("bootstrap-after-store:{}", l.rank)) {
     log::error("tessera::init: TESSERA_FAULT_INJECT: rank {} kills itself after setting up the store", l.rank);
     ::raise(SIGKILL);
   }
   c.store = prefixStore(l.storePrefix, base);
 
   int devices = cudaDeviceCount();
-  Backend backend = chooseBackend(o, devices);
+  Backend backend = chooseBackend(o, c.settings, devices);
   if (devices > 0 && backend == Backend::Nccl) {
     int dev = l.localRank % devices;
     cudaSelectDevice(dev);
@@ -130,7 +128,7 @@ Context init(const InitOptions& o) {
   }
   log::info("{} launch: rank {}/{} local rank {}/{} on host {}, device {}, backend {}", l.launcher, l.rank,
             l.worldSize, l.localRank, l.localWorldSize, c.hostname, c.deviceDescription, toString(backend));
-  c.world = makeWorldCommunicator(backend, c.store, l.rank, l.worldSize, c.device, o.timeout);
+  c.world = makeWorldCommunicator(backend, c.store, l.rank, l.worldSize, c.device, timeout);
   return c;
 }
 

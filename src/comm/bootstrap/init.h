@@ -19,8 +19,10 @@
 //      TESSERA_STORE_HOST); port: TESSERA_STORE_PORT, MASTER_PORT, or 29500 + SLURM_JOB_ID % 20000.
 //      An sbatch script itself (SLURM_PROCID without SLURM_STEP_ID) is an error, not rank 0.
 // Device: local rank modulo the visible CUDA devices (after CUDA_VISIBLE_DEVICES), or CPU.
-// Backend: TESSERA_BACKEND (gloo|nccl) or InitOptions::backend; default NCCL when built
-// with it and a CUDA device is visible, else Gloo.
+// Settings: InitOptions::settings, else Settings::fromEnvironment() (the TESSERA_* variables,
+// comm/settings.h), applied with configure() before anything else; Context::settings holds them.
+// Backend: Settings::backend (TESSERA_BACKEND), else InitOptions::backend; default NCCL when
+// built with it and a CUDA device is visible, else Gloo.
 // Uncaught exceptions: the first init() installs a std::terminate handler that prints the
 // exception's message ("tessera: fatal: ...") and exits 1 instead of aborting, so a library
 // thread that dies of a lost connection ends the rank with a clear error (the previous handler
@@ -33,6 +35,7 @@
 #include <string>
 
 #include "comm/communicator.h"
+#include "comm/settings.h"
 #include "comm/store.h"
 
 namespace tessera {
@@ -45,7 +48,10 @@ struct InitOptions {
   // Explicit bootstrap only: when false every rank is a client (someone else runs the server).
   bool rank0HostsStore = true;
   std::optional<Backend> backend;
-  std::chrono::milliseconds timeout = defaultTimeout();
+  // Per-op and store timeout; unset: the settings' (TESSERA_TIMEOUT_S, else 10 minutes).
+  std::optional<std::chrono::milliseconds> timeout;
+  // Unset: read from the environment.
+  std::optional<Settings> settings;
 };
 
 // What the launcher told this process.
@@ -66,6 +72,7 @@ struct Context {
   at::Device device = at::Device(at::kCPU);
   std::string deviceDescription;  // "cpu" or "cuda:1 (PCI 0000:1b:00.0)"
   CommPtr world;
+  Settings settings;              // as applied by init()
 };
 
 Context init(const InitOptions& opts = {});

@@ -122,7 +122,7 @@ LaunchInfo exchange(const pmix_proc_t& me, int timeoutS) {
   if (l.rank == 0) {
     auto port = env::getInt("TESSERA_STORE_PORT").value_or(0);
     TESSERA_CHECK(port >= 0 && port < 65536, "tessera PMIx bootstrap: TESSERA_STORE_PORT={} is not a TCP port", port);
-    l.store = startStoreServer(static_cast<uint16_t>(port), defaultTimeout());
+    l.store = startStoreServer(static_cast<uint16_t>(port), settings().timeout);
     l.hostsStore = true;
     l.storeHost = env::get("TESSERA_STORE_HOST").value_or(hostName());
     l.storePort = storePort(l.store);
@@ -160,7 +160,7 @@ LaunchInfo exchange(const pmix_proc_t& me, int timeoutS) {
 
 std::optional<LaunchInfo> detectPmix() {
   if (!env::get("PMIX_NAMESPACE")) return std::nullopt;
-  int timeoutS = static_cast<int>(std::max<long long>(1, defaultTimeout().count() / 1000));
+  int timeoutS = static_cast<int>(std::max<long long>(1, settings().timeout.count() / 1000));
   pmix_proc_t me;
   PMIX_PROC_CONSTRUCT(&me);
   long long envRank = env::getInt("PMIX_RANK").value_or(-1);

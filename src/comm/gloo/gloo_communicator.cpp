@@ -15,7 +15,6 @@
 #include "comm/backends.h"
 #include "comm/gloo/gloo_ops.h"
 #include "comm/watchdog/watchdog.h"
-#include "common/env.h"
 #include "common/host.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -52,20 +51,36 @@ class GlooStore : public gloo::rendezvous::Store {
   StorePtr s_;
 };
 
-// One TCP device per process. TESSERA_GLOO_IFNAME names an interface; TESSERA_GLOO_HOST a
-// host name or address to bind; by default this host's name, else the loopback address.
+// One TCP device per process, bound as setGlooDevice() said (before the first communicator):
+// an interface name, else a host name or address, else this host's name, else the loopback.
+struct DeviceChoice {
+  std::mutex mu;
+  std::string ifname, host;
+};
+DeviceChoice& deviceChoice() {
+  static auto* c = new DeviceChoice();
+  return *c;
+}
+
 std::shared_ptr<gloo::transport::Device> glooDevice() {
   static std::once_flag once;
   static std::shared_ptr<gloo::transport::Device> dev;
   std::call_once(once, [] {
+    std::string ifname, host;
+    {
+      auto& c = deviceChoice();
+      std::lock_guard<std::mutex> l(c.mu);
+      ifname = c.ifname;
+      host = c.host;
+    }
     gloo::transport::tcp::attr attr;
-    if (auto ifname = env::get("TESSERA_GLOO_IFNAME")) {
-      attr.iface = *ifname;
+    if (!ifname.empty()) {
+      attr.iface = ifname;
       dev = gloo::transport::tcp::CreateDevice(attr);
       return;
     }
-    if (auto host = env::get("TESSERA_GLOO_HOST")) {
-      attr.hostname = *host;
+    if (!host.empty()) {
+      attr.hostname = host;
       dev = gloo::transport::tcp::CreateDevice(attr);
       return;
     }
@@ -321,6 +336,13 @@ std::shared_ptr<Communicator> GlooCommunicator::doSplit(int, const std::vector<i
 }
 
 bool glooAvailable() { return true; }
+
+void setGlooDevice(const std::string& ifname, const std::string& host) {
+  auto& c = deviceChoice();
+  std::lock_guard<std::mutex> l(c.mu);
+  c.ifname = ifname;
+  c.host = host;
+}
 
 CommPtr makeGlooCommunicator(const StorePtr& store, int rank, int size, const std::string& name,
                              std::chrono::milliseconds timeout) {

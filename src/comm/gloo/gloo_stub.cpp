@@ -4,6 +4,7 @@
 
 namespace tessera {
 bool glooAvailable() { return false; }
+void setGlooDevice(const std::string&, const std::string&) {}
 CommPtr makeGlooCommunicator(const StorePtr&, int rank, int, const std::string& name, std::chrono::milliseconds) {
   throw Error(fmt::format("tessera: communicator '{}' on rank {}: tessera was built without Gloo", name, rank));
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -11,7 +12,6 @@
 #include "comm/nccl/cuda_glue.h"
 #include "comm/nccl/nccl_check.h"
 #include "comm/nccl/nccl_state.h"
-#include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
 
@@ -37,44 +37,39 @@ std::string uniqueIdKey(const std::string& name) {
 // - data: blocking, made right after from peers that just proved alive; every op runs on
 //   it. A non-blocking communicator hands each op to a new NCCL thread (measured on
 //   nvidia-h200-x2: 0.23-0.36 of PyTorch's busbw at 1 MiB, against 1.4-1.9 blocking).
-// TESSERA_NCCL_BLOCKING=0 runs the ops on the non-blocking communicator itself (one comm).
-bool blockingOps() {
-  static const bool b = env::getInt("TESSERA_NCCL_BLOCKING").value_or(1) != 0;
-  return b;
-}
+// setNcclOptions(false, ...) (TESSERA_NCCL_BLOCKING=0) runs the ops on the non-blocking
+// communicator itself (one comm).
+std::atomic<bool> g_blockingOps{true};
+// NCCL's CTA policy for every communicator made afterwards (setNcclOptions); -1: NCCL's own.
+std::atomic<int> g_ctaPolicy{-1};
 
-// TESSERA_NCCL_CTA_POLICY=default|efficiency|zero: NCCL's CTA policy for every communicator
-// (ncclConfig_t::CTAPolicy, NCCL >= 2.27). "efficiency" has NCCL use as few CTAs (SMs) as give
-// decent bandwidth, for collectives that overlap compute (DDP's bucketed all-reduce); "zero" has
-// it use none where it can. Unset or "default": NCCL's own choice. Anything else is an error.
-int ctaPolicy() {
-  static const int p = [] {
-    const std::string v = env::get("TESSERA_NCCL_CTA_POLICY").value_or("default");
-    if (v == "default" || v.empty()) return -1;
-#ifdef NCCL_CTA_POLICY_EFFICIENCY
-    if (v == "efficiency") return NCCL_CTA_POLICY_EFFICIENCY;
-    if (v == "zero") return NCCL_CTA_POLICY_ZERO;
-    throw Error(fmt::format("TESSERA_NCCL_CTA_POLICY={}: want default, efficiency or zero", v));
-#else
-    throw Error(fmt::format("TESSERA_NCCL_CTA_POLICY={}: this NCCL ({}) has no CTA policies (NCCL >= 2.27)", v,
-                            NCCL_VERSION_CODE));
-#endif
-  }();
-  return p;
-}
+bool blockingOps() { return g_blockingOps.load(); }
 
 ncclConfig_t commConfig(bool blocking) {
   ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
   cfg.blocking = blocking ? 1 : 0;
 #ifdef NCCL_CTA_POLICY_EFFICIENCY
-  if (const int p = ctaPolicy(); p >= 0) cfg.CTAPolicy = p;
-#else
-  ctaPolicy();  // refuses a policy this NCCL cannot take
+  if (const int p = g_ctaPolicy.load(); p >= 0) cfg.CTAPolicy = p;
 #endif
   return cfg;
 }
 
 }  // namespace
+
+void setNcclOptions(bool blocking, NcclCtaPolicy policy) {
+  int p = -1;
+  if (policy != NcclCtaPolicy::Default) {
+#ifdef NCCL_CTA_POLICY_EFFICIENCY
+    p = policy == NcclCtaPolicy::Efficiency ? NCCL_CTA_POLICY_EFFICIENCY : NCCL_CTA_POLICY_ZERO;
+#else
+    throw Error(fmt::format("tessera: NCCL CTA policy '{}' (TESSERA_NCCL_CTA_POLICY): this NCCL ({}) has no CTA "
+                            "policies (NCCL >= 2.27)",
+                            toString(policy), NCCL_VERSION_CODE));
+#endif
+  }
+  g_blockingOps = blocking;
+  g_ctaPolicy = p;
+}
 
 NcclCommunicator::NcclCommunicator(const StorePtr& store, int rank, int size, int device, const std::string& name,
                                    std::chrono::milliseconds timeout)

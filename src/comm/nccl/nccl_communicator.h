@@ -11,8 +11,8 @@
 // watchdog thread (see nccl_state.h) drops them. A timed-out op, an NCCL asynchronous error
 // or abort() aborts the NCCL communicator: unfinished and later ops throw CommError.
 // Init and splits go through a non-blocking NCCL communicator (config.blocking = 0), polled
-// and bounded by the timeout; ops run on a blocking twin made right after (TESSERA_NCCL_BLOCKING=0
-// runs them on the non-blocking one: see blockingOps() in the .cpp).
+// and bounded by the timeout; ops run on a blocking twin made right after (setNcclOptions in
+// comm/backends.h can have them run on the non-blocking one).
 #include <memory>
 
 #include "comm/communicator.h"

@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <vector>
 
-#include "common/env.h"
 #include "common/error.h"
 #include "common/host.h"
 
@@ -37,10 +37,12 @@ std::string lastCallOf(const StorePtr& store, const std::string& ns, int rank) {
 
 }  // namespace
 
-bool enabled() {
-  static const bool on = env::get("TESSERA_DEBUG").value_or("") == "detail";
-  return on;
-}
+namespace {
+std::atomic<bool> g_enabled{false};
+}  // namespace
+
+bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
+void setEnabled(bool on) { g_enabled = on; }
 
 void join(const StorePtr& store, const std::string& ns, int rank) {
   store->set(fmt::format("tessera-debug/{}/who/{}", ns, rank), bytes(processId()));

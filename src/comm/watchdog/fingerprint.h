@@ -1,8 +1,9 @@
 #pragma once
-// Debug mode (TESSERA_DEBUG=detail): before each collective, the ranks of the group compare a
-// fingerprint of the call — op, dtype, sizes, reduction/root, group and sequence number —
-// through the rendezvous store, and fail with a message naming the ranks that disagree and
-// what each called, instead of hanging in (or silently corrupting) the collective.
+// Debug mode (setEnabled(true); Settings::debugDetail, TESSERA_DEBUG=detail): before each
+// collective, the ranks of the group compare a fingerprint of the call — op, dtype, sizes,
+// reduction/root, group and sequence number — through the rendezvous store, and fail with a
+// message naming the ranks that disagree and what each called, instead of hanging in (or
+// silently corrupting) the collective.
 //
 // Protocol, per communicator namespace `ns` (unique per group, equal on its ranks) and op
 // sequence number s: every rank sets  tessera-debug/<ns>/op/<s>/<rank> = fingerprint,  then
@@ -22,8 +23,10 @@
 
 namespace tessera::fingerprint {
 
-// True when TESSERA_DEBUG=detail (read once).
+// Whether debug mode is on (default off). Set it before making communicators: they join their
+// group's namespace when made.
 bool enabled();
+void setEnabled(bool on);
 // Records that this process is `rank` of the group `ns` (so others can say what it did).
 void join(const StorePtr& store, const std::string& ns, int rank);
 // Runs the check for the op `i` (rank i.rank of i.groupSize). Throws tessera::Error on a

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "common/env.h"
 
 namespace tessera {
 
@@ -14,12 +13,24 @@ FlightRecorder& FlightRecorder::instance() {
   return *r;
 }
 
-FlightRecorder::FlightRecorder()
-    : capacity_(static_cast<size_t>(std::max<long long>(0, env::getInt("TESSERA_FLIGHT_RECORDER_SIZE").value_or(32)))) {}
+FlightRecorder::FlightRecorder() = default;
+
+void FlightRecorder::setCapacity(size_t n) {
+  std::lock_guard<std::mutex> l(mu_);
+  capacity_ = n;
+  for (auto& [comm, ring] : rings_) {
+    while (ring.entries.size() > capacity_) ring.entries.pop_front();
+  }
+}
+
+size_t FlightRecorder::capacity() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return capacity_;
+}
 
 void FlightRecorder::record(const void* comm, const OpInfo& info, const WorkPtr& work) {
-  if (capacity_ == 0) return;
   std::lock_guard<std::mutex> l(mu_);
+  if (capacity_ == 0) return;
   auto [it, fresh] = rings_.try_emplace(comm);
   if (fresh) order_.push_back(comm);
   auto& ring = it->second;

@@ -1,7 +1,8 @@
 #pragma once
 // Flight recorder: the last N collectives of every communicator of this process (op, group,
 // sequence number, sizes, start time, state), kept so a failure can say what each group was
-// doing. Process-wide and thread-safe. N = TESSERA_FLIGHT_RECORDER_SIZE (default 32, 0 = off).
+// doing. Process-wide and thread-safe. N: setCapacity() (Settings::flightRecorderSize; default
+// 32, 0 = off).
 #include <chrono>
 #include <deque>
 #include <map>
@@ -25,7 +26,9 @@ class FlightRecorder {
   //     #15 all_reduce (1024 x float32, sum) started 2.1 s ago: completed
   //     #17 broadcast (4 x int64, root 0) started 0.3 s ago: pending
   std::string dump() const;
-  size_t capacity() const { return capacity_; }
+  // Ops kept per communicator from now on (the older ones beyond it are dropped).
+  void setCapacity(size_t n);
+  size_t capacity() const;
 
  private:
   FlightRecorder();
@@ -38,7 +41,7 @@ class FlightRecorder {
     std::deque<Entry> entries;
     uint64_t total = 0;
   };
-  size_t capacity_;
+  size_t capacity_ = 32;
   mutable std::mutex mu_;
   std::map<const void*, Ring> rings_;
   std::deque<const void*> order_;  // communicators in first-use order (dump order)

@@ -7,7 +7,6 @@
 
 #include "comm/communicator.h"
 #include "comm/watchdog/flight_recorder.h"
-#include "common/env.h"
 #include "common/log.h"
 
 namespace tessera::watchdog {
@@ -17,6 +16,8 @@ struct Registry {
   std::mutex mu;
   std::vector<std::weak_ptr<Communicator>> comms;
   bool failed = false;
+  bool exitOnError = true;
+  std::chrono::milliseconds grace = std::chrono::seconds(5);
 };
 
 Registry& registry() {
@@ -39,11 +40,22 @@ void track(const std::shared_ptr<Communicator>& comm) {
   r.comms = std::move(live);
 }
 
+void setExitPolicy(bool exitOnError, std::chrono::milliseconds grace) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> l(r.mu);
+  r.exitOnError = exitOnError;
+  r.grace = grace;
+}
+
 void onCommFailure(const std::string& reason, const void* from) {
   auto& r = registry();
   std::vector<std::shared_ptr<Communicator>> others;
+  bool exitOnError = true;
+  std::chrono::milliseconds grace{};
   {
     std::lock_guard<std::mutex> l(r.mu);
+    exitOnError = r.exitOnError;
+    grace = r.grace;
     if (r.failed) {
       log::warn("tessera watchdog: further failure: {}", reason);
       return;
@@ -56,8 +68,7 @@ void onCommFailure(const std::string& reason, const void* from) {
   }
   log::error("tessera watchdog: communication failed: {}\n{}", reason, FlightRecorder::instance().dump());
   for (auto& c : others) c->abort(fmt::format("another communicator of this process failed: {}", reason));
-  if (env::getInt("TESSERA_EXIT_ON_ERROR").value_or(1) == 0) return;
-  auto grace = env::getSeconds("TESSERA_EXIT_GRACE_S").value_or(std::chrono::seconds(5));
+  if (!exitOnError) return;
   std::thread([grace, reason] {
     std::this_thread::sleep_for(grace);
     log::error("tessera watchdog: the process is still running {:.1f} s after a communication failure; exiting "

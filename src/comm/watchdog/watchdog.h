@@ -8,12 +8,14 @@
 //   1. logs the failure and the flight record (flight_recorder.h) of every group;
 //   2. aborts every other live communicator of the process, so no rank blocks on a group
 //      whose peer is gone (their pending and later ops fail with a message naming the cause);
-//   3. unless TESSERA_EXIT_ON_ERROR=0, ends the process with exit code 3 after a grace period
-//      of TESSERA_EXIT_GRACE_S seconds (default 5) — enough for the error to reach the caller
-//      (wait() throws) and be reported by the program itself, and a bound on the case where
-//      the main thread is stuck (a hung kernel, a blocked store call), so the launcher
-//      (torchrun, srun, mpirun) always sees a failed rank and ends the job.
+//   3. unless setExitPolicy(false, ...) (TESSERA_EXIT_ON_ERROR=0), ends the process with exit
+//      code 3 after a grace period (default 5 s; TESSERA_EXIT_GRACE_S) — enough for the error
+//      to reach the caller (wait() throws) and be reported by the program itself, and a
+//      bound on the case where the main thread is stuck (a hung kernel, a blocked store
+//      call), so the launcher (torchrun, srun, mpirun) always sees a failed rank and ends
+//      the job.
 // Later calls only log their reason.
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -30,6 +32,8 @@ void track(const std::shared_ptr<Communicator>& comm);
 // communicator's address (it is not aborted again; null when unknown: aborting a broken
 // communicator again is harmless).
 void onCommFailure(const std::string& reason, const void* from);
+// Whether a failure ends the process, and after how long (Settings::exitOnError, exitGrace).
+void setExitPolicy(bool exitOnError, std::chrono::milliseconds grace);
 // Exit code used when the grace period ends.
 constexpr int kExitCode = 3;
 

@@ -65,7 +65,6 @@
 #include <vector>
 
 #include "comm/communicator.h"
-#include "common/sm_carveout.h"
 
 namespace tessera {
 
@@ -91,8 +90,8 @@ struct DdpOptions {
   bool rebuildBuckets = true;
   // SMs that backward's GEMMs leave free for the all-reduces from the first bucket's launch
   // to the end of backward (common/sm_carveout.h; GPUs with LibTorch >= 2.7, else ignored).
-  // 0: GEMMs use every SM. Default: TESSERA_OVERLAP_SM_CARVEOUT.
-  int smCarveout = defaultSmCarveout();
+  // 0: GEMMs use every SM.
+  int smCarveout = 0;
   // Optimizer in backward: called once per bucket and synchronised backward, with the bucket's
   // parameters, once their averaged gradients are in .grad, so an optimizer step over them
   // overlaps the rest of backward and the later buckets' all-reduces instead of following

@@ -34,9 +34,9 @@ struct ParallelLinearOptions {
   bool overlapGradReduce = true;
   // Column with overlapGradReduce: called at each step of the overlapped backward (tests).
   LinearBackwardTrace backwardTrace;
-  // Forward pieces and SM carveout (linear_overlap.h; defaults TESSERA_TP_FORWARD_CHUNKS and
-  // TESSERA_OVERLAP_SM_CARVEOUT): a row layer reduces its output piece by piece while the next
-  // piece's GEMM runs; a column layer with sequenceParallel gathers its input piece by piece.
+  // Forward pieces, SM carveout and ring (linear_overlap.h; default: none of them): a row
+  // layer reduces its output piece by piece while the next piece's GEMM runs; a column layer
+  // with sequenceParallel gathers its input piece by piece. setOverlap() sets a whole model's.
   LinearOverlap overlap;
   // The weight and bias gradients are summed in float32 by the GEMM straight into .grad
   // (src/nn/accum_linear.h: micro-batches, pipeline stages; no bf16 gradient cast up and added),

@@ -7,7 +7,6 @@
 #include <optional>
 
 #include "common/autocast.h"
-#include "common/env.h"
 #include "common/error.h"
 #include "common/sm_carveout.h"
 #include "kernels/gemm_accumulate.h"
@@ -163,24 +162,6 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
 };
 
 }  // namespace
-
-int defaultForwardChunks() {
-  static const int value = [] {
-    auto v = env::getInt("TESSERA_TP_FORWARD_CHUNKS").value_or(1);
-    TESSERA_CHECK(v >= 1 && v <= 64, "TESSERA_TP_FORWARD_CHUNKS={} is not a number of pieces (1 to 64)", v);
-    return static_cast<int>(v);
-  }();
-  return value;
-}
-
-bool defaultRing() {
-  static const bool value = [] {
-    auto v = env::getInt("TESSERA_TP_RING").value_or(0);
-    TESSERA_CHECK(v == 0 || v == 1, "TESSERA_TP_RING={} is not 0 or 1", v);
-    return v == 1;
-  }();
-  return value;
-}
 
 at::Tensor columnLinearAsyncGrad(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                  const CommPtr& tp, bool sequenceParallel, LinearOverlap overlap,

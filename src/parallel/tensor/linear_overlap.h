@@ -27,7 +27,7 @@
 #include <functional>
 
 #include "comm/communicator.h"
-#include "common/sm_carveout.h"
+#include "comm/settings.h"
 
 namespace tessera::tp {
 
@@ -36,23 +36,22 @@ namespace tessera::tp {
 // For tests and profiling; may be empty.
 using LinearBackwardTrace = std::function<void(const char* event)>;
 
-// TESSERA_TP_FORWARD_CHUNKS, read once (default 1; a malformed value is a tessera::Error).
-int defaultForwardChunks();
-// TESSERA_TP_RING, read once (0 or 1, default 0; anything else is a tessera::Error).
-bool defaultRing();
-
 // How a tensor-parallel linear overlaps its collectives with its GEMMs.
 struct LinearOverlap {
   // Forward pieces: a row-parallel layer computes its output in this many pieces and starts
   // each piece's all-reduce (reduce-scatter) at once; a column-parallel layer with sequence
   // parallel gathers its input in this many pieces. 1: one GEMM then one collective.
-  int forwardChunks = defaultForwardChunks();
+  int forwardChunks = 1;
   // SMs kept free of GEMMs that run beside a collective (GPUs, LibTorch >= 2.7; 0: none).
-  int smCarveout = defaultSmCarveout();
+  int smCarveout = 0;
   // A row-parallel layer's forward reduction by a ring of point-to-point transfers, each
   // beside the GEMM of the next token shard (row_linear.h); instead of forward pieces. Needs
   // the rows divisible by the group's size (else the pieces' path is taken).
-  bool ring = defaultRing();
+  bool ring = false;
+
+  // The process's choice (TESSERA_TP_FORWARD_CHUNKS, TESSERA_OVERLAP_SM_CARVEOUT,
+  // TESSERA_TP_RING), for the top of a program to pass to its layers.
+  static LinearOverlap fromSettings(const Settings& s) { return {s.tpForwardChunks, s.smCarveout, s.tpRing}; }
 };
 
 // x: [..., in] replicated over tp, or [tokens/tp, ..., in] with sequenceParallel;

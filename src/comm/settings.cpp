@@ -1,0 +1,104 @@
+// The only reader of tessera's TESSERA_* runtime variables (the launchers' variables are read
+// by the bootstrap detectors, comm/bootstrap/).
+#include "comm/settings.h"
+
+#include <mutex>
+
+#include "comm/backends.h"
+#include "comm/watchdog/fingerprint.h"
+#include "comm/watchdog/flight_recorder.h"
+#include "comm/watchdog/watchdog.h"
+#include "common/choice.h"
+#include "common/env.h"
+#include "common/error.h"
+
+namespace tessera {
+namespace {
+
+constexpr Choices<log::Level, 4> kLogLevel{"TESSERA_LOG_LEVEL value",
+                                           {{{log::Level::Debug, "debug"},
+                                             {log::Level::Info, "info"},
+                                             {log::Level::Warn, "warn"},
+                                             {log::Level::Error, "error"}}}};
+constexpr Choices<Backend, 2> kBackend{"backend", {{{Backend::Gloo, "gloo"}, {Backend::Nccl, "nccl"}}}};
+constexpr Choices<NcclCtaPolicy, 3> kCtaPolicy{
+    "TESSERA_NCCL_CTA_POLICY value",
+    {{{NcclCtaPolicy::Default, "default"}, {NcclCtaPolicy::Efficiency, "efficiency"}, {NcclCtaPolicy::Zero, "zero"}}}};
+constexpr Choices<bool, 2> kDebug{"TESSERA_DEBUG value", {{{false, "off"}, {true, "detail"}}}};
+
+// An integer variable within [lo, hi], else an error naming it.
+template <typename T>
+void readInt(const char* name, T& out, long long lo, long long hi, const char* what) {
+  if (auto v = env::getInt(name)) {
+    TESSERA_CHECK(*v >= lo && *v <= hi, "{}={} is not {} ({} to {})", name, *v, what, lo, hi);
+    out = static_cast<T>(*v);
+  }
+}
+void readBool(const char* name, bool& out) {
+  if (auto v = env::getInt(name)) {
+    TESSERA_CHECK(*v == 0 || *v == 1, "{}={} is not 0 or 1", name, *v);
+    out = *v == 1;
+  }
+}
+template <typename E, size_t N>
+void readChoice(const char* name, E& out, const Choices<E, N>& c) {
+  if (auto v = env::get(name)) out = c.parse(*v);
+}
+
+std::mutex g_mu;
+Settings& current() {
+  static auto* s = new Settings();  // leaked: read from detached threads at exit
+  return *s;
+}
+
+}  // namespace
+
+const char* toString(NcclCtaPolicy p) { return kCtaPolicy.name(p); }
+log::Level parseLogLevel(const std::string& s) { return kLogLevel.parse(s); }
+Backend parseBackend(const std::string& s) { return kBackend.parse(s); }
+
+Settings Settings::fromEnvironment() {
+  Settings s;
+  if (auto t = env::getSeconds("TESSERA_TIMEOUT_S")) s.timeout = *t;
+  if (auto b = env::get("TESSERA_BACKEND")) {
+    try {
+      s.backend = parseBackend(*b);
+    } catch (const Error&) {
+      throw Error(fmt::format("TESSERA_BACKEND='{}' is not one of {}", *b, kBackend.allowed()));
+    }
+  }
+  readChoice("TESSERA_LOG_LEVEL", s.logLevel, kLogLevel);
+  readChoice("TESSERA_DEBUG", s.debugDetail, kDebug);
+  readInt("TESSERA_FLIGHT_RECORDER_SIZE", s.flightRecorderSize, 0, 1 << 20, "a number of ops");
+  readBool("TESSERA_EXIT_ON_ERROR", s.exitOnError);
+  if (auto g = env::getSeconds("TESSERA_EXIT_GRACE_S")) s.exitGrace = *g;
+  readBool("TESSERA_NCCL_BLOCKING", s.ncclBlocking);
+  readChoice("TESSERA_NCCL_CTA_POLICY", s.ncclCtaPolicy, kCtaPolicy);
+  s.glooIfname = env::get("TESSERA_GLOO_IFNAME").value_or("");
+  s.glooHost = env::get("TESSERA_GLOO_HOST").value_or("");
+  s.faultInject = env::get("TESSERA_FAULT_INJECT").value_or("");
+  readInt("TESSERA_OVERLAP_SM_CARVEOUT", s.smCarveout, 0, 1023, "a number of SMs");
+  readInt("TESSERA_TP_FORWARD_CHUNKS", s.tpForwardChunks, 1, 64, "a number of pieces");
+  readBool("TESSERA_TP_RING", s.tpRing);
+  s.profile = env::get("TESSERA_PROFILE").value_or("");
+  readBool("TESSERA_PROFILE_CPU", s.profileCpu);
+  return s;
+}
+
+void configure(const Settings& s) {
+  setNcclOptions(s.ncclBlocking, s.ncclCtaPolicy);  // first: it may refuse the policy
+  setGlooDevice(s.glooIfname, s.glooHost);
+  log::setLevel(s.logLevel);
+  fingerprint::setEnabled(s.debugDetail);
+  FlightRecorder::instance().setCapacity(s.flightRecorderSize);
+  watchdog::setExitPolicy(s.exitOnError, s.exitGrace);
+  std::lock_guard<std::mutex> l(g_mu);
+  current() = s;
+}
+
+Settings settings() {
+  std::lock_guard<std::mutex> l(g_mu);
+  return current();
+}
+
+}  // namespace tessera
