@@ -2,7 +2,8 @@
 # Tensor, pipeline and fully sharded data parallelism on this machine's GPUs: the anchors' GPT-735M
 # trained by PyTorch (bench/torch_anchor.py: DTensor TP, pipelining Schedule1F1B, FSDP2) and by
 # tessera (tessera_bench_tp / _pp / _fsdp), side by side with each system's 1-GPU run, then
-# bench/results/{tp,pp,fsdp}.{json,md} (bench/combine_parallel.py).
+# bench/results/<section>.{json,md} (bench/results.py gpt: one file per section, each with the two
+# 1-GPU rows its rows are scaled against).
 #   bench/parallel.sh BUILD_DIR LOG_DIR [tp] [pp] [fsdp] [nocomm] [emulated] [pp_emulated]   (default: tp pp fsdp)
 #   bench/parallel.sh BUILD_DIR LOG_DIR --smoke [tp] [pp] [fsdp] [nocomm] [emulated] [pp_emulated]
 # Runs, in order, each under `timeout` (a failed run leaves its row out, the rest go on):
@@ -57,6 +58,7 @@ PP_RUNS_SET=${PP_RUNS:+1}
 PP_RUNS=${PP_RUNS:-mb8 mb16 extra nofuse paramsplit interleaved}
 PP_EXTRA=${PP_EXTRA:-2}
 TP_VARIANTS=${TP_VARIANTS:-base,chunks2,chunks4,carve16,carve24,chunks2+carve16,chunks4+carve16,chunks2+carve24,ring+carve16}
+EMU_TP_VARIANTS_SET=${EMU_TP_VARIANTS:+1}
 EMU_TP_VARIANTS=${EMU_TP_VARIANTS:-base,carve16,chunks2+carve16,ring,ring+carve16}
 FAKE_DDP_VARIANTS=${DDP_VARIANTS:-base,view,fused,view+fused,bf16}  # nocomm and emulated
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
@@ -73,27 +75,17 @@ tr_python=$(head -1 "$(command -v torchrun)" 2>/dev/null | sed -n 's/^#! *//p')
 [ "$(${tr_python:-python3} -c 'import torch;print(torch.__version__.split(".")[0])' 2>/dev/null)" = 1 ] && TORCHRUN+=(-r 1 -t 1)
 rc=0
 logs=()
-run() {  # run NAME CMD...: CMD under a timeout, output to LOGS/NAME.log (the name is the row's system)
-  local name=$1; shift
-  echo "=== parallel bench: $name: $*"
-  local t0; t0=$(date +%s)
-  if timeout -k 15 "$RUN_TIMEOUT" "$@" > "$LOGS/$name.log" 2>&1; then
-    grep -E "RESULT" "$LOGS/$name.log" | sed 's/^/  /' || true
-  else
-    local r=$?
-    echo "  $name FAILED (rc=$r$([ $r = 124 ] && echo ", timed out after ${RUN_TIMEOUT}s")); log tail:"
-    grep -vE "^\s*$" "$LOGS/$name.log" | tail -25 | sed 's/^/  | /'
-    rc=1
-  fi
-  echo "  ($(( $(date +%s) - t0 )) s)"
-  logs+=("$LOGS/$name.log")
-}
+BENCH="parallel bench"
+source "$HERE/run_lib.sh"  # run NAME CMD..., machine
 torch_run() { local name=$1 n=$2 mode=$3; [ $SMOKE = 1 ] || run "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" "$HERE/torch_anchor.py" "$mode"; }
 tessera_run() { local name=$1 bin=$2; shift 2; run "$name" "${TORCHRUN[@]}" --nproc_per_node="$NPROC" --no_python "$BUILD/bench/$bin" "$@"; }
 
 B=8 torch_run pytorch-single 1 single
 B=8 run tessera-single "$BUILD/bench/tessera_bench_ddp" single --variants "${SINGLE_VARIANTS:-base}"
+singles=("${logs[@]}")
+declare -A section_logs
 for s in "${SECTIONS[@]}"; do
+  logs=()
   case $s in
     tp)
       B=16 torch_run pytorch-tp "$NPROC" tp
@@ -147,12 +139,34 @@ for s in "${SECTIONS[@]}"; do
       B=32 MB=16 EXTRA_WARMUP=$PP_EXTRA run tessera-pp-mb16-emulated env PP_EMULATE=2 "$BUILD/bench/tessera_bench_pp"
       B=16 MB=8 EXTRA_WARMUP=$PP_EXTRA run tessera-pp-mb8-emulated env PP_EMULATE=2 "$BUILD/bench/tessera_bench_pp" ;;
   esac
+  section_logs[$s]="${logs[*]}"
 done
 
-gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//;s/,/ driver/' | paste -sd';' || true)
-topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}' || true)
-machine="${gpus:-no GPU (CPU smoke run)} (GPU0-GPU1 link: ${topo:-?}); torch $(python3 -c 'import torch;print(torch.__version__)' 2>/dev/null)"
-python3 "$HERE/combine_parallel.py" "${logs[@]}" --sections "${SECTIONS[@]}" --machine "$machine" \
-  --command "$([ "$NPROC" != 2 ] && echo "NPROC=$NPROC ")$(env | grep -E '^FAKE_COMM_' | sort | tr '\n' ' ')${EMU_TP_VARIANTS:+EMU_TP_VARIANTS=\"$EMU_TP_VARIANTS\" }${PP_RUNS_SET:+PP_RUNS=\"$PP_RUNS\" }${SINGLE_VARIANTS:+SINGLE_VARIANTS=\"$SINGLE_VARIANTS\" }${DDP_VARIANTS:+DDP_VARIANTS=\"$DDP_VARIANTS\" }${FSDP_BUDGETS:+FSDP_BUDGETS=\"$FSDP_BUDGETS\" }bench/parallel.sh $BUILD $LOGS $*" --results "$RESULTS" \
-  --config "D=${D:-2048} L=${L:-12} V=${V:-32000} T=${T:-1024} STEPS=${STEPS:-10}" || rc=1
+# One result file per section: its runs beside the two 1-GPU references.
+title() {
+  case $1 in
+    tp) echo "Tensor parallel: tessera vs PyTorch DTensor TP" ;;
+    pp) echo "Pipeline parallel: tessera vs torch.distributed.pipelining" ;;
+    fsdp) echo "FSDP: tessera vs PyTorch FSDP2" ;;
+    nocomm) echo "One GPU as rank 0 of 2, no communication (FAKE_WORLD=2): DDP, TP and FSDP" ;;
+    emulated) echo "One GPU as rank 0 of 2, communication emulated (FAKE_COMM_TIMED=1): DDP, TP and FSDP" ;;
+    pp_emulated) echo "Pipeline parallel on 2 GPUs predicted on one: unit costs measured, the schedule simulated" ;;
+  esac
+}
+declare -A columns=(
+  [tp]=overhead_ms,forward_chunks,sm_carveout
+  [pp]=overhead_ms,fused_wgrad,extra_warmup,peak_mem_GiB_per_rank,peak_in_flight_per_rank
+  [fsdp]=prefetch_budget_MiB,peak_unsharded_units,peak_unsharded_GiB,mem_before_backward_GiB,peak_through_forward_GiB
+  [nocomm]=fake_world,overhead_ms,fused_wgrad,mem_before_backward_GiB
+  [emulated]=fake_world,overhead_ms,fused_wgrad,forward_chunks,prefetch_budget_MiB
+  [pp_emulated]=extra_warmup,layers_per_stage,pipeline_ms,optimizer_ms,idle_ms_per_rank,sequential_step_ms)
+command="$([ "$NPROC" != 2 ] && echo "NPROC=$NPROC ")$(env | grep -E '^FAKE_COMM_' | sort | tr '\n' ' ')${EMU_TP_VARIANTS_SET:+EMU_TP_VARIANTS=\"$EMU_TP_VARIANTS\" }${PP_RUNS_SET:+PP_RUNS=\"$PP_RUNS\" }${SINGLE_VARIANTS:+SINGLE_VARIANTS=\"$SINGLE_VARIANTS\" }${DDP_VARIANTS:+DDP_VARIANTS=\"$DDP_VARIANTS\" }${FSDP_BUDGETS:+FSDP_BUDGETS=\"$FSDP_BUDGETS\" }bench/parallel.sh $BUILD $LOGS $*"
+for s in "${SECTIONS[@]}"; do
+  read -ra sec <<<"${section_logs[$s]}"
+  python3 "$HERE/results.py" gpt "${singles[@]}" "${sec[@]}" --name "$s" --results "$RESULTS" \
+    --machine "$(machine "no GPU (CPU smoke run)")" --command "$command" --title "$(title "$s")" \
+    --config "D=${D:-2048} L=${L:-12} V=${V:-32000} T=${T:-1024} STEPS=${STEPS:-10}" \
+    --columns "${columns[$s]}" >/dev/null || rc=1
+  echo "=== parallel bench: wrote $RESULTS/$s.{json,md}"
+done
 exit $rc
