@@ -2,7 +2,8 @@
 # Tensor, pipeline and fully sharded data parallelism on this machine's GPUs: the anchors' GPT-735M
 # trained by PyTorch (bench/torch_anchor.py: DTensor TP, pipelining Schedule1F1B, FSDP2) and by
 # tessera (tessera_bench_tp / _pp / _fsdp), side by side with each system's 1-GPU run, then
-# bench/results/{tp,pp,fsdp}.{json,md} (bench/combine_parallel.py).
+# bench/results/<section>.{json,md} (bench/results.py gpt: one file per section, each with the two
+# 1-GPU rows its rows are scaled against).
 #   bench/parallel.sh BUILD_DIR LOG_DIR [tp] [pp] [fsdp] [nocomm] [emulated] [pp_emulated]   (default: tp pp fsdp)
 #   bench/parallel.sh BUILD_DIR LOG_DIR --smoke [tp] [pp] [fsdp] [nocomm] [emulated] [pp_emulated]
 # Runs, in order, each under `timeout` (a failed run leaves its row out, the rest go on):
@@ -10,19 +11,19 @@
 #   tp:   pytorch-tp, tessera-tp, tessera-tp-sp (each with the in-process variants TP_VARIANTS:
 #         forward pieces chunksN, SM carveouts carveN, the row layers' ring reduction ring), tessera-tp-nooverlap (B=16 shared by NPROC GPUs);
 #   pp:   pytorch-pp-mb8 (B=16), pytorch-pp-mb16 (B=32), tessera-pp-1F1B-mb8, -mb16 (stages balanced
-#         by compute), -mb16-nofuse (weight gradients accumulated by autograd), -mb16-paramsplit (by parameters, as PyTorch's 6 + 6), interleaved-1F1B-mb16,
+#         by compute), -mb16-nofuse (weight gradients accumulated by autograd), -mb16-paramsplit (blocks split evenly, PARTITION=params: PyTorch's L/pp), interleaved-1F1B-mb16,
 #         -mb16-extraK / -mb8-extraK (1F1B with K = PP_EXTRA (2) extra warm-up forwards on the first stage);
 #   fsdp: pytorch-fsdp, tessera-fsdp-prefetch{0,256,512,1024,2048} (B=8 per GPU; MiB of budget);
 #   nocomm: the one-GPU probe without communication (bench/common/fake_world.h; one process as rank 0
-#         of FAKE_WORLD=2, PyTorch on its "fake" process group): pytorch-fsdp-nocomm,
+#         of TESSERA_FAKE_WORLD=2, PyTorch on its "fake" process group): pytorch-fsdp-nocomm,
 #         tessera-ddp-nocomm (variants DDP_VARIANTS), tessera-tp[-sp]-nocomm, tessera-fsdp-prefetch{0,512}-nocomm;
 #         what each system's parallel step costs on one GPU besides communication (runs on 1 GPU).
-#   emulated: tessera's nocomm runs again with the fake communicator timed (FAKE_COMM_TIMED=1,
+#   emulated: tessera's nocomm runs again with the fake communicator timed (TESSERA_FAKE_COMM_TIMED=1,
 #         src/comm/fake/fake_timing.h: each op takes a modelled network's time on a stream of its own),
 #         TP in the variants EMU_TP_VARIANTS (base,carve16,chunks2+carve16,ring,ring+carve16), and tessera-fsdp-prefetch512-emulated-keepdone
-#         (FAKE_COMM_KEEP=done: the communicator keeps every op's tensors until it completes, as before
+#         (TESSERA_FAKE_COMM_KEEP=done: the communicator keeps every op's tensors until it completes, as before
 #         FSDP kept its own): the schedule's exposed communication and buffer lifetimes on one GPU.
-#   pp_emulated: the 2-stage pipeline predicted from unit costs measured on one GPU (PP_EMULATE=2,
+#   pp_emulated: the 2-stage pipeline predicted from unit costs measured on one GPU (--emulate 2,
 #         bench/pp/pp_emulate.h), batch 32 in 16 and 16 in 8: tessera-pp-1F1B-mb16/-mb8-...-emulated.
 #         PyTorch's DDP and DTensor TP are left out: its DDP fails on the fake group (the group's
 #         all-reduce future yields None to DDP's comm hook) and DTensor TP on it took 197 ms a step
@@ -32,7 +33,7 @@
 # Env: NPROC (2), RUN_TIMEOUT (s per run, 120), FSDP_BUDGETS ("0 256 512 1024 2048"),
 # SINGLE_VARIANTS (tessera-single's in-process variants, ddp_bench.cpp: "base"; e.g. base,fused),
 # DDP_VARIANTS (nocomm, emulated: "base,view,fused,view+fused,bf16"), EMU_TP_VARIANTS (emulated),
-# FAKE_COMM_* (emulated: the communication model, src/comm/fake/fake_timing.h),
+# TESSERA_FAKE_COMM_* (emulated: the communication model, bench/common/fake_world.h),
 # PP_RUNS ("mb8 mb16 extra nofuse paramsplit interleaved": which pp runs; mb8/mb16 are PyTorch's and
 # tessera's; extra is tessera's mb16 and mb8 with PP_EXTRA extra warm-up forwards; nofuse is
 # tessera's mb16 with at::linear's weight gradients, FUSED_WGRAD=0),
@@ -57,6 +58,7 @@ PP_RUNS_SET=${PP_RUNS:+1}
 PP_RUNS=${PP_RUNS:-mb8 mb16 extra nofuse paramsplit interleaved}
 PP_EXTRA=${PP_EXTRA:-2}
 TP_VARIANTS=${TP_VARIANTS:-base,chunks2,chunks4,carve16,carve24,chunks2+carve16,chunks4+carve16,chunks2+carve24,ring+carve16}
+EMU_TP_VARIANTS_SET=${EMU_TP_VARIANTS:+1}
 EMU_TP_VARIANTS=${EMU_TP_VARIANTS:-base,carve16,chunks2+carve16,ring,ring+carve16}
 FAKE_DDP_VARIANTS=${DDP_VARIANTS:-base,view,fused,view+fused,bf16}  # nocomm and emulated
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
@@ -73,27 +75,17 @@ tr_python=$(head -1 "$(command -v torchrun)" 2>/dev/null | sed -n 's/^#! *//p')
 [ "$(${tr_python:-python3} -c 'import torch;print(torch.__version__.split(".")[0])' 2>/dev/null)" = 1 ] && TORCHRUN+=(-r 1 -t 1)
 rc=0
 logs=()
-run() {  # run NAME CMD...: CMD under a timeout, output to LOGS/NAME.log (the name is the row's system)
-  local name=$1; shift
-  echo "=== parallel bench: $name: $*"
-  local t0; t0=$(date +%s)
-  if timeout -k 15 "$RUN_TIMEOUT" "$@" > "$LOGS/$name.log" 2>&1; then
-    grep -E "RESULT" "$LOGS/$name.log" | sed 's/^/  /' || true
-  else
-    local r=$?
-    echo "  $name FAILED (rc=$r$([ $r = 124 ] && echo ", timed out after ${RUN_TIMEOUT}s")); log tail:"
-    grep -vE "^\s*$" "$LOGS/$name.log" | tail -25 | sed 's/^/  | /'
-    rc=1
-  fi
-  echo "  ($(( $(date +%s) - t0 )) s)"
-  logs+=("$LOGS/$name.log")
-}
+BENCH="parallel bench"
+source "$HERE/run_lib.sh"  # run NAME CMD..., machine
 torch_run() { local name=$1 n=$2 mode=$3; [ $SMOKE = 1 ] || run "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" "$HERE/torch_anchor.py" "$mode"; }
 tessera_run() { local name=$1 bin=$2; shift 2; run "$name" "${TORCHRUN[@]}" --nproc_per_node="$NPROC" --no_python "$BUILD/bench/$bin" "$@"; }
 
 B=8 torch_run pytorch-single 1 single
 B=8 run tessera-single "$BUILD/bench/tessera_bench_ddp" single --variants "${SINGLE_VARIANTS:-base}"
+singles=("${logs[@]}")
+declare -A section_logs
 for s in "${SECTIONS[@]}"; do
+  logs=()
   case $s in
     tp)
       B=16 torch_run pytorch-tp "$NPROC" tp
@@ -123,7 +115,7 @@ for s in "${SECTIONS[@]}"; do
         B=8 tessera_run "tessera-fsdp-prefetch$m" tessera_bench_fsdp --prefetch-mib "$m"
       done ;;
     nocomm)  # one process each, as rank 0 of a world of 2 that does not communicate
-      fake=(env FAKE_WORLD=2)
+      fake=(env TESSERA_FAKE_WORLD=2)
       B=8 run tessera-ddp-nocomm "${fake[@]}" "$BUILD/bench/tessera_bench_ddp" tessera \
         --variants "$FAKE_DDP_VARIANTS"
       B=16 run tessera-tp-nocomm "${fake[@]}" "$BUILD/bench/tessera_bench_tp"
@@ -133,26 +125,48 @@ for s in "${SECTIONS[@]}"; do
         B=8 run "tessera-fsdp-prefetch$m-nocomm" "${fake[@]}" "$BUILD/bench/tessera_bench_fsdp" --prefetch-mib "$m"
       done ;;
     emulated)  # as nocomm, the fake communicator timed
-      fake=(env FAKE_WORLD=2 FAKE_COMM_TIMED=1)
+      fake=(env TESSERA_FAKE_WORLD=2 TESSERA_FAKE_COMM_TIMED=1)
       for m in 512 0; do
         B=8 run "tessera-fsdp-prefetch$m-emulated" "${fake[@]}" "$BUILD/bench/tessera_bench_fsdp" --prefetch-mib "$m"
       done
-      [ $SMOKE = 1 ] || B=8 run tessera-fsdp-prefetch512-emulated-keepdone "${fake[@]}" FAKE_COMM_KEEP=done \
+      [ $SMOKE = 1 ] || B=8 run tessera-fsdp-prefetch512-emulated-keepdone "${fake[@]}" TESSERA_FAKE_COMM_KEEP=done \
         "$BUILD/bench/tessera_bench_fsdp" --prefetch-mib 512
       B=8 run tessera-ddp-emulated "${fake[@]}" "$BUILD/bench/tessera_bench_ddp" tessera \
         --variants "$FAKE_DDP_VARIANTS"
       B=16 run tessera-tp-sp-emulated "${fake[@]}" "$BUILD/bench/tessera_bench_tp" --sp --variants "$EMU_TP_VARIANTS"
       B=16 run tessera-tp-emulated "${fake[@]}" "$BUILD/bench/tessera_bench_tp" --variants "$EMU_TP_VARIANTS" ;;
     pp_emulated)  # one process, the units timed, the 2-stage schedule simulated
-      B=32 MB=16 EXTRA_WARMUP=$PP_EXTRA run tessera-pp-mb16-emulated env PP_EMULATE=2 "$BUILD/bench/tessera_bench_pp"
-      B=16 MB=8 EXTRA_WARMUP=$PP_EXTRA run tessera-pp-mb8-emulated env PP_EMULATE=2 "$BUILD/bench/tessera_bench_pp" ;;
+      B=32 MB=16 EXTRA_WARMUP=$PP_EXTRA run tessera-pp-mb16-emulated "$BUILD/bench/tessera_bench_pp" --emulate 2
+      B=16 MB=8 EXTRA_WARMUP=$PP_EXTRA run tessera-pp-mb8-emulated "$BUILD/bench/tessera_bench_pp" --emulate 2 ;;
   esac
+  section_logs[$s]="${logs[*]}"
 done
 
-gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//;s/,/ driver/' | paste -sd';' || true)
-topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}' || true)
-machine="${gpus:-no GPU (CPU smoke run)} (GPU0-GPU1 link: ${topo:-?}); torch $(python3 -c 'import torch;print(torch.__version__)' 2>/dev/null)"
-python3 "$HERE/combine_parallel.py" "${logs[@]}" --sections "${SECTIONS[@]}" --machine "$machine" \
-  --command "$([ "$NPROC" != 2 ] && echo "NPROC=$NPROC ")$(env | grep -E '^FAKE_COMM_' | sort | tr '\n' ' ')${EMU_TP_VARIANTS:+EMU_TP_VARIANTS=\"$EMU_TP_VARIANTS\" }${PP_RUNS_SET:+PP_RUNS=\"$PP_RUNS\" }${SINGLE_VARIANTS:+SINGLE_VARIANTS=\"$SINGLE_VARIANTS\" }${DDP_VARIANTS:+DDP_VARIANTS=\"$DDP_VARIANTS\" }${FSDP_BUDGETS:+FSDP_BUDGETS=\"$FSDP_BUDGETS\" }bench/parallel.sh $BUILD $LOGS $*" --results "$RESULTS" \
-  --config "D=${D:-2048} L=${L:-12} V=${V:-32000} T=${T:-1024} STEPS=${STEPS:-10}" || rc=1
+# One result file per section: its runs beside the two 1-GPU references.
+title() {
+  case $1 in
+    tp) echo "Tensor parallel: tessera vs PyTorch DTensor TP" ;;
+    pp) echo "Pipeline parallel: tessera vs torch.distributed.pipelining" ;;
+    fsdp) echo "FSDP: tessera vs PyTorch FSDP2" ;;
+    nocomm) echo "One GPU as rank 0 of 2, no communication (TESSERA_FAKE_WORLD=2): DDP, TP and FSDP" ;;
+    emulated) echo "One GPU as rank 0 of 2, communication emulated (TESSERA_FAKE_COMM_TIMED=1): DDP, TP and FSDP" ;;
+    pp_emulated) echo "Pipeline parallel on 2 GPUs predicted on one: unit costs measured, the schedule simulated" ;;
+  esac
+}
+declare -A columns=(
+  [tp]=overhead_ms,forward_chunks,sm_carveout
+  [pp]=overhead_ms,fused_wgrad,extra_warmup,peak_mem_GiB_per_rank,peak_in_flight_per_rank
+  [fsdp]=prefetch_budget_MiB,peak_unsharded_units,peak_unsharded_GiB,mem_before_backward_GiB,peak_through_forward_GiB
+  [nocomm]=fake_world,overhead_ms,fused_wgrad,mem_before_backward_GiB
+  [emulated]=fake_world,overhead_ms,fused_wgrad,forward_chunks,prefetch_budget_MiB
+  [pp_emulated]=extra_warmup,layers_per_stage,pipeline_ms,optimizer_ms,idle_ms_per_rank,sequential_step_ms)
+command="$([ "$NPROC" != 2 ] && echo "NPROC=$NPROC ")$(env | grep -E '^TESSERA_FAKE_COMM_' | sort | tr '\n' ' ')${EMU_TP_VARIANTS_SET:+EMU_TP_VARIANTS=\"$EMU_TP_VARIANTS\" }${PP_RUNS_SET:+PP_RUNS=\"$PP_RUNS\" }${SINGLE_VARIANTS:+SINGLE_VARIANTS=\"$SINGLE_VARIANTS\" }${DDP_VARIANTS:+DDP_VARIANTS=\"$DDP_VARIANTS\" }${FSDP_BUDGETS:+FSDP_BUDGETS=\"$FSDP_BUDGETS\" }bench/parallel.sh $BUILD $LOGS $*"
+for s in "${SECTIONS[@]}"; do
+  read -ra sec <<<"${section_logs[$s]}"
+  python3 "$HERE/results.py" gpt "${singles[@]}" "${sec[@]}" --name "$s" --results "$RESULTS" \
+    --machine "$(machine "no GPU (CPU smoke run)")" --command "$command" --title "$(title "$s")" \
+    --config "D=${D:-2048} L=${L:-12} V=${V:-32000} T=${T:-1024} STEPS=${STEPS:-10}" \
+    --columns "${columns[$s]}" >/dev/null || rc=1
+  echo "=== parallel bench: wrote $RESULTS/$s.{json,md}"
+done
 exit $rc

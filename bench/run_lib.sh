@@ -1,8 +1,9 @@
-# Sourced by the benchmark drivers (bench/train/run.sh, bench/llama/run.sh).
+# Sourced by the benchmark drivers (bench/ddp/run.sh, bench/parallel.sh, bench/train/run.sh,
+# bench/llama/run.sh, bench/collectives/run.sh).
 # run NAME CMD...: runs one benchmark process under `timeout RUN_TIMEOUT`, its output in
-# LOGS/NAME.log; prints its RESULT lines, or on failure the log's tail, and the seconds it took;
-# sets rc=1 on failure and appends the log's path to the array `logs`. BENCH names the driver in
-# the header line.
+# LOGS/NAME.log (the log's name names its rows in bench/results.py); prints its RESULT lines, or on
+# failure the log's tail, and the seconds it took; sets rc=1 on failure and appends the log's path
+# to the array `logs`. BENCH names the driver in the header line.
 run() {
   local name=$1
   shift
@@ -12,10 +13,19 @@ run() {
     grep -E "RESULT" "$LOGS/$name.log" | cut -c1-400 | sed 's/^/  /' || true
   else
     local r=$?
-    echo "  $name FAILED (rc=$r); log tail:"
+    echo "  $name FAILED (rc=$r$([ $r = 124 ] && echo ", timed out after ${RUN_TIMEOUT}s")); log tail:"
     grep -vE "^\s*$" "$LOGS/$name.log" | tail -20 | sed 's/^/  | /'
     rc=1
   fi
   echo "  ($((SECONDS - t0)) s)"
   logs+=("$LOGS/$name.log")
+}
+# machine [NO_GPU_TEXT]: this machine's GPUs (name, driver, count), the GPU0-GPU1 link and torch's
+# version, for the results' "machine".
+machine() {
+  local gpus topo
+  gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sort | uniq -c |
+    sed 's/^ *//;s/,/ driver/' | paste -sd';' || true)
+  topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}' || true)
+  echo "${gpus:-${1:-no GPU}}${topo:+ (GPU0-GPU1 link: $topo)}; torch $(${PYTHON:-python3} -c 'import torch;print(torch.__version__)' 2>/dev/null)"
 }

@@ -2,8 +2,12 @@
 # ../shared/anchors/torch_anchor.py, the anchors' script (../shared does not travel to the GPU machine),
 # plus two host-side memory readings (no synchronisation, no effect on the timing): the memory
 # allocated right before the last step's backward and the peak up to then, for the FSDP comparison;
-# and FAKE_WORLD=N: one process plays rank 0 of N over PyTorch's "fake" process group (no
-# communication; the probe of bench/common/fake_world.h, modes ddp fsdp tp), its line marked "fake_world".
+# TESSERA_FAKE_WORLD=N: one process plays rank 0 of N over PyTorch's "fake" process group (no
+# communication; the probe of bench/common/fake_world.h, modes ddp fsdp tp), its line marked "fake_world";
+# and the model tessera's drivers run (bench/common/bench_model.h: src/models' GPT): the same
+# architecture, built from tessera's initial weights (GPT(seed=SEED)) and fed tessera's batches (drawn
+# on the CPU, first_batch), so both systems start from the same loss (tests/bench/anchor_loss.py checks
+# it on the CPU). Under torch < 2 (the CPU machine) attention runs op by op (causal_attention).
 # Launch: torchrun --nproc_per_node=N torch_anchor.py MODE   (MODE: single ddp fsdp tp pp)
 #         FAKE_WORLD=2 python3 torch_anchor.py MODE
 import os, sys, time, json, math
@@ -13,6 +17,16 @@ import torch.distributed as dist
 D = int(os.environ.get("D", 2048)); L = int(os.environ.get("L", 12)); H = D // 128
 V = int(os.environ.get("V", 32000)); T = int(os.environ.get("T", 1024)); B = int(os.environ.get("B", 8))
 STEPS = int(os.environ.get("STEPS", 10)); WARM = 3
+SEED = 1234  # tessera's model and data seed (bench/common/bench_model.h: kModelSeed, kDataSeed)
+
+
+def causal_attention(q, k, v):
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    t = q.shape[-2]  # torch < 2: the same softmax(q k^T / sqrt(hd)) v, masked causally
+    mask = torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1)
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
+    return torch.softmax(s.masked_fill(mask, float("-inf")).float(), dim=-1).to(q.dtype) @ v
 
 class Block(nn.Module):
     def __init__(s):
@@ -22,16 +36,31 @@ class Block(nn.Module):
     def forward(s, x):
         b, t, _ = x.shape
         q, k, v = s.qkv(s.ln1(x)).view(b, t, 3, -1, 128).unbind(2)
-        a = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        a = causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
         x = x + s.proj(a.transpose(1, 2).reshape(b, t, -1))
         return x + s.fc2(F.gelu(s.fc1(s.ln2(x))))
 
 class GPT(nn.Module):
-    def __init__(s, layers=L, emb=True, head=True):
+    """seed: draw the weights as tessera's GPT does for that seed (src/models/lm.cpp): the embedding
+    N(0, 1) from a generator seeded `seed`, block i (of the whole model: first_block + its index here)
+    as nn.Linear draws it after torch.manual_seed(seed * 1000003 + 101 + i) (tessera's layers draw the
+    unsharded weights that way), the head after torch.manual_seed(seed * 1000003 + 7). None: as the
+    anchors' script (after its torch.manual_seed(0))."""
+    def __init__(s, layers=L, emb=True, head=True, seed=None, first_block=0):
         super().__init__()
         s.emb = nn.Embedding(V, D) if emb else None
-        s.blocks = nn.ModuleList(Block() for _ in range(layers))
+        if s.emb is not None and seed is not None:
+            with torch.no_grad():
+                s.emb.weight.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(seed))
+        blocks = []
+        for i in range(layers):
+            if seed is not None:
+                torch.manual_seed(seed * 1000003 + 101 + first_block + i)
+            blocks.append(Block())
+        s.blocks = nn.ModuleList(blocks)
         s.lnf = nn.LayerNorm(D) if head else None
+        if head and seed is not None:
+            torch.manual_seed(seed * 1000003 + 7)
         s.head = nn.Linear(D, V, bias=False) if head else None
     def forward(s, x):
         if s.emb is not None: x = s.emb(x)
@@ -45,22 +74,31 @@ def n_params():
 def flops_per_token():  # 6N for matmuls + causal attention (fwd 2*T*D per layer, x3 for fwd+bwd, /2 causal... use the PaLM 12*L*D*T convention)
     return 6 * n_params() + 12 * L * D * T
 
+def first_batch(dev, seed=SEED):
+    """Tokens and targets [B, T], drawn in that order on the CPU from a generator seeded `seed` (as
+    tessera's drivers draw them: bench/common/bench_model.h randomBatch), moved to `dev`."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, V, (B, T), generator=g)
+    y = torch.randint(0, V, (B, T), generator=g)
+    return x.to(dev), y.to(dev)
+
 def main():
     mode = sys.argv[1]
-    fake = int(os.environ.get("FAKE_WORLD", 0) or 0)
+    fake = int(os.environ.get("TESSERA_FAKE_WORLD", 0) or 0)
+    for old in ("FAKE_WORLD", "FAKE_COMM_TIMED"):
+        assert old not in os.environ, "%s is now TESSERA_%s" % (old, old)
     if fake:
-        assert mode in ("ddp", "fsdp", "tp") and fake >= 2, "FAKE_WORLD=%d: modes ddp fsdp tp, 2 ranks or more" % fake
+        assert mode in ("ddp", "fsdp", "tp") and fake >= 2, "TESSERA_FAKE_WORLD=%d: modes ddp fsdp tp, 2 ranks or more" % fake
         from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=fake)
     else:
         dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))); torch.cuda.set_device(dev)
-    torch.manual_seed(0)
     tokens_per_step = B * T * (world if mode in ("ddp", "ddp_bf16", "fsdp", "single") else 1)
     autocast = torch.autocast("cuda", dtype=torch.bfloat16)
     if mode in ("single", "ddp", "ddp_bf16"):
-        model = GPT().to(dev)
+        model = GPT(seed=SEED).to(dev)
         if mode in ("ddp", "ddp_bf16"):
             model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index])
         if mode == "ddp_bf16":
@@ -68,7 +106,7 @@ def main():
             model.register_comm_hook(None, bf16_compress_hook)
     elif mode == "fsdp":
         from torch.distributed.fsdp import fully_shard, MixedPrecisionPolicy
-        model = GPT().to(dev)
+        model = GPT(seed=SEED).to(dev)
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         for blk in model.blocks: fully_shard(blk, mp_policy=mp)
         fully_shard(model, mp_policy=mp)
@@ -77,14 +115,14 @@ def main():
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor.parallel import parallelize_module, ColwiseParallel, RowwiseParallel
         mesh = init_device_mesh("cuda", (world,))
-        model = GPT().to(dev)
+        model = GPT(seed=SEED).to(dev)
         for blk in model.blocks:
             parallelize_module(blk, mesh, {"qkv": ColwiseParallel(), "proj": RowwiseParallel(),
                                            "fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
     elif mode == "pp":
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B
         per = L // world
-        stage_mod = GPT(layers=per, emb=(rank == 0), head=(rank == world - 1)).to(dev)
+        stage_mod = GPT(layers=per, emb=(rank == 0), head=(rank == world - 1), seed=SEED, first_block=rank * per).to(dev)
         stage = PipelineStage(stage_mod, rank, world, dev)
         nmb = int(os.environ.get("MB", 8))
         loss_fn = lambda out, tgt: F.cross_entropy(out.flatten(0, 1).float(), tgt.flatten())
@@ -92,8 +130,7 @@ def main():
         model = stage_mod
         tokens_per_step = B * T * 1  # global batch B split into micro-batches
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=(mode != "tp"), foreach=False if mode == "tp" else None)
-    g = torch.Generator(device=dev); g.manual_seed(1234 + (rank if mode in ("ddp", "ddp_bf16", "fsdp") else 0))
-    x = torch.randint(0, V, (B, T), device=dev, generator=g); y = torch.randint(0, V, (B, T), device=dev, generator=g)
+    x, y = first_batch(dev, SEED + (rank if mode in ("ddp", "ddp_bf16", "fsdp") else 0))
     times = []
     torch.cuda.reset_peak_memory_stats(dev)
     for i in range(WARM + STEPS):

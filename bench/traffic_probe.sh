@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# One GPU, communication emulated (FAKE_WORLD=2 FAKE_COMM_TIMED=1 FAKE_COMM_CTAS=16) with the
-# collectives' kernels sleeping (FAKE_COMM_TRAFFIC=0) or streaming memory (=1) for their modelled
+# One GPU, communication emulated (TESSERA_FAKE_WORLD=2 TESSERA_FAKE_COMM_TIMED=1 TESSERA_FAKE_COMM_CTAS=16) with the
+# collectives' kernels sleeping (TESSERA_FAKE_COMM_TRAFFIC=0) or streaming memory (=1) for their modelled
 # time: does the memory traffic (and the power it draws at the GPU's power cap) slow the step the
 # way two real GPUs did? The GPU's SM clock and power are sampled (nvidia-smi, every 200 ms) and
 # averaged over each run.
@@ -22,15 +22,15 @@ run() {  # run ENV... CMD...: one process, its window in the log
   env STEPS=20 "$@" >> "$L" 2>&1 || echo "== failed rc=$?" >> "$L"
   echo "== end $(date '+%Y/%m/%d %H:%M:%S.%N')" >> "$L"
 }
-E=(FAKE_WORLD=2 FAKE_COMM_TIMED=1 FAKE_COMM_CTAS=16)
+E=(TESSERA_FAKE_WORLD=2 TESSERA_FAKE_COMM_TIMED=1 TESSERA_FAKE_COMM_CTAS=16)
 run B=8 "$B/bench/tessera_bench_ddp" single --variants fused,base,view+fused
 for t in 0 1 0 1; do
-  run "${E[@]}" FAKE_COMM_TRAFFIC=$t B=8 "$B/bench/tessera_bench_ddp" tessera --variants view+fused,fused+bf16,base
+  run "${E[@]}" TESSERA_FAKE_COMM_TRAFFIC=$t B=8 "$B/bench/tessera_bench_ddp" tessera --variants view+fused,fused+bf16,base
 done
 for t in 0 1; do
-  run "${E[@]}" FAKE_COMM_TRAFFIC=$t B=8 "$B/bench/tessera_bench_fsdp" --prefetch-mib 512
-  run "${E[@]}" FAKE_COMM_TRAFFIC=$t B=16 "$B/bench/tessera_bench_tp" --sp --variants carve16,ring+carve16
-  run "${E[@]}" FAKE_COMM_TRAFFIC=$t B=16 "$B/bench/tessera_bench_tp" --variants carve16,base
+  run "${E[@]}" TESSERA_FAKE_COMM_TRAFFIC=$t B=8 "$B/bench/tessera_bench_fsdp" --prefetch-mib 512
+  run "${E[@]}" TESSERA_FAKE_COMM_TRAFFIC=$t B=16 "$B/bench/tessera_bench_tp" --sp --variants carve16,ring+carve16
+  run "${E[@]}" TESSERA_FAKE_COMM_TRAFFIC=$t B=16 "$B/bench/tessera_bench_tp" --variants carve16,base
 done
 kill $smi 2>/dev/null
 python3 - "$L" "$OUT/smi.csv" > "$OUT/traffic.md" <<'PY'

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the collectives benchmark on this machine's GPUs: PyTorch's side and tessera's side in
-# interleaved rounds, then writes bench/results/collectives.{json,md}.
+# interleaved rounds, then writes bench/results/collectives.{json,md} (bench/results.py collectives).
 #   bench/collectives/run.sh BUILD_DIR LOG_DIR [ROUNDS]
 # Needs torchrun (PyTorch) on the PATH and tessera built with NCCL in BUILD_DIR.
 set -euo pipefail
@@ -28,9 +28,7 @@ if [ "${DIAG_NONBLOCKING:-1}" = 1 ]; then
     tee "$LOGS/bw_tessera_nonblocking.log"
   diag=(--diag-nonblocking "$LOGS/bw_tessera_nonblocking.log")
 fi
-gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sort | uniq -c | sed 's/^ *//;s/,/ driver/' | paste -sd';')
-topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}')
-machine="$NPROC ranks on ${gpus} (GPU0-GPU1 link: ${topo:-?}); torch $(python3 -c 'import torch;print(torch.__version__)')"
-python3 "$HERE/combine.py" --torch "${torch_logs[@]}" --tessera "${tessera_logs[@]}" \
-  --machine "$machine" --command "bench/collectives/run.sh $BUILD $LOGS $ROUNDS (from scripts/gpu-check)" \
-  "${diag[@]}" --json "$ROOT/bench/results/collectives.json" --md "$ROOT/bench/results/collectives.md"
+source "$ROOT/bench/run_lib.sh"  # machine
+python3 "$ROOT/bench/results.py" collectives --torch "${torch_logs[@]}" --tessera "${tessera_logs[@]}" \
+  --machine "$NPROC ranks on $(machine)" --command "bench/collectives/run.sh $BUILD $LOGS $ROUNDS" \
+  ${diag[@]+"${diag[@]}"}

@@ -7,18 +7,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 
-#include "comm/fake/fake_timing.h"
 #include "comm/settings.h"
+#include "common/env.h"
+#include "common/error.h"
 #include "common/profiler.h"
-#include "fake_world.h"
 
 namespace tessera::bench {
 
 int64_t envInt(const char* name, int64_t dflt) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::stoll(v) : dflt;
+  const auto v = env::get(name);
+  return v && !v->empty() ? *env::getInt(name) : dflt;
 }
 
 std::vector<std::string> splitList(const std::string& s, char sep) {
@@ -33,17 +32,10 @@ std::vector<std::string> splitList(const std::string& s, char sep) {
 
 std::optional<int> numberedPart(const std::string& part, const std::string& prefix) {
   if (part.size() <= prefix.size() || part.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
-  return std::stoi(part.substr(prefix.size()));
-}
-
-GptConfig gptConfigFromEnv() {
-  GptConfig c;
-  c.d = envInt("D", 2048);
-  c.layers = envInt("L", 12);
-  c.heads = std::max<int64_t>(1, c.d / 128);
-  c.vocab = envInt("V", 32000);
-  c.seqLen = envInt("T", 1024);
-  return c;
+  const auto digits = part.substr(prefix.size());
+  TESSERA_CHECK(digits.find_first_not_of("0123456789") == std::string::npos && digits.size() < 9,
+                "'{}': expected {} followed by a count", part, prefix);
+  return std::stoi(digits);
 }
 
 double median(std::vector<double> v) {
@@ -61,13 +53,12 @@ at::Device singleProcessDevice() {
 void synchronize(const at::Device& d) { synchronizeDevice(d); }
 
 std::vector<double> timeSteps(int warm, int steps, const at::Device& d, const std::function<void()>& fn,
-                              bool profile) {
+                              int profileRank) {
   std::vector<double> times;
   // TESSERA_PROFILE=PATH[:FIRST[:COUNT]] traces chosen steps (warm-ups count; a traced step's time
   // includes the profiler's cost, so a profiled run's timing is not a result).
-  const int rank = static_cast<int>(envInt("RANK", 0));
-  const auto env = profile ? Settings::fromEnvironment() : Settings{};
-  StepProfiler profiler(rank, env.profile, env.profileCpu);
+  const auto env = profileRank >= 0 ? Settings::fromEnvironment() : Settings{};
+  StepProfiler profiler(std::max(profileRank, 0), env.profile, env.profileCpu);  // no path: off
   for (int i = 0; i < warm + steps; ++i) {
     synchronize(d);
     profiler.beginStep(i);
@@ -81,25 +72,21 @@ std::vector<double> timeSteps(int warm, int steps, const at::Device& d, const st
   return times;
 }
 
-std::string resultLine(const GptConfig& cfg, const BenchResult& r) {
+std::string resultLine(const models::ModelConfig& cfg, const BenchResult& r, const FakeWorld& fake) {
   const double med = median(r.times);
   const double tps = r.tokensPerStep / med;
-  const double mfu = tps * gptFlopsPerToken(cfg) / (r.world * 989e12);
+  const double mfu = tps * models::flopsPerToken(cfg) / (r.world * 989e12);
   std::string all;
   for (double t : r.times) all += fmt::format("{}{:.2f}", all.empty() ? "" : ", ", t * 1e3);
-  // The FAKE_WORLD probe (fake_world.h): its own rows, never mistaken for a real run's.
-  const int fake = fakeWorldSize();
-  // Timed (FAKE_COMM_TIMED): "-emulated", the model's parameters in "fake_comm".
-  const FakeTiming timing = fakeTimingFromEnv();
-  std::string system = r.system;
-  if (fake) system += !timing.enabled ? "-nocomm" : timing.ignoreByCaller ? "-emulated-keepdone" : "-emulated";
-  const std::string extra = fake ? fmt::format("\"fake_world\": {}, \"fake_comm\": \"{}\", {}", fake,
-                                               timing.describe(), r.extra)
-                                 : r.extra;
+  // The fake world's rows are marked, never mistaken for a real run's.
+  const std::string extra = fake.size ? fmt::format("\"fake_world\": {}, \"fake_comm\": \"{}\", {}", fake.size,
+                                                    fake.timing.describe(), r.extra)
+                                      : r.extra;
+  const int64_t params = models::paramCount(cfg);
   return fmt::format(
-      "RESULT {{\"system\": \"{}\", \"mode\": \"{}\", \"world\": {}, \"params_M\": {:.1f}, \"step_ms\": {:.2f}, "
-      "\"tokens_per_s\": {:.0f}, \"mfu_vs_989\": {:.3f}, \"peak_mem_GiB\": {:.2f}, {}\"step_ms_all\": [{}]}}",
-      system, r.mode, r.world, gptParamCount(cfg) / 1e6, med * 1e3, tps, mfu, r.peakGiB,
+      "RESULT {{\"system\": \"{}\", \"mode\": \"{}\", \"gpus\": {}, \"params\": {}, \"params_M\": {:.1f}, "
+      "\"step_ms\": {:.2f}, \"tokens_per_s\": {:.0f}, \"mfu\": {:.3f}, \"peak_mem_gib\": {:.2f}, {}\"step_ms_all\": [{}]}}",
+      r.system + fake.systemSuffix(), r.mode, r.world, params, params / 1e6, med * 1e3, tps, mfu, r.peakGiB,
       extra.empty() ? "" : extra + ", ", all);
 }
 

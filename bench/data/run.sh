@@ -8,6 +8,7 @@
 # tokens); (2) a synthetic Megatron dataset written by tools/tessera_prep's MegatronWriter into a
 # temporary directory (TOKENS uint16 tokens, default 100 M = 200 MB, documents of 100-5000 tokens,
 # ids uniform below 50257), measured cold (dropped from the page cache) then warm, deleted at the end.
+# The rows go through bench/results.py data.
 # --smoke: Brown only, a few steps, no results written; checks that every measurement printed its
 # row (CTest bench.data_smoke, ~6 s). The full run takes ~40 s on a 2-core machine.
 # Env: TOKENS (synthetic tokens), RESULTS (dir for data.json/md, default bench/results), LOGS (dir
@@ -116,7 +117,7 @@ if [ $SMOKE = 1 ]; then
   checks+=,pytorch-memmap:seq_read,pytorch-memmap:build,pytorch-dataloader-w0:sample_read,nanogpt-memmap:sample_read
   checks+=,pytorch-dataloader-w2:sample_read,pytorch-dataloader-w2:loader_next
   [ $TPY = 1 ] && checks+=,tessera-python:sample_read
-  "$PYTHON" "$HERE/combine.py" "${logs[@]}" --check "$checks" || rc=1
+  "$PYTHON" "$ROOT/bench/results.py" data "${logs[@]}" --check "$checks" || rc=1
   [ $OWN_LOGS = 1 ] && [ $rc = 0 ] && rm -rf "$LOGS"
   exit $rc
 fi
@@ -160,11 +161,12 @@ cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 mem=$(free -g | awk '/^Mem:/{print $2}')
 machine="${cpu:-?}, $(nproc) cores, ${mem} GiB RAM; $(uname -sr); load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg); torch $("$PYTHON" -c 'import torch; print(torch.__version__)'), numpy $("$PYTHON" -c 'import numpy; print(numpy.__version__)')"
 mkdir -p "$RESULTS"
-"$PYTHON" "$HERE/combine.py" "${logs[@]}" --datasets "$DATASETS" --machine "$machine" \
-  --command "bench/data/run.sh${ARGS[*]:+ ${ARGS[*]}}" \
+"$PYTHON" "$ROOT/bench/results.py" data "${logs[@]}" --datasets "$DATASETS" --machine "$machine" \
+  --command "bench/data/run.sh${ARGS[*]:+ ${ARGS[*]}}" --results "$RESULTS" \
   --config "TOKENS=$TOKENS WORK_MS=$WORK_MS; C++ ${CPP_OPTS[*]}; Python ${PY_OPTS[*]} --workers 2" \
+  --method "one process per system, one core's worth of work (torch threads 1) except the DataLoader workers and tessera's loader thread; every per-step number is the median over runs (--repeats) of each run's mean/p50/p99 (nearest rank) after warm-up steps; tokens/s = B x (T+1) / mean step time; sequential read: median of passes after a warm-up pass; cold: the dataset's files written back and dropped from the page cache (fdatasync + POSIX_FADV_DONTNEED) just before opening; timers: std::chrono::steady_clock and time.perf_counter" \
   --note "tessera rows: readSamples returns one [8, 1025] int64 tensor; nanogpt-memmap and tessera-python return x and y (two [8, 1024] tensors); the DataLoader rows one [8, 1025] tensor (default_collate)" \
   --note "fake work: the consumer spins WORK_MS=$WORK_MS ms per step on the CPU; loader_next is how long next() blocks it (~0 when the loader keeps up)" \
-  --json "$RESULTS/data.json" --md "$RESULTS/data.md" >/dev/null || rc=1
+  >/dev/null || rc=1
 echo "run.sh: wrote $RESULTS/data.json and $RESULTS/data.md (run logs in $LOGS)" >&2
 exit $rc

@@ -1,7 +1,7 @@
-// tessera's side of the DDP benchmark: the GPT-735M of gpt.h trained as
-// ../shared/anchors/torch_anchor.py trains it (bf16 autocast forward, fp32 parameters, fused
-// AdamW lr 1e-4, random tokens, batch B per GPU, WARM=3 warm-ups then the median of STEPS=10
-// steps, each step between two device synchronisations).
+// tessera's side of the DDP benchmark: the benchmarks' GPT-735M (common/bench_model.h: src/models'
+// GPT, the trainer's) trained as ../shared/anchors/torch_anchor.py trains it (bf16 autocast
+// forward, fp32 parameters, fused AdamW lr 1e-4, random tokens, batch B per GPU, WARM=3 warm-ups
+// then the median of STEPS=10 steps, each step between two device synchronisations).
 //   single : one process, no DDP          (torchrun --nproc_per_node=1 --no-python BIN single)
 //   tessera: tessera::DistributedDataParallel over tessera::init()'s world, default options
 //            (torchrun --nproc_per_node=2 --no-python BIN tessera [--bucket-view])
@@ -16,29 +16,34 @@
 // <tessera-ddp|tessera-single|BENCH_SYSTEM>-<variant> ("base": no suffix).
 // --bucket-view sets DdpOptions::gradientAsBucketView (gradients then zeroed in place; without
 // it gradients are set to None after each step, as the anchor's zero_grad(set_to_none=True)).
-// Env as the anchor: B, STEPS, D, L, V, T (a smaller model for a smoke test); FAKE_WORLD=N: the
-// one-GPU probe without communication (common/fake_world.h), tessera mode as rank 0 of N.
+// Env (read at the top) as the anchor: B, STEPS, D, L, V, T (a smaller model for a smoke test);
+// TESSERA_FAKE_WORLD=N: the one-GPU probe without communication (common/fake_world.h), tessera
+// mode as rank 0 of N; BENCH_SYSTEM: the rows' name.
 // In tessera mode it then times the all-reduce of the gradients alone: every bucket of
 // ddp.bucketLayout() (fp32, the same sizes) launched back to back, then waited, no backward;
 // median of 10 after 3 warm-ups ("allreduce_ms"); the combiner turns it into the
 // hidden-communication estimate.
-// Rank 0 prints one line: RESULT {json} with the anchor's keys (mode, world, params_M,
-// step_ms, tokens_per_s, mfu_vs_989, peak_mem_GiB) plus system, allreduce_ms, buckets.
+// Rank 0 prints one line per variant: RESULT {json} (common/timing.h) plus variant, allreduce_ms,
+// buckets, first_loss (the first step's, before any update) and last_loss.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "bench_model.h"
+#include "common/autocast.h"
 #include "common/error.h"
-#include "gpt.h"
 #include "common/sm_carveout.h"
-#include "parallel/ddp/ddp.h"
 #include "fake_world.h"
+#include "fused_adamw.h"
+#include "parallel/ddp/ddp.h"
+#include "parallel/tensor/linear.h"
 #include "timing.h"
 
 namespace bench = tessera::bench;
@@ -100,35 +105,37 @@ int main(int argc, char** argv) try {
   } else {
     for (const auto& spec : bench::splitList(variantList, ',')) variants.push_back(parseVariant(spec));
   }
-  const bench::GptConfig cfg = bench::gptConfigFromEnv();
+  const auto cfg = bench::modelFromEnv();
   const int64_t batch = bench::envInt("B", 8);
   const int steps = static_cast<int>(bench::envInt("STEPS", 10));
+  const auto fake = bench::fakeWorldFromEnv();
+  const char* systemName = std::getenv("BENCH_SYSTEM");  // variants of one mode (run.sh)
 
   tessera::Context ctx;
   int rank = 0, world = 1;
   torch::Device device = bench::singleProcessDevice();
   if (mode == "tessera") {
-    ctx = bench::initWorld();  // CUDA with NCCL where there are GPUs, else CPU with Gloo (smoke runs)
+    ctx = bench::initWorld(fake);  // CUDA with NCCL where there are GPUs, else CPU with Gloo (smoke runs)
     rank = ctx.world->rank();
     world = ctx.world->size();
     device = ctx.device;
   } else {
     TESSERA_CHECK(bench::envInt("WORLD_SIZE", 1) == 1, "ddp_bench: single mode runs one process");
+    TESSERA_CHECK(fake.size == 0, "ddp_bench: single mode has no world to fake (TESSERA_FAKE_WORLD={})", fake.size);
   }
   bench::useDevice(device);
   const bool gpu = device.is_cuda();
 
-  torch::manual_seed(0);
-  bench::BenchGpt model(cfg);
+  // The whole model on every rank, in a tensor-parallel group of one.
+  const auto tp = bench::selfGroup(device);
+  auto model = bench::buildModel(cfg, tp, tessera::models::partitionModel(cfg, 1, 1, {}), 0);
   model->to(device);
-
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(1234 + rank);
-  auto x = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(device);
-  auto y = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(device);
+  at::Tensor x, y;
+  std::tie(x, y) = bench::randomBatch(cfg, batch, bench::kDataSeed + rank, device);
 
   std::string baseName = mode == "single" ? "tessera-single" : "tessera-ddp";
   if (variantList.empty() && bucketView) baseName = "tessera-ddp-bucketview";
-  if (auto name = std::getenv("BENCH_SYSTEM")) baseName = name;  // variants of one mode (run.sh)
+  if (systemName) baseName = systemName;
   bool firstVariant = true;
   for (const auto& v : variants) {
     TESSERA_CHECK(!v.optimizerInBackward || mode == "tessera",
@@ -141,30 +148,31 @@ int main(int argc, char** argv) try {
       if (v.commBf16) o.commDtype = at::kBFloat16;
       o.smCarveout = v.carveout;
       if (v.optimizerInBackward) o.onBucketReduced = [&opt](const std::vector<at::Tensor>& ps) { opt.step(ps); };
-      tessera::DistributedDataParallel::Named params, buffers;
-      for (auto& p : model->named_parameters(true)) params.emplace_back(p.key(), p.value());
-      for (auto& b : model->named_buffers(true)) buffers.emplace_back(b.key(), b.value());
-      ddp = std::make_unique<tessera::DistributedDataParallel>(params, buffers, ctx.world, o);
+      tessera::DistributedDataParallel::Named params;
+      for (const auto& p : model->params()) params.emplace_back(p.name, p.tensor);
+      ddp = std::make_unique<tessera::DistributedDataParallel>(params, tessera::DistributedDataParallel::Named{},
+                                                               ctx.world, o);
     }
-    model->setAccumulateGrad(v.fusedWgrad);
+    tessera::tp::setAccumulateGradInGemm(*model, v.fusedWgrad);
     const bool setToNone = !v.bucketView;
 
     bench::resetPeakMemory(device);
-    torch::Tensor lastLoss;
+    torch::Tensor firstLoss, lastLoss;
     auto times = bench::timeSteps(bench::kWarmSteps, steps, device, [&] {
       // Single mode: the carveout over the whole step (its cost without any communication).
       tessera::SmCarveoutGuard carve(ddp ? 0 : v.carveout);
       torch::Tensor loss;
       {
-        bench::Bf16Autocast autocast(gpu);
-        loss = bench::gptLoss(model->forward(x), y);
+        tessera::Bf16Autocast autocast(gpu);
+        loss = tessera::models::lmLoss(model->forward(x), y, tp, cfg.vocab);
       }
       loss.backward();
       if (!v.optimizerInBackward) opt.step();  // else stepped bucket by bucket during backward
       lastLoss = loss.detach();
+      if (!firstLoss.defined()) firstLoss = lastLoss;
       if (ddp && !setToNone) ddp->zeroGrad();
       else opt.zeroGrad(setToNone);
-    });
+    }, rank);
     const double peakGiB = bench::peakMemoryGiB(device);
 
     // The gradients' all-reduce alone, bucket by bucket as the reducer lays them out (once).
@@ -173,7 +181,7 @@ int main(int argc, char** argv) try {
     std::string bucketMib;
     if (ddp && firstVariant) {
       std::map<std::string, int64_t> numel;
-      for (auto& p : model->named_parameters(true)) numel[p.key()] = p.value().numel();
+      for (const auto& p : model->params()) numel[p.name] = p.tensor.numel();
       std::vector<at::Tensor> bufs;
       for (const auto& names : ddp->bucketLayout()) {
         int64_t n = 0;
@@ -186,7 +194,7 @@ int main(int argc, char** argv) try {
         std::vector<tessera::WorkPtr> works;
         for (auto& b : bufs) works.push_back(ctx.world->allReduce(b));
         for (auto& w : works) w->wait();
-      }, /*profile=*/false);
+      }, /*profileRank=*/-1);
       allreduceMs = bench::median(arTimes) * 1e3;
     }
     firstVariant = false;
@@ -197,13 +205,14 @@ int main(int argc, char** argv) try {
                     "\"zero_grad\": \"{}\"",
                     v.name, v.carveout, v.fusedWgrad, v.optimizerInBackward,
                     setToNone ? "set_to_none" : "ddp.zeroGrad (in place)");
-    extra += fmt::format(", \"last_loss\": {}", bench::jsonNumber(lastLoss.item<double>()));
+    extra += fmt::format(", \"first_loss\": {}, \"last_loss\": {}", bench::jsonNumber(firstLoss.item<double>()),
+                         bench::jsonNumber(lastLoss.item<double>()));
     if (allreduceMs > 0) {
       extra += fmt::format(", \"allreduce_ms\": {:.2f}, \"buckets\": {}, \"bucket_mib\": \"{}\"", allreduceMs,
                            nBuckets, bucketMib);
     }
     bench::BenchResult r{system, mode, world, static_cast<double>(batch * cfg.seqLen * world), times, peakGiB, extra};
-    if (rank == 0) std::cout << bench::resultLine(cfg, r) << std::endl;
+    if (rank == 0) std::cout << bench::resultLine(cfg, r, fake) << std::endl;
     opt.zeroGrad(/*setToNone=*/true);  // the next variant starts without gradients or bucket views
   }
   if (mode == "tessera") ctx.world->barrier()->wait();

@@ -7,13 +7,13 @@
 #   pytorch-ddp (torchrun -n2 torch_ddp.py ddp), tessera-ddp (torchrun -n2 tessera_bench_ddp
 #   tessera --variants ...: bucket views, bf16, SM carveouts), then PyTorch and tessera with NCCL
 #   limited to CTAS (8 16) CTAs, tessera under NCCL's "efficiency" CTA policy (CTA_POLICY=0: not);
-#   then combine.py.
+#   then bench/results.py gpt --name ddp.
 # About 20-40 s per run on 2 x H200 (model init on the CPU dominates), ~2-3 min in all.
 # Env: SINGLE_VARIANTS / DDP_VARIANTS (the in-process variant lists, see ddp_bench.cpp), CTAS,
 # NPROC (2), RUN_TIMEOUT (s per run, 90; 5 runs fit in gpu-check's DDP_TIMEOUT 480), B/STEPS/D/L/V/T passed through (smoke tests:
 # e.g. L=2 STEPS=3), RESULTS (dir for ddp.json/md, default bench/results).
 # Exit status: 0 when every run produced its row, 1 otherwise (the results hold what ran).
-set -euo pipefail
+set -uo pipefail
 BUILD=${1:?build dir}
 LOGS=${2:?log dir}
 NPROC=${NPROC:-2}
@@ -27,22 +27,8 @@ mkdir -p "$LOGS"
 [ -x "$BIN" ] || { echo "run.sh: $BIN was not built (needs CUDA LibTorch >= 2 and tessera's DDP)" >&2; }
 rc=0
 logs=()
-# run NAME CMD...: runs CMD under a timeout, output to the terminal and LOGS/NAME.log.
-run() {
-  local name=$1; shift
-  echo "=== ddp bench: $name: $*"
-  local t0; t0=$(date +%s)
-  if timeout -k 15 "$RUN_TIMEOUT" "$@" > "$LOGS/$name.log" 2>&1; then
-    grep -E "RESULT|rror" "$LOGS/$name.log" | sed 's/^/  /' || true
-  else
-    local r=$?
-    echo "  $name FAILED (rc=$r$([ $r = 124 ] && echo ", timed out after ${RUN_TIMEOUT}s")); log tail:"
-    tail -25 "$LOGS/$name.log" | sed 's/^/  | /'
-    rc=1
-  fi
-  echo "  ($(( $(date +%s) - t0 )) s)"
-  logs+=("$LOGS/$name.log")
-}
+BENCH="ddp bench"
+source "$ROOT/bench/run_lib.sh"  # run NAME CMD..., machine
 
 run pytorch-single torchrun --nproc_per_node=1 --standalone "$HERE/torch_ddp.py" single
 # tessera's 1-GPU reference, and (in the same process) the same step with SMs carved out of its
@@ -71,11 +57,11 @@ if [ "${CTA_POLICY:-1}" != 0 ]; then
     torchrun --nproc_per_node="$NPROC" --standalone --no-python "$BIN" tessera --variants "view+fused,fused+bf16,view+fused+carve16"
 fi
 
-gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//;s/,/ driver/' | paste -sd';' || true)
-topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}' || true)
-machine="${gpus:-?} (GPU0-GPU1 link: ${topo:-?}); torch $(python3 -c 'import torch;print(torch.__version__)')"
-python3 "$HERE/combine.py" "${logs[@]}" --machine "$machine" \
-  --command "bench/ddp/run.sh $BUILD $LOGS" \
+python3 "$ROOT/bench/results.py" gpt "${logs[@]}" --name ddp --results "$RESULTS" --machine "$(machine)" \
+  --command "bench/ddp/run.sh $BUILD $LOGS" --title "DDP: tessera vs PyTorch DDP on the GPT-735M" \
   --config "D=${D:-2048} L=${L:-12} V=${V:-32000} T=${T:-1024} B=${B:-8} STEPS=${STEPS:-10}" \
-  --json "$RESULTS/ddp.json" --md "$RESULTS/ddp.md" || rc=1
+  --method "fp32 parameters under bf16 autocast, fused AdamW lr 1e-4, random tokens, batch B per GPU; 3 warm-ups then the median of STEPS steps, the device synchronised around each step; peak memory = max allocated by the caching allocator" \
+  --note "hidden_comm_fraction = 1 - overhead_ms / allreduce_ms, clamped to [0, 1]; allreduce_ms = all-reducing every gradient bucket (same sizes, fp32) back to back without backward. An estimate: any other DDP overhead counts as exposed communication." \
+  --columns scaled_against,allreduce_ms,hidden_comm_fraction \
+  --expect pytorch-single --expect tessera-single --expect pytorch-ddp --expect tessera-ddp || rc=1
 exit $rc

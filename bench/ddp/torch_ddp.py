@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 # The anchor's model, sizes and FLOP count (bench/torch_anchor.py, a copy of the anchors' script).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from torch_anchor import B, D, GPT, L, STEPS, T, V, WARM, flops_per_token, n_params  # noqa: E402
+from torch_anchor import B, D, GPT, L, SEED, STEPS, T, V, WARM, first_batch, flops_per_token, n_params  # noqa: E402
 
 
 def bucket_numels(model, ddp):
@@ -55,14 +55,12 @@ def main():
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     dev = torch.device("cuda", int(os.environ["LOCAL_RANK"])); torch.cuda.set_device(dev)
-    torch.manual_seed(0)
-    model = GPT().to(dev)
+    model = GPT(seed=SEED).to(dev)  # tessera's initial weights
     ddp = None
     if mode == "ddp":
         ddp = model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    g = torch.Generator(device=dev); g.manual_seed(1234 + rank)
-    x = torch.randint(0, V, (B, T), device=dev, generator=g); y = torch.randint(0, V, (B, T), device=dev, generator=g)
+    x, y = first_batch(dev, SEED + rank)  # tessera's batches
     torch.cuda.reset_peak_memory_stats(dev)
 
     def step():

@@ -2,7 +2,7 @@
 # The Llama benchmark on one GPU: train_gpt (--model llama3-1b, bf16) beside the independent PyTorch
 # Llama (bench/llama/torch_llama_train.py: eager and torch.compile) on the same Brown-corpus batches
 # from the same initial weights, in one run. Writes bench/results/llama_1gpu.{json,md} and the loss
-# curves bench/results/llama_1gpu_loss.png (bench/llama/combine.py).
+# curves bench/results/llama_1gpu_loss.png (bench/results.py llama).
 #   bench/llama/run.sh BUILD_DIR LOG_DIR [sections...]
 # Sections (default: curves):
 #   curves     tessera and PyTorch eager for STEPS (300) steps (the loss curves and their largest gap),
@@ -33,14 +33,14 @@ COMMON=(--lr 3e-4 --min-lr 3e-5 --warmup "${WARMUP:-30}")
 rc=0
 logs=()
 BENCH="llama bench"
-source "$HERE/../run_lib.sh"  # run NAME CMD...
+source "$HERE/../run_lib.sh"  # run NAME CMD..., machine
 train() {  # train NAME STEPS train_gpt-flags...
   local name=$1 steps=$2
   shift 2
   run "$name" torchrun -r 1 -t 1 --standalone --nproc_per_node=1 --no_python "$BUILD/examples/train_gpt" --model "$MODEL" \
     "${PRECISION[@]}" --data "$DATA" --split 98,2 --eod-token 2 --lr-schedule cosine --steps "$steps" \
     --log-jsonl "$LOGS/$name.jsonl" "$@"
-  [ -f "$LOGS/$name.jsonl" ] && "$PY" "$HERE/../train/jsonl_result.py" "$LOGS/$name.jsonl" "$name" 5 >>"$LOGS/$name.log"
+  [ -f "$LOGS/$name.jsonl" ] && "$PY" "$HERE/../results.py" from-jsonl "$LOGS/$name.jsonl" "$name" 5 >>"$LOGS/$name.log"
 }
 for s in "${SECTIONS[@]}"; do
   case $s in
@@ -61,8 +61,9 @@ for s in "${SECTIONS[@]}"; do
     *) echo "run.sh: unknown section $s" >&2; exit 2 ;;
   esac
 done
-gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 | sed 's/,/ driver/')
-"$PY" "$HERE/combine.py" "$LOGS" --machine "1 ${gpus:-CPU}; torch $("$PY" -c 'import torch;print(torch.__version__)')" \
+"$PY" "$HERE/../results.py" llama "$LOGS" --machine "$(PYTHON=$PY machine CPU)" \
   --command "bench/llama/run.sh $BUILD $LOGS ${SECTIONS[*]} (B=$B STEPS=$STEPS COMPILE_STEPS=$COMPILE_STEPS)" \
+  --title "$MODEL on one GPU: train_gpt vs the PyTorch Llama (same Brown batches, same initial weights)" \
+  --method "the median step after 5 warm-ups of each run's JSONL log (results.py from-jsonl; PyTorch: the same from its own log)" \
   --results "${RESULTS:-$HERE/../results}" || rc=1
 exit $rc

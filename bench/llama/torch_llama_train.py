@@ -9,7 +9,7 @@ same clipping and learning-rate schedule. Eager or torch.compile(model).
 
 Without a GPU it runs on the CPU in fp32 (a smoke test of the script). Writes a JSONL log like
 train_gpt's (config, then one record per step: loss, lr, step_ms,
-tokens_per_s, mfu, peak_mem_gib) and prints a RESULT line (bench/result_lines.py) with the
+tokens_per_s, mfu, peak_mem_gib) and prints a RESULT line (bench/results.py reads it) with the
 median step time of the steps after the first warm-up steps.
 """
 import argparse

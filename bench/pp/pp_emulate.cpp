@@ -1,20 +1,21 @@
 // The one-device pipeline probe (contract in pp_emulate.h).
 #include "pp_emulate.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <iostream>
-#include <sstream>
 #include <string>
 
+#include "bench_model.h"
 #include "comm/fake/fake_timing.h"
+#include "common/autocast.h"
 #include "common/error.h"
 #include "device_timer.h"
+#include "fused_adamw.h"
+#include "parallel/tensor/linear.h"
 #include "pipeline/partition.h"
 #include "pipeline/simulate.h"
 #include "timing.h"
@@ -25,6 +26,58 @@ namespace pl = tessera::pipeline;
 
 namespace {
 
+// The model cut into the units a stage boundary can fall between.
+struct PipelineUnits {
+  using Fn = std::function<at::Tensor(const at::Tensor&)>;
+  Fn embed;                                      // tokens -> hidden
+  std::vector<Fn> blocks;                        // hidden -> hidden
+  Fn head;                                       // hidden -> logits (final LayerNorm, head)
+  std::function<at::Tensor(const at::Tensor&, const at::Tensor&)> loss;  // logits, targets -> loss
+  std::vector<std::vector<at::Tensor>> params;  // per unit: embed, blocks..., head
+  std::vector<int64_t> blockParams;
+  int64_t embedParams = 0, headParams = 0;
+};
+
+// One stage holding the whole model: its parts are the embedding, each block, the final norm and
+// the head (models/lm.h; no learned positions), its FSDP units the same parts' parameters.
+PipelineUnits unitsOf(models::LmChunk& m, const CommPtr& tp) {
+  const auto& c = m->cfg;
+  const auto parts = m->parts();
+  const auto specs = m->fsdpUnits();
+  const size_t L = static_cast<size_t>(c.layers);
+  TESSERA_CHECK(c.positions != models::Positions::Learned && !c.tiedEmbeddings && parts.size() == L + 3 &&
+                    specs.size() == L + 3,
+                "pp emulation: the model's parts are not embedding, {} blocks, norm, head ({})", L, c.describe());
+  auto tensors = [&](size_t k) {
+    std::vector<at::Tensor> out;
+    for (const auto& [name, t] : specs[k].params) out.push_back(t);
+    return out;
+  };
+  auto count = [](const std::vector<at::Tensor>& ts) {
+    int64_t n = 0;
+    for (const auto& t : ts) n += t.numel();
+    return n;
+  };
+  PipelineUnits u;
+  u.embed = parts[0];
+  u.params.push_back(tensors(0));
+  u.embedParams = count(u.params.back());
+  for (size_t b = 0; b < L; ++b) {
+    u.blocks.push_back(parts[1 + b]);
+    u.params.push_back(tensors(1 + b));
+    u.blockParams.push_back(count(u.params.back()));
+  }
+  u.head = [norm = parts[L + 1], head = parts[L + 2]](const at::Tensor& x) { return head(norm(x)); };
+  auto headParams = tensors(L + 1);
+  for (auto& t : tensors(L + 2)) headParams.push_back(t);
+  u.headParams = count(headParams);
+  u.params.push_back(headParams);
+  u.loss = [tp, vocab = c.vocab](const at::Tensor& logits, const at::Tensor& y) {
+    return models::lmLoss(logits, y, tp, vocab);
+  };
+  return u;
+}
+
 struct UnitCosts {
   std::vector<double> fwd, bwd, opt;  // ms per micro-batch (fwd, bwd) and per step (opt), by unit
   std::vector<double> hostFwd, hostBwd;  // the host's time issuing them (ms per micro-batch)
@@ -32,15 +85,13 @@ struct UnitCosts {
 };
 
 // Times every unit over `steps` steps after the warm-ups; returns the means and the activation bytes.
-UnitCosts measure(const GptConfig& cfg, PipelineUnits& u, const at::Device& dev, int64_t batch, int M, int steps,
-                  int64_t& actBytes, double& sequentialMs) {
+UnitCosts measure(const models::ModelConfig& cfg, PipelineUnits& u, const at::Device& dev, int64_t batch, int M,
+                  int steps, int64_t& actBytes, double& sequentialMs) {
   const int n = static_cast<int>(u.blocks.size()) + 2;
   std::vector<FusedAdamW> opts;
   for (auto& p : u.params) opts.emplace_back(p);
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
-  auto x = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(dev);
-  auto y = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(dev);
-  auto xs = x.chunk(M, 0), ys = y.chunk(M, 0);
+  const auto xy = randomBatch(cfg, batch, kDataSeed, dev);
+  auto xs = xy.first.chunk(M, 0), ys = xy.second.chunk(M, 0);
   UnitCosts c{std::vector<double>(n, 0), std::vector<double>(n, 0), std::vector<double>(n, 0),
               std::vector<double>(n, 0), std::vector<double>(n, 0)};
   DeviceTimer timer(dev);
@@ -51,7 +102,7 @@ UnitCosts measure(const GptConfig& cfg, PipelineUnits& u, const at::Device& dev,
     std::vector<std::vector<std::pair<int, int>>> fm(n), bm(n), om(n);
     const int first = timer.mark();
     {
-      Bf16Autocast autocast(dev.is_cuda());
+      tessera::Bf16Autocast autocast(dev.is_cuda());
       for (int m = 0; m < M; ++m) {
         std::vector<at::Tensor> ins(n), outs(n);
         at::Tensor h;
@@ -61,7 +112,7 @@ UnitCosts measure(const GptConfig& cfg, PipelineUnits& u, const at::Device& dev,
             h = u.embed(xs[m]);
           } else {
             ins[k] = h.detach().requires_grad_(true);
-            h = k == n - 1 ? gptLoss(u.head(ins[k]), ys[m]) / static_cast<double>(M) : u.blocks[k - 1](ins[k]);
+            h = k == n - 1 ? u.loss(u.head(ins[k]), ys[m]) / static_cast<double>(M) : u.blocks[k - 1](ins[k]);
           }
           if (k == 1) actBytes = static_cast<int64_t>(h.numel()) * h.element_size();
           outs[k] = h;
@@ -112,17 +163,24 @@ struct Prediction {
 
 }  // namespace
 
-int emulatePipeline(const GptConfig& cfg, PipelineUnits& u, const at::Device& dev, int64_t batch, int M, int steps,
-                    int pp, pl::ScheduleKind kind, int extraWarmup) {
-  TESSERA_CHECK(pp >= 2, "PP_EMULATE={}: emulate at least 2 stages", pp);
+int emulatePipeline(const models::ModelConfig& cfg, const at::Device& dev, int64_t batch, int M, int steps,
+                    bool fusedWgrad, const PipelineEmulation& e) {
+  const int pp = e.pp, extraWarmup = e.extraWarmup;
+  const pl::ScheduleKind kind = e.kind;
+  TESSERA_CHECK(pp >= 2, "pp_bench --emulate {}: emulate at least 2 stages", pp);
   const int chunks = kind == pl::ScheduleKind::Interleaved1F1B ? 2 : 1;
-  const int L = static_cast<int>(u.blocks.size());
+  const int L = static_cast<int>(cfg.layers);
   // The schedule's own checks (e.g. EXTRA_WARMUP with an interleaved schedule) before measuring.
   pl::makeSchedule(kind, pp, M, chunks, extraWarmup);
+  const auto self = selfGroup(dev);
+  auto model = buildModel(cfg, self, models::partitionModel(cfg, 1, 1, {}), 0);
+  model->to(dev);
+  tp::setAccumulateGradInGemm(*model, fusedWgrad);
+  auto u = unitsOf(model, self);
   int64_t actBytes = 0;
   double sequentialMs = 0;
   const auto c = measure(cfg, u, dev, batch, M, steps, actBytes, sequentialMs);
-  const double transferMs = fakeOpSeconds(fakeTimingFromEnv(), "send", static_cast<double>(actBytes), 2) * 1e3;
+  const double transferMs = fakeOpSeconds(e.transfer, "send", static_cast<double>(actBytes), 2) * 1e3;
 
   // Candidate partitions: the two balanced ones, and for pp = 2 every split.
   std::vector<std::pair<std::string, pl::Partition>> parts;
@@ -145,8 +203,7 @@ int emulatePipeline(const GptConfig& cfg, PipelineUnits& u, const at::Device& de
     }
   std::vector<int> extras;
   if (kind == pl::ScheduleKind::OneFOneB) {
-    std::istringstream in(std::getenv("EXTRA_WARMUPS") ? std::getenv("EXTRA_WARMUPS") : "0 1 2 3");
-    for (int e; in >> e;) extras.push_back(e);
+    extras = e.extraWarmups;
     if (std::find(extras.begin(), extras.end(), extraWarmup) == extras.end()) extras.push_back(extraWarmup);
   } else {
     extras = {0};
@@ -170,9 +227,9 @@ int emulatePipeline(const GptConfig& cfg, PipelineUnits& u, const at::Device& de
     }
     std::vector<int> layers;
     for (int s = 0; s < S; ++s) layers.push_back(part.endBlock(s) - part.firstBlock(s));
-    for (int e : extras) {
-      auto sim = pl::simulateStep(pl::makeSchedule(kind, pp, M, chunks, e), costs, transferMs);
-      Prediction p{name, layers, e, 0, sim.step, *std::max_element(optByRank.begin(), optByRank.end()), {}, sim.idle};
+    for (int x : extras) {
+      auto sim = pl::simulateStep(pl::makeSchedule(kind, pp, M, chunks, x), costs, transferMs);
+      Prediction p{name, layers, x, 0, sim.step, *std::max_element(optByRank.begin(), optByRank.end()), {}, sim.idle};
       p.stepMs = p.pipeMs + p.optMs;
       for (const auto& sc : costs) p.stageMs.push_back(M * (sc.forward + sc.backward));
       preds.push_back(p);

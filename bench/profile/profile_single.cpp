@@ -1,50 +1,51 @@
-// Where one GPU's training step goes: the anchors' GPT-735M trained as bench/ddp's single mode
-// (bf16 autocast, fused AdamW, batch B), profiled with LibTorch's Kineto profiler over PROFILE_STEPS
-// (2) steps after 3 warm-ups (tessera's StepProfiler, common/profiler.h); the Chrome trace goes to the
-// path given. bench/profile/summarize.py
-// turns it (and torch_profile.py's trace of PyTorch's own model) into a table of GPU kernels.
+// Where one GPU's training step goes: the benchmarks' GPT-735M (common/bench_model.h) trained as
+// bench/ddp's single mode (bf16 autocast, fused AdamW, batch B), profiled with LibTorch's Kineto
+// profiler over PROFILE_STEPS (2) steps after 3 warm-ups (tessera's StepProfiler,
+// common/profiler.h); the Chrome trace goes to the path given. bench/profile/summarize.py turns it
+// (and torch_profile.py's trace of PyTorch's own model) into a table of GPU kernels.
 //   tessera_bench_profile TRACE.json
-// Built only against LibTorch 2.x with CUDA (the profiler's C++ API); a diagnostic, not a benchmark.
+// Needs LibTorch 2.x with CUDA (the profiler's C++ API) and a GPU; a diagnostic, not a benchmark.
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
 #include <iostream>
 #include <string>
+#include <tuple>
 
+#include "bench_model.h"
+#include "common/autocast.h"
 #include "common/error.h"
 #include "common/profiler.h"
-#include "gpt.h"
+#include "fused_adamw.h"
 #include "timing.h"
 
 namespace bench = tessera::bench;
 
 int main(int argc, char** argv) try {
   TESSERA_CHECK(argc == 2, "usage: {} TRACE.json", argv[0]);
-  const bench::GptConfig cfg = bench::gptConfigFromEnv();
+  const auto cfg = bench::modelFromEnv();
   const int64_t batch = bench::envInt("B", 8);
   const int steps = static_cast<int>(bench::envInt("PROFILE_STEPS", 2));
-  torch::Device device = bench::singleProcessDevice();
+  const auto device = bench::singleProcessDevice();
   TESSERA_CHECK(device.is_cuda(), "profile_single: needs a GPU");
   bench::useDevice(device);
-  torch::manual_seed(0);
-  bench::BenchGpt model(cfg);
+  const auto tp = bench::selfGroup(device);
+  auto model = bench::buildModel(cfg, tp, tessera::models::partitionModel(cfg, 1, 1, {}), 0);
   model->to(device);
   bench::FusedAdamW opt(model->parameters());
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
-  auto x = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(device);
-  auto y = at::randint(0, cfg.vocab, {batch, cfg.seqLen}, gen, at::kLong).to(device);
+  at::Tensor x, y;
+  std::tie(x, y) = bench::randomBatch(cfg, batch, bench::kDataSeed, device);
   auto step = [&] {
-    torch::Tensor loss;
+    at::Tensor loss;
     {
-      bench::Bf16Autocast autocast(true);
-      loss = bench::gptLoss(model->forward(x), y);
+      tessera::Bf16Autocast autocast(true);
+      loss = tessera::models::lmLoss(model->forward(x), y, tp, cfg.vocab);
     }
     loss.backward();
     opt.step();
     opt.zeroGrad(/*setToNone=*/true);
   };
-  auto times = bench::timeSteps(bench::kWarmSteps, 5, device, step);
+  auto times = bench::timeSteps(bench::kWarmSteps, 5, device, step, /*profileRank=*/-1);
   std::cout << "profile_single: step ms (unprofiled, median of 5) " << bench::median(times) * 1e3 << std::endl;
 
   // Steps 0..PROFILE_STEPS-1 of what follows, through tessera's StepProfiler (common/profiler.h).

@@ -14,13 +14,9 @@ import torch_anchor as A  # noqa: E402
 def main():
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
-    torch.manual_seed(0)
-    model = A.GPT().to(dev)
+    model = A.GPT(seed=A.SEED).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    g = torch.Generator(device=dev)
-    g.manual_seed(1234)
-    x = torch.randint(0, A.V, (A.B, A.T), device=dev, generator=g)
-    y = torch.randint(0, A.V, (A.B, A.T), device=dev, generator=g)
+    x, y = A.first_batch(dev)
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16):

@@ -2,7 +2,9 @@
 # train_gpt (the C++ 3D trainer) against PyTorch on this machine's GPUs, on the anchors'
 # GPT-735M, bf16: each layout side by side with PyTorch's equivalent from bench/torch_anchor.py
 # and, for dp and fsdp, tessera's Python path (bench/train/tessera_py.py), in one run. Writes
-# bench/results/train_gpt_<N>gpu.{json,md} (bench/train/combine.py).
+# bench/results/train_gpt_<N>gpu.{json,md} (bench/results.py gpt: the PyTorch and tessera-py rows
+# scaled against pytorch-single, train_gpt's against tessera-train-single; vs_pytorch: tokens/s over
+# PyTorch's row of the same layout, none for layouts the anchor has no equivalent of).
 #   bench/train/run.sh BUILD_DIR LOG_DIR [sections...]
 # Sections (default: dp fsdp tp pp), N = NPROC GPUs (default 2):
 #   single  pytorch-single, tessera-train-single (B=8, 1 GPU; the scaling references)
@@ -36,14 +38,14 @@ TORCHRUN=(torchrun --standalone)
 rc=0
 logs=()
 BENCH="train bench"
-source "$HERE/../run_lib.sh"  # run NAME CMD...
+source "$HERE/../run_lib.sh"  # run NAME CMD..., machine
 torch_run() { local name=$1 n=$2 mode=$3; run "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" "$HERE/../torch_anchor.py" "$mode"; }
 train() {  # train NAME NPROC train_gpt-flags...: then its RESULT line from the JSONL log
   local name=$1 n=$2
   shift 2
   run "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" --no-python "$BUILD/examples/train_gpt" --model 735m \
     --precision bf16 --steps $((STEPS + 3)) --log-jsonl "$LOGS/$name.jsonl" "$@"
-  python3 "$HERE/jsonl_result.py" "$LOGS/$name.jsonl" "$name" >>"$LOGS/$name.log" && grep RESULT "$LOGS/$name.log" | cut -c1-300
+  python3 "$HERE/../results.py" from-jsonl "$LOGS/$name.jsonl" "$name" >>"$LOGS/$name.log" && grep RESULT "$LOGS/$name.log" | cut -c1-300
 }
 py_run() { local name=$1 mode=$2; run "$name" "${TORCHRUN[@]}" --nproc_per_node="$N" "$HERE/tessera_py.py" "$mode"; }
 
@@ -85,9 +87,11 @@ for s in "${SECTIONS[@]}"; do
   esac
 done
 
-gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//;s/,/ driver/' | paste -sd';' || true)
-machine="${gpus:-no GPU} ($N used); torch $(python3 -c 'import torch;print(torch.__version__)' 2>/dev/null)"
-python3 "$HERE/combine.py" "${logs[@]}" --gpus "$N" --machine "$machine" \
+python3 "$HERE/../results.py" gpt "${logs[@]}" --name "${RESULT_NAME:-train_gpt_${N}gpu}" \
+  --results "${RESULTS:-$HERE/../results}" --machine "$(machine) ($N used)" \
   --command "$(env | grep -E '^TESSERA_(OVERLAP_SM_CARVEOUT|TP_FORWARD_CHUNKS)=' | sort | tr '\n' ' ')NPROC=$N bench/train/run.sh $BUILD $LOGS $*" \
-  --results "${RESULTS:-$HERE/../results}" ${RESULT_NAME:+--name "$RESULT_NAME"} || rc=1
+  --title "train_gpt beside PyTorch on $N GPU(s), GPT-735M bf16" \
+  --method "3 warm-ups then the median step of train_gpt's JSONL log (results.py from-jsonl) or of the PyTorch run; peak memory = max allocated by the caching allocator (the fullest rank)" \
+  --reference pytorch=pytorch-single --reference tessera-py=pytorch-single --reference tessera-train=tessera-train-single \
+  --vs-pytorch tessera-train- --vs-pytorch tessera-py- --columns mode,scaled_against,vs_pytorch || rc=1
 exit $rc

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from torch_anchor import B, GPT, STEPS, T, V, WARM, flops_per_token, n_params  # noqa: E402
+from torch_anchor import B, GPT, SEED, STEPS, T, WARM, first_batch, flops_per_token, n_params  # noqa: E402
 
 import tessera  # noqa: E402
 
@@ -28,8 +28,7 @@ def main():
     rank, world = ctx.rank, ctx.world_size
     dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     torch.cuda.set_device(dev)
-    torch.manual_seed(0)
-    model = GPT().to(dev)
+    model = GPT(seed=SEED).to(dev)  # tessera's initial weights
     if mode == "ddp":
         model = tessera.DistributedDataParallel(model, ctx.world, gradient_as_bucket_view=True)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
@@ -42,10 +41,7 @@ def main():
         opt = tessera.ShardedAdamW(model, lr=1e-4)
         autocast = torch.autocast("cuda", enabled=False)
         zero = opt.zero_grad
-    g = torch.Generator(device=dev)
-    g.manual_seed(1234 + rank)
-    x = torch.randint(0, V, (B, T), device=dev, generator=g)
-    y = torch.randint(0, V, (B, T), device=dev, generator=g)
+    x, y = first_batch(dev, SEED + rank)  # tessera's batches
     times = []
     torch.cuda.reset_peak_memory_stats(dev)
     for _ in range(WARM + STEPS):

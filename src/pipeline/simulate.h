@@ -11,7 +11,7 @@
 // - the step ends when every rank's computations and batches have finished.
 // What it leaves out: host overhead, the contention of transfers with compute for SMs and
 // memory bandwidth, and costs that differ between micro-batches. It is for choosing a schedule
-// or partition and bounding what one can reach (bench/pp's PP_EMULATE probe), not a measurement.
+// or partition and bounding what one can reach (tessera_bench_pp --emulate), not a measurement.
 // Pure: no device, no communication.
 #include <vector>
 

@@ -1,14 +1,13 @@
 // The fake communicator's timing (src/comm/fake/fake_timing.h) and the Keep contract (types.h).
-// CPU: the model's formulas, FAKE_COMM_* parsing and its errors, timing refused off CUDA.
+// CPU: the model's formulas, FakeTiming's checks and their errors, timing refused off CUDA.
 // GPU (test_fake_comm_gpu, one GPU): a timed op runs on its own stream after the caller's work —
 // its output is written only after the modelled time and Work::wait() orders the caller's
 // stream after it; tensors stay referenced until the op is seen complete (Keep::UntilDone),
-// are never referenced for Keep::ByCaller, and are again with FAKE_COMM_KEEP=done.
+// are never referenced for Keep::ByCaller, and are again with ignoreByCaller.
 // The modelled times here are long (0.3 s) so that "not done yet" holds on any machine.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "comm/fake/fake_communicator.h"
@@ -21,18 +20,6 @@
 using namespace tessera;
 
 namespace {
-
-using Vars = std::vector<std::pair<std::string, std::string>>;
-
-struct EnvGuard {  // sets variables for a scope, unsets them after
-  explicit EnvGuard(Vars vs) : vs_(std::move(vs)) {
-    for (auto& [k, v] : vs_) setenv(k.c_str(), v.c_str(), 1);
-  }
-  ~EnvGuard() {
-    for (auto& [k, v] : vs_) unsetenv(k.c_str());
-  }
-  Vars vs_;
-};
 
 TEST(FakeTiming, ModelUsesBusBandwidthDefinitions) {
   FakeTiming t;
@@ -50,51 +37,34 @@ TEST(FakeTiming, ModelUsesBusBandwidthDefinitions) {
   EXPECT_NEAR(fakeOpSeconds(t, "barrier", 0, 8), 10e-6, 1e-12);
 }
 
-TEST(FakeTiming, FromEnvironment) {
-  {
-    EnvGuard g(Vars{{"FAKE_COMM_TIMED", "0"}});
-    EXPECT_FALSE(fakeTimingFromEnv().enabled);
-  }
-  {
-    EnvGuard g(Vars{{"FAKE_COMM_TIMED", "1"}, {"FAKE_COMM_BUSBW_GBPS", "80"}, {"FAKE_COMM_LATENCY_US", "5"},
-                {"FAKE_COMM_CTAS", "16"}, {"FAKE_COMM_KEEP", "done"}});
-    const auto t = fakeTimingFromEnv();
-    EXPECT_TRUE(t.enabled);
-    EXPECT_EQ(t.allReduceGBps, 80);
-    EXPECT_EQ(t.reduceScatterGBps, 80);
-    EXPECT_EQ(t.latencyUs, 5);
-    EXPECT_EQ(t.ctas, 16);
-    EXPECT_TRUE(t.ignoreByCaller);
-  }
-  {
-    EnvGuard g(Vars{{"FAKE_COMM_TIMED", "1"}, {"FAKE_COMM_BUSBW_GBPS", "fast"}});
+TEST(FakeTiming, Validate) {
+  FakeTiming t;
+  validate(t);  // untimed: nothing to check
+  t.enabled = true;
+  validate(t);  // the defaults
+  t.ctas = 8;
+  t.traffic = true;
+  validate(t);
+  EXPECT_NE(t.describe().find("memory traffic"), std::string::npos) << t.describe();
+  auto refused = [](FakeTiming bad, const std::string& field) {
     try {
-      fakeTimingFromEnv();
-      FAIL() << "a bad bandwidth was accepted";
+      validate(bad);
+      ADD_FAILURE() << "a bad " << field << " was accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("FAKE_COMM_BUSBW_GBPS=fast"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
     }
-  }
-  {
-    EnvGuard g(Vars{{"FAKE_COMM_TIMED", "1"}, {"FAKE_COMM_KEEP", "forever"}});
-    EXPECT_THROW(fakeTimingFromEnv(), Error);
-  }
-  {
-    EnvGuard g(Vars{{"FAKE_COMM_TIMED", "1"}, {"FAKE_COMM_CTAS", "8"}, {"FAKE_COMM_TRAFFIC", "1"}});
-    const auto t = fakeTimingFromEnv();
-    EXPECT_TRUE(t.traffic);
-    EXPECT_NE(t.describe().find("memory traffic"), std::string::npos) << t.describe();
-  }
-  for (auto bad : {Vars{{"FAKE_COMM_TIMED", "1"}, {"FAKE_COMM_TRAFFIC", "1"}},
-                   Vars{{"FAKE_COMM_TIMED", "1"}, {"FAKE_COMM_CTAS", "8"}, {"FAKE_COMM_TRAFFIC", "yes"}}}) {
-    EnvGuard g(bad);
-    try {
-      fakeTimingFromEnv();
-      FAIL() << "a bad FAKE_COMM_TRAFFIC setting was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("FAKE_COMM_TRAFFIC"), std::string::npos) << e.what();
-    }
-  }
+  };
+  FakeTiming bad = t;
+  bad.allGatherGBps = 0;
+  refused(bad, "allGatherGBps = 0");
+  bad = t;
+  bad.latencyUs = -1;
+  refused(bad, "latencyUs = -1");
+  bad = t;
+  bad.ctas = 0;  // traffic without SMs to stream with
+  refused(bad, "traffic needs ctas > 0");
+  bad.enabled = false;
+  validate(bad);  // untimed: the fields are not used
 }
 
 TEST(FakeTiming, RefusedOnTheCpu) {
@@ -159,7 +129,7 @@ TEST(FakeTimingGpu, KeepContract) {
     auto mine = c->reduceScatter(out, in, ReduceOp::Sum, Keep::ByCaller);
     EXPECT_FALSE(mine->completed());
     if (ignore) {
-      EXPECT_GT(in.use_count(), 1) << "FAKE_COMM_KEEP=done must keep ByCaller tensors too";
+      EXPECT_GT(in.use_count(), 1) << "ignoreByCaller must keep ByCaller tensors too";
     } else {
       EXPECT_EQ(in.use_count(), 1) << "a ByCaller op referenced its input";
       EXPECT_EQ(out.use_count(), 1) << "a ByCaller op referenced its output";

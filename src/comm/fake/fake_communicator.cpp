@@ -27,7 +27,8 @@ class FakeCommunicator : public Communicator {
   FakeCommunicator(int rank, int size, at::Device device, const std::string& name, FakeTiming timing)
       : Communicator(rank, size, name), device_(device), timing_(timing) {
     if (timing_.enabled) {
-      TESSERA_CHECK(device_.is_cuda(), "fake communicator '{}': timing (FAKE_COMM_TIMED) needs a CUDA device, not {}",
+      validate(timing_);
+      TESSERA_CHECK(device_.is_cuda(), "fake communicator '{}': timing (FakeTiming::enabled) needs a CUDA device, not {}",
                     name, device_.str());
       stream_ = fake_detail::makeTimedStream(device_.index(), timing_.ctas, timing_.traffic);
     }

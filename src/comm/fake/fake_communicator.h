@@ -4,8 +4,9 @@
 // synchronize and completed return at once) — or, timed (fake_timing.h), takes the time a
 // modelled network would on a stream of its own. PyTorch's "fake" process group is the same idea.
 // For probes, not training: what a data/tensor/fully-sharded parallel step costs on one GPU
-// without its communication (bench/common/fake_world.h, the FAKE_WORLD probe), and single-device
-// tests of parallel ops whose result does not depend on the other ranks.
+// without its communication (bench/common/fake_world.h, the TESSERA_FAKE_WORLD probe), and
+// single-device tests of parallel ops whose result does not depend on the other ranks. A group of
+// size 1 is exact (every op of one rank is the identity): the benchmarks' group of one.
 // Values are not those of a real run, but every output holds realistic values, as if every rank
 // were this one:
 //   - all-gather repeats this rank's input in every slot; reduce-scatter keeps this rank's slot of

@@ -35,11 +35,10 @@ struct FakeTiming {
   std::string describe() const;
 };
 
-// FAKE_COMM_TIMED=1 turns timing on; FAKE_COMM_BUSBW_GBPS (all ops), FAKE_COMM_LATENCY_US,
-// FAKE_COMM_CTAS, FAKE_COMM_TRAFFIC=1 (traffic; needs FAKE_COMM_CTAS) and FAKE_COMM_KEEP=done
-// (ignoreByCaller) adjust it. A value that is not a
-// positive number is an error naming the variable.
-FakeTiming fakeTimingFromEnv();
+// Checks an enabled timing: latency >= 0, every bandwidth > 0, ctas >= 0, traffic only with
+// ctas > 0; else a tessera::Error naming the field and its value. makeFakeCommunicator calls it.
+// (The benchmark drivers fill the struct from TESSERA_FAKE_COMM_*: bench/common/fake_world.h.)
+void validate(const FakeTiming& t);
 
 // Seconds an op of `kind` ("all_reduce", "all_gather", ... the OpInfo::op names) moving a buffer
 // of `bytes` (the large side) costs in a group of `n` ranks under `t`.

@@ -6,7 +6,7 @@
 namespace tessera::fake_detail {
 
 std::shared_ptr<TimedStream> makeTimedStream(int, int, bool) {
-  throw Error("fake communicator: FAKE_COMM_TIMED needs a CUDA device and a build with CUDA (this one has none)");
+  throw Error("fake communicator: timing needs a CUDA device and a build with CUDA (this one has none)");
 }
 
 }  // namespace tessera::fake_detail
