@@ -62,7 +62,7 @@ std::string usage() {
          "  [--data synthetic|PATH|'W1 PATH1 W2 PATH2 ...'] [--data-format auto|megatron|llmc|raw-uint16|raw-uint32]\n"
          "  [--split TRAIN,VALID[,TEST]] [--valid-data SPEC] [--eod-token ID]\n"
          "  [--fsdp-prefetch-mib N] [--checkpoint-dir DIR] [--checkpoint-every K]\n"
-         "  [--log-jsonl FILE] [--breakdown] [--peak-tflops X] [--no-fused-wgrad]\n"
+         "  [--log-jsonl FILE] [--breakdown] [--peak-tflops X] [--no-fused-wgrad] [--fused-kernels on|off|auto]\n"
          "Defaults: dp = world / (pp·tp); micro-batches 1 without pp (more: gradient accumulation), else 2·pp;\n"
          "model tiny on CPU, 735m on GPU; precision fp32 on CPU, bf16 on GPU; batch 8·dp sequences; data\n"
          "synthetic; constant lr 1e-3; weight decay 0.01 (never on norms and biases).\n"
@@ -164,10 +164,14 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu) {
   i32("--checkpoint-every", o.checkpointEvery);
   str("--log-jsonl", o.logJsonl);
   dbl("--peak-tflops", o.peakTflops);
+  str("--fused-kernels", o.fusedKernels);
   if (o.peakTflops == 0 && onGpu) o.peakTflops = 989;
   TESSERA_CHECK(kv.empty(), "train_gpt: unknown flag '{}'\n{}", kv.begin()->first, usage());
   TESSERA_CHECK(o.dpMode == "ddp" || o.dpMode == "fsdp", "train_gpt: --dp-mode must be ddp or fsdp, got '{}'",
                 o.dpMode);
+  TESSERA_CHECK(o.fusedKernels == "on" || o.fusedKernels == "off" || o.fusedKernels == "auto",
+                "train_gpt: --fused-kernels must be on, off or auto, got '{}'", o.fusedKernels);
+  if (o.fusedKernels == "auto") o.fusedKernels = onGpu ? "on" : "off";
   TESSERA_CHECK(o.schedule == "1f1b" || o.schedule == "gpipe" || o.schedule == "interleaved",
                 "train_gpt: --schedule must be 1f1b, gpipe or interleaved, got '{}'", o.schedule);
   TESSERA_CHECK(o.precision == "fp32" || o.precision == "bf16", "train_gpt: --precision must be fp32 or bf16, got '{}'",
@@ -225,14 +229,17 @@ void resolveLayout(TrainOptions& o, int world) {
 
 bool usesFusedWgrad(const TrainOptions& o) { return o.fusedWgrad && o.dpMode == "ddp"; }
 
+bool usesFusedKernels(const TrainOptions& o) { return o.fusedKernels == "on"; }
+
 std::string describe(const TrainOptions& o) {
-  return fmt::format("dp {} ({}) x pp {} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}; {} steps; {}{}",
+  return fmt::format("dp {} ({}) x pp {} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}{}; {} steps; {}{}",
                      o.dp, o.dpMode, o.pp, o.tp, o.sequenceParallel ? " +sp" : "", o.microBatches, o.schedule,
                      o.chunks > 1                ? fmt::format(" ({} chunks)", o.chunks)
                      : o.extraWarmup > 0 ? fmt::format(" (+{} warm-up forwards)", o.extraWarmup)
                                          : "",
                      o.batch, o.cfg.seqLen, o.precision,
-                     usesFusedWgrad(o) ? ", weight gradients summed in the GEMM" : "", o.steps, optim::describe(o.lr),
+                     usesFusedWgrad(o) ? ", weight gradients summed in the GEMM" : "",
+                     usesFusedKernels(o) ? ", fused kernels" : "", o.steps, optim::describe(o.lr),
                      o.recompute != nn::Recompute::None ? fmt::format("; recompute {}", nn::toString(o.recompute)) : "");
 }
 

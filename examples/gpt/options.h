@@ -48,6 +48,11 @@ struct TrainOptions {
   // DDP, at any tp (FSDP's bf16 parameters keep autograd's). --no-fused-wgrad: off.
   bool fusedWgrad = true;
   double peakTflops = 0;          // 0: 989 on CUDA (H100/H200 bf16 dense), none on CPU
+  // tessera's fused kernels (models::ChunkOptions::fusedKernels, the fused cross-entropy) and the
+  // multi-tensor AdamW (DDP mode): on | off | auto (on for GPU runs, off on CPU; parseOptions
+  // resolves it to on or off). CPU runs with "on" take the kernels' ATen references (the same
+  // maths). Off by default until the kernels have passed the GPU tests (tests/kernels, label gpu).
+  std::string fusedKernels = "off";
 };
 
 // Parses argv; `onGpu` picks the defaults. Throws on bad input; "--help" → help text in
@@ -60,5 +65,7 @@ std::string describe(const TrainOptions& o);
 // Whether the linears sum their weight gradients in the GEMM: fusedWgrad where it applies
 // (DDP, any tp).
 bool usesFusedWgrad(const TrainOptions& o);
+// Whether the model, loss and optimizer take tessera's fused kernels (--fused-kernels).
+bool usesFusedKernels(const TrainOptions& o);
 
 }  // namespace tessera::gpt
