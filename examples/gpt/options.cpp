@@ -16,6 +16,9 @@ namespace tessera::gpt {
 
 namespace {
 constexpr Choices<DpMode, 2> kDpMode{"--dp-mode value", {{{DpMode::Ddp, "ddp"}, {DpMode::Fsdp, "fsdp"}}}};
+enum class Switch { On, Off, Auto };
+constexpr Choices<Switch, 3> kSwitch{"--fused-kernels value",
+                                     {{{Switch::On, "on"}, {Switch::Off, "off"}, {Switch::Auto, "auto"}}}};
 constexpr Choices<Precision, 2> kPrecision{"--precision value", {{{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}}}};
 
 // The whole of `v` read by `read` (std::stoll / std::stod), else an error naming the flag.
@@ -71,6 +74,7 @@ std::string usage() {
          "  [--fsdp-prefetch-mib N] [--checkpoint-dir DIR] [--checkpoint-every K]\n"
          "  [--log-jsonl FILE] [--breakdown] [--peak-tflops X] [--no-fused-wgrad]\n"
          "  [--tp-forward-chunks N] [--sm-carveout SMS] [--tp-ring] [--profile PATH[:FIRST[:COUNT]]]\n"
+         "  [--fused-kernels on|off|auto]\n"
          "Defaults: dp = world / (pp·tp); micro-batches 1 without pp (more: gradient accumulation), else 2·pp;\n"
          "model tiny on CPU, 735m on GPU; precision fp32 on CPU, bf16 on GPU; batch 8·dp sequences; data\n"
          "synthetic; constant lr 1e-3; weight decay 0.01 (never on norms and biases); --tp-forward-chunks,\n"
@@ -181,6 +185,10 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu, const Settings& env
   i32("--sm-carveout", o.overlap.smCarveout);
   take("--tp-ring", [&](const std::string&) { o.overlap.ring = true; });
   str("--profile", o.profile);
+  take("--fused-kernels", [&](const std::string& v) {
+    const auto s = kSwitch.parse(v);
+    o.fusedKernels = s == Switch::On || (s == Switch::Auto && onGpu);
+  });
   if (o.peakTflops == 0 && onGpu) o.peakTflops = 989;
   TESSERA_CHECK(kv.empty(), "train_gpt: unknown flag '{}'\n{}", kv.begin()->first, usage());
   TESSERA_CHECK(o.precision == Precision::Fp32 || onGpu, "train_gpt: --precision bf16 needs GPUs (CPU runs are fp32)");
@@ -242,14 +250,15 @@ bool usesFusedWgrad(const TrainOptions& o) { return o.fusedWgrad && o.dpMode == 
 std::string describe(const TrainOptions& o) {
   const auto& ov = o.overlap;
   const bool overlapSet = ov.forwardChunks > 1 || ov.smCarveout > 0 || ov.ring;
-  return fmt::format("dp {} ({}) x pp {} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}; {} steps; {}{}{}",
+  return fmt::format("dp {} ({}) x pp {} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}{}; {} steps; {}{}{}",
                      o.dp, toString(o.dpMode), o.pp, o.tp, o.sequenceParallel ? " +sp" : "", o.microBatches,
                      pipeline::scheduleName(o.schedule),
                      o.chunks > 1                ? fmt::format(" ({} chunks)", o.chunks)
                      : o.extraWarmup > 0 ? fmt::format(" (+{} warm-up forwards)", o.extraWarmup)
                                          : "",
                      o.batch, o.cfg.seqLen, toString(o.precision),
-                     usesFusedWgrad(o) ? ", weight gradients summed in the GEMM" : "", o.steps, optim::describe(o.lr),
+                     usesFusedWgrad(o) ? ", weight gradients summed in the GEMM" : "",
+                     o.fusedKernels ? ", fused kernels" : "", o.steps, optim::describe(o.lr),
                      o.recompute != nn::Recompute::None ? fmt::format("; recompute {}", nn::toString(o.recompute)) : "",
                      overlapSet ? fmt::format("; overlap: {} forward pieces, {} SMs kept free{}", ov.forwardChunks,
                                               ov.smCarveout, ov.ring ? ", ring" : "")

@@ -62,6 +62,11 @@ struct TrainOptions {
   tp::LinearOverlap overlap;
   std::string profile;            // --profile PATH[:FIRST[:COUNT]] (TESSERA_PROFILE); empty: none
   bool profileCpu = true;         // TESSERA_PROFILE_CPU
+  // tessera's fused kernels (models::ChunkOptions::fusedKernels, the fused cross-entropy) and the
+  // multi-tensor AdamW: --fused-kernels on|off|auto (auto: on for GPU runs, off on CPU; parseOptions
+  // resolves it). CPU runs with "on" take the kernels' ATen references (the same maths). Off by
+  // default until the kernels have passed the GPU tests (tests/kernels, label gpu).
+  bool fusedKernels = false;
 };
 
 // Parses argv; `onGpu` picks the defaults, `env` (Settings::fromEnvironment()) the defaults of

@@ -57,6 +57,7 @@ void Trainer::State::build() {
   co.sequenceParallel = o.sequenceParallel;
   co.recompute = o.recompute;
   co.seed = o.seed;
+  co.fusedKernels = o.fusedKernels;
   for (int c = 0; c < o.chunks; ++c) {
     auto chunk = models::LmChunk(cfg, mesh->tpGroup(), kvGroup, part, part.stageOf(me.pp, c), co);
     chunk->to(device);
@@ -101,7 +102,7 @@ void Trainer::State::build() {
     // contribute the gradients they accumulated (DDP's unused-parameter path).
     dopt.findUnusedParameters = o.chunks > 1;
     ddp = std::make_unique<DistributedDataParallel>(named, DistributedDataParallel::Named{}, mesh->dpGroup(), dopt);
-    adam = std::make_unique<optim::AdamW>(tensors, names, decay, ao);
+    adam = std::make_unique<optim::AdamW>(tensors, names, decay, ao, /*multiTensor=*/o.fusedKernels);
   }
 
   std::vector<pipeline::PipelineExecutor::ChunkFn> fns;
@@ -132,10 +133,14 @@ void Trainer::State::build() {
   };
   const int64_t vocab = cfg.vocab;
   auto tpGroup = mesh->tpGroup();
+  const bool fused = co.fusedKernels;
   exec = std::make_unique<pipeline::PipelineExecutor>(
       mesh->ppGroup(),
       pipeline::makeSchedule(o.schedule, o.pp, o.microBatches, o.chunks, o.extraWarmup), fns,
-      [tpGroup, vocab](const at::Tensor& y, const at::Tensor& t) { return models::lmLoss(y, t, tpGroup, vocab); }, eo);
+      [tpGroup, vocab, fused](const at::Tensor& y, const at::Tensor& t) {
+        return models::lmLoss(y, t, tpGroup, vocab, fused);
+      },
+      eo);
 }
 
 StepReport Trainer::State::step(int64_t s) {

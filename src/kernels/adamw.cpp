@@ -31,6 +31,22 @@ void check(const char* fn, const at::Tensor& param, const at::Tensor& grad, cons
 
 }  // namespace
 
+#ifdef TESSERA_HAVE_NCCL
+detail::AdamWScalars detail::adamwScalars(double lr, double beta1, double beta2, double eps, double weightDecay,
+                                          long long step) {
+  AdamWScalars k;
+  k.decay = static_cast<float>(1 - lr * weightDecay);
+  k.beta1 = static_cast<float>(beta1);
+  k.oneMinusBeta1 = static_cast<float>(1 - beta1);
+  k.beta2 = static_cast<float>(beta2);
+  k.oneMinusBeta2 = static_cast<float>(1 - beta2);
+  k.sqrtBc2 = static_cast<float>(std::sqrt(1 - std::pow(beta2, static_cast<double>(step))));
+  k.eps = static_cast<float>(eps);
+  k.stepSize = static_cast<float>(lr / (1 - std::pow(beta1, static_cast<double>(step))));
+  return k;
+}
+#endif
+
 void adamwStepReference(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, const at::Tensor& v,
                         const AdamWStep& s) {
   check("adamwStepReference", p, g, m, v, s);
@@ -50,15 +66,7 @@ void adamwStep(const at::Tensor& p, const at::Tensor& g, const at::Tensor& m, co
   }
 #ifdef TESSERA_HAVE_NCCL
   check("adamwStep", p, g, m, v, s);
-  detail::AdamWScalars k;
-  k.decay = static_cast<float>(1 - s.lr * s.weightDecay);
-  k.beta1 = static_cast<float>(s.beta1);
-  k.oneMinusBeta1 = static_cast<float>(1 - s.beta1);
-  k.beta2 = static_cast<float>(s.beta2);
-  k.oneMinusBeta2 = static_cast<float>(1 - s.beta2);
-  k.sqrtBc2 = static_cast<float>(std::sqrt(1 - std::pow(s.beta2, static_cast<double>(s.step))));
-  k.eps = static_cast<float>(s.eps);
-  k.stepSize = static_cast<float>(s.lr / (1 - std::pow(s.beta1, static_cast<double>(s.step))));
+  const auto k = detail::adamwScalars(s.lr, s.beta1, s.beta2, s.eps, s.weightDecay, s.step);
   const int device = p.device().index();
   const auto err = detail::launchAdamW(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(),
                                        v.data_ptr<float>(), p.numel(), k, cuda::currentStream(device), device);

@@ -1,6 +1,6 @@
 // The fused AdamW kernel behind kernels::adamwStep for CUDA tensors (see adamw.h): one pass
 // over the flat shard, each thread reading p, g, m, v once and writing p, m, v once, in the
-// order of the ATen reference's ops. Rounding: every op is rounded separately (__f*_rn: no
+// order of the ATen reference's ops (adamw_math.cuh). Rounding: every op is rounded separately (__f*_rn: no
 // fused multiply-add contraction), so results stay within a few ulps of the CPU reference
 // (sqrtf and division are IEEE-rounded on sm_90 with default flags).
 #include <cuda_runtime_api.h>
@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/adamw_cuda.h"
+#include "kernels/adamw_math.cuh"
 
 namespace tessera::kernels::detail {
 namespace {
@@ -18,12 +19,8 @@ __global__ void adamwKernel(float* __restrict__ p, const float* __restrict__ g, 
                             float* __restrict__ v, long long n, AdamWScalars s) {
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    const float gi = g[i];
-    float pi = __fmul_rn(p[i], s.decay);
-    float mi = __fadd_rn(__fmul_rn(m[i], s.beta1), __fmul_rn(gi, s.oneMinusBeta1));
-    float vi = __fadd_rn(__fmul_rn(v[i], s.beta2), __fmul_rn(__fmul_rn(gi, gi), s.oneMinusBeta2));
-    const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), s.sqrtBc2), s.eps);
-    pi = __fadd_rn(pi, __fmul_rn(-s.stepSize, __fdiv_rn(mi, denom)));
+    float pi = p[i], mi = m[i], vi = v[i];
+    adamwUpdate(pi, g[i], mi, vi, s.decay, s);
     p[i] = pi;
     m[i] = mi;
     v[i] = vi;

@@ -14,6 +14,10 @@ struct AdamWScalars {
   float stepSize;   // lr / (1 - beta1^step)
 };
 
+// The scalars of step `step` of AdamW with (lr, beta1, beta2, eps, weightDecay): computed in double
+// as the reference does, then rounded to float. Defined in adamw.cpp.
+AdamWScalars adamwScalars(double lr, double beta1, double beta2, double eps, double weightDecay, long long step);
+
 // Local, asynchronous: enqueues one fused kernel on `stream` (a cudaStream_t of `device`,
 // as void*) updating p, m, v in place over n fp32 elements (device pointers). Makes `device`
 // current for the launch and restores the previous one. Returns "" or the CUDA error text.

@@ -5,15 +5,11 @@
 // source and destination reach vector alignment at the same element; otherwise, and for the
 // unaligned head and tail, they copy element by element. Math is fp32; stores round to nearest
 // even (the same rounding as ATen's CPU casts, so results match the CPU reference).
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime_api.h>
-
 #include <cstdint>
 #include <string>
 
-#include "comm/nccl/cuda_glue.h"
 #include "kernels/bucket_copy_cuda.h"
+#include "kernels/cuda_common.cuh"
 
 namespace tessera::kernels::detail {
 namespace {
@@ -39,24 +35,6 @@ struct Batch {
   float scale;
   bool applyScale;
 };
-
-template <typename T>
-__device__ __forceinline__ float toFloat(T x);
-template <>
-__device__ __forceinline__ float toFloat<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ float toFloat<__nv_bfloat16>(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <>
-__device__ __forceinline__ float toFloat<__half>(__half x) { return __half2float(x); }
-
-template <typename T>
-__device__ __forceinline__ T fromFloat(float x);
-template <>
-__device__ __forceinline__ float fromFloat<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
-template <>
-__device__ __forceinline__ __half fromFloat<__half>(float x) { return __float2half_rn(x); }
 
 template <typename T, int V>
 struct alignas(sizeof(T) * V) Vec {
@@ -131,10 +109,6 @@ __global__ void __launch_bounds__(kThreads) multiTensorCopyKernel(const __grid_c
       default: copyFrom<__half>(e, begin, end, b.scale, b.applyScale); break;
     }
   }
-}
-
-std::string cudaErrorText(cudaError_t err, const char* what) {
-  return std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")";
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 
 #include "common/attention.h"
 #include "common/error.h"
+#include "nn/fused_activations.h"
+#include "nn/fused_norm.h"
 #include "parallel/tensor/checkpoint_pieces.h"
 #include "parallel/tensor/mappings.h"
 
@@ -18,6 +20,7 @@ RmsNormImpl::RmsNormImpl(int64_t d, double eps_, CommPtr tp_, bool sp_) : eps(ep
 
 at::Tensor RmsNormImpl::forward(const at::Tensor& x) {
   const auto w = sp && tp ? tp::copyToRegion(weight, tp) : weight;
+  if (fused) return nn::rmsNorm(x, w, eps);
   auto xf = x.to(at::kFloat);
   auto y = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return (y * w.to(at::kFloat)).to(x.scalar_type());
@@ -86,6 +89,7 @@ LlamaBlockImpl::LlamaBlockImpl(const ModelConfig& c, CommPtr tp, CommPtr kvGroup
   };
   attnNorm = register_module("attn_norm", RmsNorm(c.d, c.normEps, tp_, o_.sequenceParallel));
   mlpNorm = register_module("mlp_norm", RmsNorm(c.d, c.normEps, tp_, o_.sequenceParallel));
+  attnNorm->fused = mlpNorm->fused = o_.fusedKernels;
   // The column layers' "out" is the unsharded width this rank's rows are a tp-th of.
   wqkv = register_module("wqkv", tp::ColumnParallelLinear(tp_, c.d, t * (lq_ + 2 * lkv_) * hd_, opts("wqkv")));
   wo = register_module("wo", tp::RowParallelLinear(tp_, c.heads * hd_, c.d, opts("wo")));
@@ -129,8 +133,15 @@ at::Tensor LlamaBlockImpl::attention(const at::Tensor& x) {
   const int64_t s = h.size(0), b = h.size(1);
   const auto tables =
       nn::ropeTables(cfg_.seqLen, hd_, cfg_.ropeTheta, cfg_.ropeScaling, x.device());
-  auto q = nn::applyRope(h.narrow(2, 0, lq_ * hd_).view({s, b, lq_, hd_}), tables);
-  auto k = nn::applyRope(h.narrow(2, lq_ * hd_, lkv_ * hd_).view({s, b, lkv_, hd_}), tables);
+  at::Tensor q, k;
+  if (o_.fusedKernels) {  // q and k rotated in place in the projection's output
+    h = nn::ropeQkInPlace(h, lq_ + lkv_, tables);
+    q = h.narrow(2, 0, lq_ * hd_).view({s, b, lq_, hd_});
+    k = h.narrow(2, lq_ * hd_, lkv_ * hd_).view({s, b, lkv_, hd_});
+  } else {
+    q = nn::applyRope(h.narrow(2, 0, lq_ * hd_).view({s, b, lq_, hd_}), tables);
+    k = nn::applyRope(h.narrow(2, lq_ * hd_, lkv_ * hd_).view({s, b, lkv_, hd_}), tables);
+  }
   auto v = h.narrow(2, (lq_ + lkv_) * hd_, lkv_ * hd_).view({s, b, lkv_, hd_});
   const int64_t rep = lq_ / lkv_;
   const nn::MultiFn core = [s, b, rep, this](const std::vector<at::Tensor>& t) {
@@ -149,6 +160,7 @@ at::Tensor LlamaBlockImpl::attention(const at::Tensor& x) {
 
 at::Tensor LlamaBlockImpl::mlp(const at::Tensor& x) {
   auto h = w13->forward(x);  // [.., 2 ffn/tp]: [gate | up]
+  if (o_.fusedKernels) return w2->forward(nn::swiglu(h));  // keeps h only: no recompute needed
   const nn::Fn swiglu = [this](const at::Tensor& t) {
     return at::silu(t.narrow(-1, 0, lffn_)) * t.narrow(-1, lffn_, lffn_);
   };

@@ -35,6 +35,7 @@ using nn::Recompute;
 
 // x / sqrt(mean(x²) + eps) · weight, in float32, returned in x's dtype. With sequence parallel
 // each rank normalises its own tokens and the weight's gradient is summed over `tp`.
+// fused: one op (nn::rmsNorm, nn/fused_norm.h), returning CUDA autocast's dtype under autocast.
 class RmsNormImpl : public torch::nn::Module {
  public:
   RmsNormImpl(int64_t d, double eps, CommPtr tp = nullptr, bool sequenceParallel = false);
@@ -43,12 +44,17 @@ class RmsNormImpl : public torch::nn::Module {
   double eps;
   CommPtr tp;
   bool sp;
+  bool fused = false;
 };
 TORCH_MODULE(RmsNorm);
 
 struct LlamaBlockOptions {
   bool sequenceParallel = false;
   Recompute recompute = Recompute::None;  // Selective: attention's core and SwiGLU's product
+  // tessera's fused ops (nn/fused_norm.h, nn/fused_activations.h, nn::ropeQkInPlace): the norms,
+  // rotary embedding in place on the qkv output, and SwiGLU (which then keeps only its input, as
+  // selective recompute of the unfused product does). The same maths as the ATen ops.
+  bool fusedKernels = false;
 };
 
 class LlamaBlockImpl : public torch::nn::Module {

@@ -63,19 +63,22 @@ LmChunkImpl::LmChunkImpl(const ModelConfig& c, CommPtr group, CommPtr kvGroup, c
     const auto name = fmt::format("blocks.{}", i);
     if (isLlama(c)) {
       llamaBlocks.push_back(register_module(
-          fmt::format("block{}", i), LlamaBlock(c, tp, kvGroup, i, o.seed, LlamaBlockOptions{sp, o.recompute}, name)));
+          fmt::format("block{}", i),
+          LlamaBlock(c, tp, kvGroup, i, o.seed, LlamaBlockOptions{sp, o.recompute, o.fusedKernels}, name)));
     } else {
       torch::manual_seed(blockSeed(o.seed, i));
       auto b = register_module(fmt::format("block{}", i),
                                tp::ParallelBlock(tp, c.d, c.heads, sp, name, tp::BlockDropout{}, c.ffnSize()));
       b->attn->recomputeCore = b->mlp->recomputeActivation = o.recompute == Recompute::Selective;
       if (c.positions == Positions::Rope) b->attn->ropeTheta = c.ropeTheta;
+      b->setFusedKernels(o.fusedKernels);
       gptBlocks.push_back(b);
     }
   }
   if (last) {
     if (isLlama(c)) {
       norm = register_module("norm", RmsNorm(c.d, c.normEps, tp, sp));
+      norm->fused = o.fusedKernels;
     } else {
       lnf = register_module("lnf", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d})));
     }
@@ -116,9 +119,7 @@ at::Tensor LmChunkImpl::addPositions(const at::Tensor& x) {
 
 at::Tensor LmChunkImpl::finalNorm(const at::Tensor& x) {
   if (isLlama(cfg)) return norm->forward(x);
-  // With sp each rank normalises its own tokens: the LayerNorm's gradients sum over tp.
-  if (!opts.sequenceParallel) return lnf->forward(x);
-  return at::layer_norm(x, {cfg.d}, tp::copyToRegion(lnf->weight, tp), tp::copyToRegion(lnf->bias, tp));
+  return tp::tpLayerNorm(lnf, x, tp, opts.sequenceParallel, opts.fusedKernels);
 }
 
 at::Tensor LmChunkImpl::applyHead(const at::Tensor& h) {
@@ -267,9 +268,10 @@ std::vector<checkpoint::Piece> LmChunkImpl::pieces() {
   return out;
 }
 
-at::Tensor lmLoss(const at::Tensor& logitsShard, const at::Tensor& targets, const CommPtr& tp, int64_t vocab) {
+at::Tensor lmLoss(const at::Tensor& logitsShard, const at::Tensor& targets, const CommPtr& tp, int64_t vocab,
+                  bool fused) {
   auto flat = logitsShard.reshape({-1, logitsShard.size(-1)});
-  return tp::vocabParallelCrossEntropy(flat, targets.t().reshape({-1}), tp, vocab);
+  return tp::vocabParallelCrossEntropy(flat, targets.t().reshape({-1}), tp, vocab, fused);
 }
 
 }  // namespace tessera::models

@@ -48,6 +48,10 @@ struct ChunkOptions {
   bool sequenceParallel = false;  // T divisible by tp
   Recompute recompute = Recompute::None;
   uint64_t seed = 1234;
+  // tessera's fused ops in every block and the final norm (LlamaBlockOptions::fusedKernels,
+  // tp::ParallelBlockImpl::setFusedKernels): CUDA kernels on GPUs, their ATen references on CPU.
+  // The loss takes them through lmLoss's `fused`.
+  bool fusedKernels = false;
 };
 
 class LmChunkImpl : public torch::nn::Module {
@@ -103,6 +107,8 @@ TORCH_MODULE(LmChunk);
 
 // Mean cross-entropy of logits [T, b, V/tp] (this rank's vocab columns) against targets
 // [b, T] (global ids). Collective over tp; float32 scalar, the same on every tp rank.
-at::Tensor lmLoss(const at::Tensor& logitsShard, const at::Tensor& targets, const CommPtr& tp, int64_t vocab);
+// fused: tp::vocabParallelCrossEntropy's fused kernels (no float32 copy of the logits).
+at::Tensor lmLoss(const at::Tensor& logitsShard, const at::Tensor& targets, const CommPtr& tp, int64_t vocab,
+                  bool fused = false);
 
 }  // namespace tessera::models

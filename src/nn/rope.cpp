@@ -1,11 +1,14 @@
 #include "nn/rope.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
 #include <map>
 #include <mutex>
 #include <tuple>
+
+#include "kernels/rotary.h"
 
 namespace tessera::nn {
 
@@ -55,6 +58,32 @@ at::Tensor applyRope(const at::Tensor& x, const RopeTables& t) {
   auto halves = xf.chunk(2, -1);
   auto rotated = at::cat({-halves[1], halves[0]}, -1);
   return (xf * cos + rotated * sin).to(x.scalar_type());
+}
+
+namespace {
+
+// In place in h's memory (see rope.h); the output aliases h without being autograd's view of it.
+struct RopeQk : torch::autograd::Function<RopeQk> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& h, int64_t heads,
+                            const at::Tensor& cos, const at::Tensor& sin) {
+    kernels::ropeInPlace(h, heads, cos.size(1), cos, sin);
+    ctx->save_for_backward({cos, sin});
+    ctx->saved_data["heads"] = heads;
+    return h.detach();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const int64_t heads = ctx->saved_data["heads"].toInt();
+    return {kernels::ropeBackward(grads[0], heads, saved[0].size(1), saved[0], saved[1]), at::Tensor(), at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor ropeQkInPlace(const at::Tensor& h, int64_t heads, const RopeTables& t) {
+  return RopeQk::apply(h.contiguous(), heads, t.cos, t.sin);
 }
 
 }  // namespace tessera::nn

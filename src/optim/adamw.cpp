@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "kernels/adamw.h"
+#include "kernels/multi_tensor_adamw.h"
 
 namespace tessera::optim {
 
@@ -20,8 +21,8 @@ bool decaysByName(const std::string& name, bool embeddings) {
 }
 
 AdamW::AdamW(std::vector<at::Tensor> params, std::vector<std::string> names, std::vector<bool> decay,
-             AdamWOptions o)
-    : params_(std::move(params)), names_(std::move(names)), decay_(std::move(decay)), o_(o) {
+             AdamWOptions o, bool multiTensor)
+    : params_(std::move(params)), names_(std::move(names)), decay_(std::move(decay)), o_(o), multiTensor_(multiTensor) {
   TESSERA_CHECK(names_.size() == params_.size() && decay_.size() == params_.size(),
                 "AdamW: {} parameters, {} names, {} decay flags", params_.size(), names_.size(), decay_.size());
   for (const auto& p : params_) {
@@ -34,11 +35,20 @@ void AdamW::step() {
   at::NoGradGuard ng;
   ++step_;
   const auto s = adamwKernelStep(o_, step_), noDecay = adamwKernelStep(o_, step_, false);
+  std::vector<at::Tensor> grads;
+  grads.reserve(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& g = params_[i].grad();
     TESSERA_CHECK(g.defined(), "AdamW: parameter '{}' ({} of {}, {}) has no gradient", names_[i], i, params_.size(),
                   c10::str(params_[i].sizes()));
-    kernels::adamwStep(params_[i], g.is_contiguous() ? g : g.contiguous(), m_[i], v_[i], decay_[i] ? s : noDecay);
+    grads.push_back(g.is_contiguous() ? g : g.contiguous());
+  }
+  if (multiTensor_ && !params_.empty() && params_[0].is_cuda()) {
+    kernels::multiTensorAdamW(params_, grads, m_, v_, decay_, s);
+    return;
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    kernels::adamwStep(params_[i], grads[i], m_[i], v_[i], decay_[i] ? s : noDecay);
   }
 }
 

@@ -2,7 +2,9 @@
 // AdamW over whole (unflattened) parameters, such as DDP's replicas and TP shards, with
 // tessera's AdamW kernel (kernels/adamw.h: one fused kernel per tensor on CUDA, the ATen
 // reference on the CPU): the update ShardedAdamW applies to FSDP's flat shards, so DDP and
-// FSDP runs step identically. Each parameter has its own weight-decay switch (no decay on
+// FSDP runs step identically. With `multiTensor` (CUDA parameters only), one call of
+// kernels/multi_tensor_adamw.h steps every parameter in a few launches (the same math per
+// element, bitwise the per-tensor kernel's); CPU parameters always take the per-tensor reference. Each parameter has its own weight-decay switch (no decay on
 // norms and biases: decaysByName). State is allocated at construction (zeros) so checkpoints
 // can address it before the first step. Every parameter is stepped, also with a zero gradient;
 // one without .grad is an error naming it. The learning rate may change between steps
@@ -24,7 +26,8 @@ bool decaysByName(const std::string& name, bool embeddings);
 class AdamW {
  public:
   // names[i] names params[i] in errors; decay[i]: whether params[i] takes weight decay.
-  AdamW(std::vector<at::Tensor> params, std::vector<std::string> names, std::vector<bool> decay, AdamWOptions o);
+  AdamW(std::vector<at::Tensor> params, std::vector<std::string> names, std::vector<bool> decay, AdamWOptions o,
+        bool multiTensor = false);
   void step();
   void setLr(double lr) { o_.lr = lr; }
   int64_t steps() const { return step_; }
@@ -39,6 +42,7 @@ class AdamW {
   std::vector<std::string> names_;
   std::vector<bool> decay_;
   AdamWOptions o_;
+  bool multiTensor_;
   int64_t step_ = 0;
 };
 

@@ -3,7 +3,8 @@
 //   independent PyTorch Llama (tests/models/torch_llama.py, loaded with tessera's weights by
 //   their unsharded names) on the same batch, within fp32 tolerance: grouped-query attention,
 //   Llama-3 rotary scaling and tied embeddings in one variant, multi-head attention, plain rotary
-//   positions and an untied head in the other.
+//   positions and an untied head in the other; each also with the fused ops (ChunkOptions::
+//   fusedKernels: the kernels' CPU references, and the fused cross-entropy).
 // - Recompute: full and selective recomputation give the gradients of the run without
 //   (bitwise), and the activations alive between forward and backward, counted by a CPU
 //   allocator that tracks live bytes, shrink: full < selective < none.
@@ -46,11 +47,12 @@ ModelConfig goldenConfig(int variant) {
   return c;
 }
 
-LmChunk wholeModel(const ModelConfig& c, const CommPtr& g, nn::Recompute r = nn::Recompute::None) {
+LmChunk wholeModel(const ModelConfig& c, const CommPtr& g, nn::Recompute r = nn::Recompute::None, bool fused = false) {
   const auto part = partitionModel(c, 1, 1, {});
   ChunkOptions o;
   o.recompute = r;
   o.seed = 11;
+  o.fusedKernels = fused;
   return LmChunk(c, g, nullptr, part, 0, o);
 }
 
@@ -80,14 +82,15 @@ std::vector<std::tuple<std::string, at::Tensor, at::Tensor>> namedGrads(LmChunk&
 
 TESSERA_WORKER(llama_golden_dump) {
   auto ctx = initWorker(w);
-  const auto bar = w.arg.find('|');
+  const auto bar = w.arg.find('|'), bar2 = w.arg.rfind('|');
   const std::string file = w.arg.substr(0, bar);
-  const int variant = std::stoi(w.arg.substr(bar + 1));
+  const int variant = std::stoi(w.arg.substr(bar + 1, bar2 - bar - 1));
+  const bool fused = w.arg.substr(bar2 + 1) == "fused";
   const auto c = goldenConfig(variant);
-  auto m = wholeModel(c, ctx.world);
+  auto m = wholeModel(c, ctx.world, nn::Recompute::None, fused);
   auto [tokens, targets] = batch(c, 3, 5);
   auto logits = m->forward(tokens);  // [T, b, V]
-  auto loss = lmLoss(logits, targets, ctx.world, c.vocab);
+  auto loss = lmLoss(logits, targets, ctx.world, c.vocab, fused);
   loss.backward();
   c10::Dict<std::string, at::Tensor> d;
   d.insert("tokens", tokens);
@@ -111,15 +114,20 @@ TESSERA_WORKER(llama_golden_dump) {
   std::ofstream(file, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-TEST(LlamaGolden, MatchesAnIndependentPyTorchLlama) {
+void expectGolden(const char* ops) {
   for (int variant : {0, 1}) {
     const auto file = std::filesystem::temp_directory_path() / fmt::format("tessera-golden-{}-{}.pt", ::getpid(), variant);
-    expectAllOk(runWorkers("llama_golden_dump", {.ranks = 1, .arg = fmt::format("{}|{}", file.string(), variant)}));
+    expectAllOk(
+        runWorkers("llama_golden_dump", {.ranks = 1, .arg = fmt::format("{}|{}|{}", file.string(), variant, ops)}));
     const auto cmd = fmt::format("/usr/bin/python3 {}/tests/models/llama_golden.py {}", TESSERA_SOURCE_DIR, file.string());
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd << " (" << ops << " ops, variant " << variant << ")";
     std::filesystem::remove(file);
   }
 }
+
+TEST(LlamaGolden, MatchesAnIndependentPyTorchLlama) { expectGolden("aten"); }
+
+TEST(LlamaGolden, FusedOpsMatchAnIndependentPyTorchLlama) { expectGolden("fused"); }
 
 // Live CPU bytes, counted by an allocator that replaces the default one (installed in a worker).
 struct CountingAllocator final : c10::Allocator {

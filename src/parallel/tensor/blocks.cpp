@@ -10,6 +10,8 @@
 
 #include "common/attention.h"
 #include "common/error.h"
+#include "nn/fused_activations.h"
+#include "nn/fused_norm.h"
 #include "nn/recompute.h"
 #include "nn/rope.h"
 #include "parallel/tensor/mappings.h"
@@ -50,6 +52,14 @@ at::Generator maskGenerator(const at::Device& device, uint64_t seed) {
 
 }  // namespace
 
+at::Tensor tpLayerNorm(torch::nn::LayerNorm& ln, const at::Tensor& x, const CommPtr& tp, bool sp, bool fused) {
+  if (!sp && !fused) return ln->forward(x);
+  const auto w = sp ? copyToRegion(ln->weight, tp) : ln->weight;
+  const auto b = sp ? copyToRegion(ln->bias, tp) : ln->bias;
+  if (fused) return nn::layerNorm(x, w, b, ln->options.eps());
+  return at::layer_norm(x, ln->options.normalized_shape(), w, b, ln->options.eps());
+}
+
 uint64_t blockDropoutSeed(uint64_t seed, int64_t call) {
   return seed + static_cast<uint64_t>(call) * 0x9E3779B97F4A7C15ull;
 }
@@ -61,6 +71,9 @@ ParallelMlpImpl::ParallelMlpImpl(CommPtr tp, int64_t d, bool sp, const std::stri
 }
 
 at::Tensor ParallelMlpImpl::forward(const at::Tensor& x) {
+  if (fusedActivation && fc1->bias.defined()) {
+    return fc2->forward(nn::biasGelu(columnParallelLinear(x, fc1->weight, {}, fc1->tp, fc1->opts), fc1->bias));
+  }
   auto h = fc1->forward(x);
   const nn::Fn gelu = [](const at::Tensor& t) { return at::gelu(t); };
   return fc2->forward(recomputeActivation ? nn::recompute(gelu, h) : gelu(h));
@@ -102,8 +115,11 @@ at::Tensor ParallelAttentionImpl::forward(const at::Tensor& x) {
   // unbinding dim 0 made backward stack into [3, B, h, S, hd] and copy that again into h's
   // layout: two strided copies per layer, 3.8 of a tp=2 step's 88 ms on an H200.) SDPA's output
   // follows q's stride order, [S, B, h, hd], so the reshape below is a view.
+  if (ropeTheta > 0 && fusedRope) {  // q and k rotated in place in h ([q | k | v] per token)
+    h = nn::ropeQkInPlace(h, 2 * localHeads, nn::ropeTables(s, headDim, ropeTheta, {}, x.device()));
+  }
   auto parts = h.view({s, b, 3, localHeads, headDim}).unbind(2);  // 3 x [S, B, h, hd]
-  if (ropeTheta > 0) {
+  if (ropeTheta > 0 && !fusedRope) {
     const auto tables = nn::ropeTables(s, headDim, ropeTheta, {}, x.device());
     parts[0] = nn::applyRope(parts[0], tables);
     parts[1] = nn::applyRope(parts[1], tables);
@@ -131,10 +147,7 @@ ParallelBlockImpl::ParallelBlockImpl(CommPtr t, int64_t d, int64_t heads, bool s
 
 at::Tensor ParallelBlockImpl::forward(const at::Tensor& x) {
   auto norm = [&](torch::nn::LayerNorm& ln, const at::Tensor& v) {
-    if (!sequenceParallel) return ln->forward(v);
-    // Each rank normalises its own tokens: sum the parameters' gradients over tp.
-    return at::layer_norm(v, ln->options.normalized_shape(), copyToRegion(ln->weight, tp),
-                          copyToRegion(ln->bias, tp), ln->options.eps());
+    return tpLayerNorm(ln, v, tp, sequenceParallel, fusedNorms);
   };
   if (dropout.p == 0 || !is_training()) {
     auto y = x + attn->forward(norm(ln1, x));
@@ -143,6 +156,12 @@ at::Tensor ParallelBlockImpl::forward(const at::Tensor& x) {
   auto gen = maskGenerator(x.device(), blockDropoutSeed(dropout.seed, dropoutCalls++));
   auto y = x + drop(attn->forward(norm(ln1, x)), gen);
   return y + drop(mlp->forward(norm(ln2, y)), gen);
+}
+
+void ParallelBlockImpl::setFusedKernels(bool on) {
+  fusedNorms = on;
+  attn->fusedRope = on;
+  mlp->fusedActivation = on;
 }
 
 at::Tensor ParallelBlockImpl::drop(const at::Tensor& v, at::Generator& gen) const {

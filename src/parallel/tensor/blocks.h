@@ -18,6 +18,12 @@
 
 namespace tessera::tp {
 
+// ln(x) for a LayerNorm inside a tensor-parallel region: with sequenceParallel each rank
+// normalises its own tokens, so the weight's and bias's gradients are summed over tp
+// (copyToRegion); fused: nn::layerNorm (nn/fused_norm.h), else at::layer_norm. Local in forward.
+at::Tensor tpLayerNorm(torch::nn::LayerNorm& ln, const at::Tensor& x, const CommPtr& tp, bool sequenceParallel,
+                       bool fused);
+
 // Column(d → ffn) → GELU → Row(ffn → d); ffn 0: 4 d.
 class ParallelMlpImpl : public torch::nn::Module {
  public:
@@ -26,6 +32,9 @@ class ParallelMlpImpl : public torch::nn::Module {
   ColumnParallelLinear fc1{nullptr};
   RowParallelLinear fc2{nullptr};
   bool recomputeActivation = false;  // selective recompute: GELU's output is recomputed in backward
+  // fc1's bias added with the GELU in one op (nn::biasGelu, nn/fused_activations.h; keeps only
+  // its input, as recomputeActivation does) after fc1's GEMM without it.
+  bool fusedActivation = false;
 };
 TORCH_MODULE(ParallelMlp);
 
@@ -43,6 +52,7 @@ class ParallelAttentionImpl : public torch::nn::Module {
   std::string name;
   bool recomputeCore = false;  // selective recompute: softmax(q kᵀ) v is recomputed in backward
   double ropeTheta = 0;        // > 0: rotary positions (nn/rope.h) on q and k; 0: none
+  bool fusedRope = false;      // rotary positions in place on qkv's output (nn::ropeQkInPlace)
 };
 TORCH_MODULE(ParallelAttention);
 
@@ -81,6 +91,9 @@ class ParallelBlockImpl : public torch::nn::Module {
   // names them (ln1.weight, ln1.bias, qkv.*, proj.*, ln2.*, fc1.*, fc2.*) after `prefix`
   // (e.g. "blocks.0."); keeps this rank's shards. A missing name is an error naming it.
   void loadFull(const torch::OrderedDict<std::string, at::Tensor>& full, const std::string& prefix = "");
+  // tessera's fused ops for the LayerNorms (nn::layerNorm), the rotary embedding and bias + GELU
+  // (attn->fusedRope, mlp->fusedActivation): the same maths as the ATen ops. Local.
+  void setFusedKernels(bool on);
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   ParallelAttention attn{nullptr};
   ParallelMlp mlp{nullptr};
@@ -89,6 +102,7 @@ class ParallelBlockImpl : public torch::nn::Module {
   std::string name;
   BlockDropout dropout;
   int64_t dropoutCalls = 0;  // the dropout RNG's state: masked forwards so far
+  bool fusedNorms = false;   // setFusedKernels
 
  private:
   at::Tensor drop(const at::Tensor& v, at::Generator& gen) const;

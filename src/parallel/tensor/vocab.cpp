@@ -6,6 +6,7 @@
 #include <torch/autograd.h>
 
 #include "common/error.h"
+#include "kernels/cross_entropy.h"
 #include "parallel/tensor/mappings.h"
 
 namespace tessera::tp {
@@ -76,6 +77,38 @@ struct VocabParallelCE : public torch::autograd::Function<VocabParallelCE> {
     at::Tensor grad = expd * (gOverN / sumExp).unsqueeze(1);  // fresh: the saved expd stays intact
     grad.scatter_add_(1, local.unsqueeze(1), outside.logical_not().to(grad.scalar_type()).unsqueeze(1) * -gOverN);
     return {grad.to(dtype), at::Tensor(), at::Tensor()};
+  }
+};
+
+// fwd: see vocabParallelCrossEntropy (fused). The kernels give this shard's (max, sum of exp
+// relative to it, target logit) per row; the sums of exp are rescaled to the global max before
+// the sum over tp: S = Σ_r s_r · exp(m_r − M). loss = mean(log S + M − target logit).
+struct FusedVocabParallelCE : public torch::autograd::Function<FusedVocabParallelCE> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logitsShard,
+                            const at::Tensor& targets, const CommPtr& tp) {
+    const int64_t start = static_cast<int64_t>(tp->rank()) * logitsShard.size(1);
+    const bool many = tp->size() > 1;
+    const at::Tensor part = kernels::crossEntropyPartials(logitsShard, targets, start);  // [3, N]
+    at::Tensor rowMax = part[0].clone();
+    if (many) tp->allReduce(rowMax, ReduceOp::Max)->wait();
+    at::Tensor stats = at::empty({2, logitsShard.size(0)}, part.options());
+    stats[0].copy_(part[2]);
+    stats[1].copy_(many ? part[1] * (part[0] - rowMax).exp_() : part[1]);
+    if (many) tp->allReduce(stats, ReduceOp::Sum)->wait();
+    at::Tensor sumExp = stats[1].contiguous();
+    at::Tensor loss = (sumExp.log() + rowMax - stats[0]).mean();
+    ctx->save_for_backward({logitsShard, targets, rowMax, sumExp});
+    ctx->saved_data["start"] = start;
+    return loss;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const int64_t n = saved[0].size(0);
+    const at::Tensor gOverN = grads[0].to(at::kFloat) / static_cast<double>(n);  // stays on the device
+    return {kernels::crossEntropyGrad(saved[0], saved[1], ctx->saved_data["start"].toInt(), saved[2], saved[3], gOverN),
+            at::Tensor(), at::Tensor()};
   }
 };
 
@@ -164,7 +197,7 @@ at::Tensor vocabParallelEmbedding(const at::Tensor& ids, const at::Tensor& weigh
 // ---------------------------------------------------------------- cross-entropy
 
 at::Tensor vocabParallelCrossEntropy(const at::Tensor& logitsShard, const at::Tensor& targets, const CommPtr& tp,
-                                     int64_t vocab) {
+                                     int64_t vocab, bool fused) {
   const char* op = "vocabParallelCrossEntropy";
   TESSERA_CHECK(tp != nullptr, "{}: no tensor-parallel group given", op);
   TESSERA_CHECK(logitsShard.defined() && logitsShard.dim() == 2,
@@ -189,6 +222,7 @@ at::Tensor vocabParallelCrossEntropy(const at::Tensor& logitsShard, const at::Te
                   "{}: logits shard width {} × tensor-parallel size {} = {} does not match the vocab size {}",
                   op, width, tp->size(), full, vocab);
   checkIdRange(op, targets, full);
+  if (fused) return FusedVocabParallelCE::apply(logitsShard.contiguous(), targets.contiguous(), tp);
   return VocabParallelCE::apply(logitsShard, targets, tp);
 }
 

@@ -88,7 +88,11 @@ at::Tensor vocabParallelEmbedding(const at::Tensor& ids, const at::Tensor& weigh
 // Saves the softmax shard [N, V/tp] (float32) for backward. Errors (tessera::Error) name the op
 // and the numbers: non-2-D logits, targets not [N] int64, N == 0, device mismatch,
 // tp size × shard width inconsistent with `vocab` when `vocab` > 0 is given.
+// fused: the same loss and gradient from tessera's kernels (kernels/cross_entropy.h: the CPU
+// references on CPU): this shard's row max, sum of exp (relative to it) and target logit in one
+// read of the logits, combined after the same two all-reduces (max, then sum); it saves the
+// logits shard itself (its dtype: no float32 copy) and backward writes the gradient in one pass.
 at::Tensor vocabParallelCrossEntropy(const at::Tensor& logitsShard, const at::Tensor& targets,
-                                     const CommPtr& tp, int64_t vocab = 0);
+                                     const CommPtr& tp, int64_t vocab = 0, bool fused = false);
 
 }  // namespace tessera::tp

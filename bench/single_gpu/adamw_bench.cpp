@@ -1,0 +1,65 @@
+// The optimizer phase alone (bench/single_gpu/run.sh): optim::AdamW over the parameters of
+// train_gpt's model (the preset's pipeline chunk on one rank: its names, shapes and weight-decay
+// mask, as train_gpt builds them) with fixed random gradients, the per-tensor kernels (one launch
+// per tensor) against the multi-tensor kernel (a few launches), each timed over STEPS steps after
+// 5 warm-ups (device synchronised before and after: the mean of the steps between). Prints one
+// RESULT line (bench/result_lines.py) per kernel. PyTorch's fused AdamW on the same shapes is
+// single_gpu.py adamw.
+//   torchrun --standalone --nproc_per_node=1 --no_python tessera_bench_adamw --model 735m|llama3-1b
+#include <fmt/format.h>
+
+#include <chrono>
+#include <string>
+
+#include "comm/bootstrap/init.h"
+#include "common/device.h"
+#include "common/error.h"
+#include "models/lm.h"
+#include "optim/adamw.h"
+
+using namespace tessera;
+
+int main(int argc, char** argv) try {
+  std::string model = "735m";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    TESSERA_CHECK(std::string(argv[i]) == "--model", "tessera_bench_adamw: unknown argument '{}'", argv[i]);
+    model = argv[i + 1];
+  }
+  const int steps = std::getenv("STEPS") ? std::atoi(std::getenv("STEPS")) : 20;
+  auto ctx = init();
+  TESSERA_CHECK(ctx.device.is_cuda(), "tessera_bench_adamw: needs a GPU");
+  useDevice(ctx.device);
+  const auto cfg = models::presetConfig(model);
+  models::LmChunk chunk(cfg, ctx.world, nullptr, models::partitionModel(cfg, 1, 1, {}), 0, models::ChunkOptions{});
+  chunk->to(ctx.device);
+  std::vector<at::Tensor> params;
+  std::vector<std::string> names;
+  std::vector<bool> decay;
+  int64_t numel = 0;
+  for (const auto& p : chunk->params()) {
+    params.push_back(p.tensor);
+    names.push_back(p.name);
+    decay.push_back(optim::decaysByName(p.name, true));
+    p.tensor.mutable_grad() = at::randn_like(p.tensor) * 1e-3;
+    numel += p.tensor.numel();
+  }
+  for (bool multi : {false, true}) {
+    AdamWOptions o;
+    o.lr = 1e-4;
+    o.weightDecay = 0.1;
+    optim::AdamW adam(params, names, decay, o, multi);
+    for (int i = 0; i < 5; ++i) adam.step();
+    synchronizeDevice(ctx.device);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < steps; ++i) adam.step();
+    synchronizeDevice(ctx.device);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+    fmt::print("RESULT {{\"system\": \"tessera-adamw-{}\", \"model\": \"{}\", \"tensors\": {}, \"params_M\": {:.1f}, "
+               "\"step_ms\": {:.3f}}}\n",
+               multi ? "multi-tensor" : "per-tensor", model, params.size(), numel / 1e6, ms);
+  }
+  return 0;
+} catch (const std::exception& e) {
+  fmt::print(stderr, "tessera_bench_adamw: {}\n", e.what());
+  return 1;
+}

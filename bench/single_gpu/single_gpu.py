@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""PyTorch's side of the one-GPU benchmark (bench/single_gpu/run.sh, issue 26) and the combiner.
+
+  single_gpu.py torch --model gpt735m|llama3-1b --mode eager|compile --batch B [--steps N]
+      One GPU, bf16 autocast over fp32 weights, random tokens: forward, cross-entropy in float32,
+      backward, gradient clipping (max norm 1, as train_gpt's default), torch.optim.AdamW(fused=True)
+      (no weight decay on norms and biases, as train_gpt), zero_grad. The GPT is the anchors' GPT-735M
+      (bench/torch_anchor.py's model), the Llama the independent PyTorch Llama (tests/models/torch_llama.py)
+      with llama3-1b's shape. Prints a RESULT line: the median step after 5 warm-ups, tokens/s, MFU
+      (train_gpt's FLOP counts, 989 TFLOP/s peak), peak memory; "oom": true when it ran out of memory.
+  single_gpu.py adamw --model gpt735m|llama3-1b [--steps N]
+      The optimizer phase alone: torch.optim.AdamW(fused=True) over the model's parameters with fixed
+      random gradients (tessera's side: tessera_bench_adamw). RESULT line with the mean step.
+  single_gpu.py combine LOG_DIR --results DIR --machine TEXT --command TEXT
+      Reads every RESULT line of LOG_DIR/*.log and writes DIR/single_gpu.{json,md}: each model's rows
+      beside PyTorch eager's and compiled's (speed ratios), the optimizer rows beside PyTorch's fused
+      AdamW, the issue's targets and whether they hold.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+from result_lines import read_results  # noqa: E402
+
+PEAK = 989e12
+MODELS = {"gpt735m": "735m", "llama3-1b": "llama3-1b"}  # our name -> train_gpt's preset
+
+
+def build(name, batch):
+    """(model, flops per token, seq len, vocab, no-decay predicate) for one of MODELS."""
+    import torch
+    if name == "gpt735m":
+        os.environ["B"] = str(batch)
+        import torch_anchor as ta  # the anchors' GPT-735M; its shape is read from the environment
+        return ta.GPT(), ta.flops_per_token(), ta.T, ta.V, lambda n: n.endswith("bias") or ".ln" in n or n.startswith("ln")
+    sys.path.insert(0, os.path.join(HERE, "..", "llama"))
+    import torch_llama_train as tl
+    cfg = tl.Config(**tl.PRESETS[name])
+    model = tl.Llama(cfg)
+    tl.tessera_init(model, 1234)
+    torch.manual_seed(0)
+    return model, tl.flops_per_token(cfg), cfg.seq_len, cfg.vocab, lambda n: n.endswith("norm.weight")
+
+
+def optimizer(model, no_decay):
+    import torch
+    decay, rest = [], []
+    for n, p in model.named_parameters():
+        (rest if no_decay(n) else decay).append(p)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                             lr=1e-4, fused=True)
+
+
+def run_torch(a):
+    import torch
+    import torch.nn.functional as F
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    res = dict(system=f"pytorch-{a.mode}", model=a.model, batch=a.batch)
+    try:
+        model, fpt, seq, vocab, no_decay = build(a.model, a.batch)
+        model.to(dev)
+        opt = optimizer(model, no_decay)
+        run = torch.compile(model) if a.mode == "compile" else model
+        g = torch.Generator(device=dev).manual_seed(1234)
+        x = torch.randint(0, vocab, (a.batch, seq), device=dev, generator=g)
+        y = torch.randint(0, vocab, (a.batch, seq), device=dev, generator=g)
+        torch.cuda.reset_peak_memory_stats(dev)
+        times = []
+        for _ in range(a.warm + a.steps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                out = run(x)
+                loss = F.cross_entropy(out.flatten(0, 1).float(), y.flatten())
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+        med = statistics.median(times[a.warm:])
+        tps = a.batch * seq / med * 1e3
+        res.update(step_ms=round(med, 2), tokens_per_s=round(tps), mfu=round(tps * fpt / PEAK, 4),
+                   peak_mem_GiB=round(torch.cuda.max_memory_allocated(dev) / 2**30, 2), last_loss=round(loss.item(), 4))
+    except torch.cuda.OutOfMemoryError:
+        res.update(oom=True)
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+def run_adamw(a):
+    import torch
+    dev = torch.device("cuda", 0)
+    model, _, _, _, no_decay = build(a.model, 1)
+    model.to(dev)
+    opt = optimizer(model, no_decay)
+    params = list(model.parameters())
+    for p in params:
+        p.grad = torch.randn_like(p) * 1e-3
+    for _ in range(5):
+        opt.step()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        opt.step()
+    torch.cuda.synchronize()
+    ms = (time.perf_counter() - t0) * 1e3 / a.steps
+    print("RESULT " + json.dumps(dict(system="pytorch-adamw-fused", model=MODELS[a.model], tensors=len(params),
+                                      params_M=round(sum(p.numel() for p in params) / 1e6, 1), step_ms=round(ms, 3))),
+          flush=True)
+
+
+# The issue's targets, per model: (reference system, the least speed ratio against it).
+TARGETS = {"735m": [("pytorch-compile", 1.00), ("pytorch-eager", 1.08)], "llama3-1b": [("pytorch-compile", 1.05)]}
+
+
+def combine(a):
+    rows = []
+    for path in sorted(glob.glob(os.path.join(a.log_dir, "*.log"))):
+        for r in read_results(path):  # logs are named MODEL.SYSTEM.log (run.sh)
+            r.setdefault("model", os.path.basename(path).split(".")[0])
+            r["model"] = MODELS.get(r["model"], r["model"])
+            rows.append(r)
+    train = [r for r in rows if "adamw" not in r["system"]]
+    opt = [r for r in rows if "adamw" in r["system"]]
+    lines = [f"# One GPU at the limit: train step and optimizer phase (issue 26)", "",
+             f"{a.machine}", "", f"`{a.command}`", "",
+             "Each row: the median step after the warm-ups (bf16 autocast over fp32 weights, AdamW, gradient "
+             "clipping); MFU against 989 TFLOP/s with train_gpt's FLOP count; peak: the caching allocator's.", ""]
+    verdicts = []
+    for model in sorted({r["model"] for r in train}):
+        mine = [r for r in train if r["model"] == model]
+        ref = {r["system"]: r for r in mine if "step_ms" in r}
+        lines += [f"## {model}", "", "| system | batch | step_ms | tokens_per_s | mfu | peak_mem_GiB | vs eager | vs compile |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in sorted(mine, key=lambda r: r["system"]):
+            if "step_ms" not in r:
+                lines.append(f"| {r['system']} | {r.get('batch', '')} | out of memory | | | | | |")
+                continue
+            ratio = {k: (round(ref[k]["step_ms"] / r["step_ms"], 3) if k in ref else "") for k in ("pytorch-eager", "pytorch-compile")}
+            r["vs_pytorch_eager"], r["vs_pytorch_compile"] = ratio["pytorch-eager"], ratio["pytorch-compile"]
+            lines.append(f"| {r['system']} | {r.get('batch', '')} | {r['step_ms']} | {r.get('tokens_per_s', '')} | "
+                         f"{r.get('mfu', r.get('mfu_vs_989', ''))} | {r.get('peak_mem_GiB', '')} | {ratio['pytorch-eager']} | "
+                         f"{ratio['pytorch-compile']} |")
+        fused = ref.get("tessera-fused")
+        for system, least in TARGETS.get(model, []):
+            if fused and system in ref:
+                got = ref[system]["step_ms"] / fused["step_ms"]
+                verdicts.append(f"- {model}: tessera-fused {got:.3f}x {system} (target >= {least}): "
+                                f"{'holds' if got >= least else 'NOT MET'}")
+        if fused and "pytorch-eager" in ref:
+            ok = fused["peak_mem_GiB"] <= ref["pytorch-eager"]["peak_mem_GiB"]
+            verdicts.append(f"- {model}: peak memory {fused['peak_mem_GiB']} GiB vs PyTorch eager's "
+                            f"{ref['pytorch-eager']['peak_mem_GiB']} (target <=): {'holds' if ok else 'NOT MET'}")
+        lines.append("")
+    if opt:
+        lines += ["## Optimizer phase alone (same parameters, fixed gradients)", "",
+                  "| system | model | tensors | params_M | step_ms | vs PyTorch fused |", "|---|---|---|---|---|---|"]
+        for r in sorted(opt, key=lambda r: (r["model"], r["system"])):
+            torch_row = next((o for o in opt if o["model"] == r["model"] and o["system"] == "pytorch-adamw-fused"), None)
+            ratio = round(torch_row["step_ms"] / r["step_ms"], 3) if torch_row else ""
+            lines.append(f"| {r['system']} | {r['model']} | {r.get('tensors', '')} | {r.get('params_M', '')} | "
+                         f"{r['step_ms']} | {ratio} |")
+            if r["system"] == "tessera-adamw-multi-tensor" and torch_row:
+                verdicts.append(f"- {r['model']}: multi-tensor AdamW {r['step_ms']} ms vs PyTorch fused "
+                                f"{torch_row['step_ms']} ms (target <=): "
+                                f"{'holds' if r['step_ms'] <= torch_row['step_ms'] else 'NOT MET'}")
+        lines.append("")
+    lines += ["## Targets", ""] + (verdicts or ["- no complete pair of rows to judge"]) + [""]
+    os.makedirs(a.results, exist_ok=True)
+    with open(os.path.join(a.results, "single_gpu.json"), "w") as f:
+        json.dump(dict(machine=a.machine, command=a.command, rows=rows, targets=verdicts), f, indent=1)
+    with open(os.path.join(a.results, "single_gpu.md"), "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("torch")
+    t.add_argument("--model", choices=sorted(MODELS), required=True)
+    t.add_argument("--mode", choices=["eager", "compile"], default="eager")
+    t.add_argument("--batch", type=int, required=True)
+    t.add_argument("--steps", type=int, default=20)
+    t.add_argument("--warm", type=int, default=5)
+    o = sub.add_parser("adamw")
+    o.add_argument("--model", choices=sorted(MODELS), required=True)
+    o.add_argument("--steps", type=int, default=20)
+    c = sub.add_parser("combine")
+    c.add_argument("log_dir")
+    c.add_argument("--results", required=True)
+    c.add_argument("--machine", default="")
+    c.add_argument("--command", default="")
+    a = ap.parse_args()
+    {"torch": run_torch, "adamw": run_adamw, "combine": combine}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
