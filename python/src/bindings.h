@@ -22,5 +22,7 @@ void bindTp(pb::module_& m);
 void bindPipeline(pb::module_& m);
 void bindFsdp(pb::module_& m);
 void bindData(pb::module_& m);
+void bindCheckpoint(pb::module_& m);
+void bindModels(pb::module_& m);
 
 }  // namespace tessera::py

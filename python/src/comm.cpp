@@ -7,6 +7,8 @@
 #include <memory>
 #include <optional>
 
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
 #include "bindings.h"
 #include "comm/bootstrap/init.h"
 #include "parallel/process_mesh.h"
@@ -56,6 +58,17 @@ std::optional<Backend> toBackend(const std::optional<std::string>& b) {
   if (*b == "gloo") return Backend::Gloo;
   if (*b == "nccl") return Backend::Nccl;
   throw Error("tessera.init: backend '" + *b + "' is not one of gloo, nccl");
+}
+
+// A torch.distributed Store object as the C++ c10d::Store it wraps: possible when torch's
+// bindings and ours share pybind11's type registry (same pybind11 internals version and C++ ABI;
+// verified with Debian's torch 1.13 and its pybind11-dev). None when they do not.
+StorePtr torchStore(const pb::object& o) {
+  try {
+    return o.cast<c10::intrusive_ptr<c10d::Store>>();
+  } catch (const pb::cast_error&) {
+    return {};
+  }
 }
 
 }  // namespace
@@ -163,6 +176,13 @@ void bindComm(pb::module_& m) {
       .def_property_readonly("local_world_size", [](const Context& c) { return c.launch.localWorldSize; })
       .def_property_readonly("launcher", [](const Context& c) { return c.launch.launcher; })
       .def_property_readonly("store_prefix", [](const Context& c) { return c.launch.storePrefix; })
+      .def_property_readonly("store_host", [](const Context& c) { return c.launch.storeHost; })
+      .def_property_readonly("store_port", [](const Context& c) { return c.launch.storePort; })
+      .def_property_readonly("hosts_store", [](const Context& c) { return c.launch.hostsStore; },
+                             "This process runs the TCPStore server (multi-tenant: shared in-process)")
+      .def_property_readonly("given_store", [](const Context& c) { return bool(c.launch.store) && !c.launch.storeName.empty(); },
+                             "The store was given (tessera.init(store=...) or torch.distributed's)")
+      .def_property_readonly("store_description", [](const Context& c) { return describeStore(c.launch); })
       .def_readonly("hostname", &Context::hostname)
       .def_readonly("device", &Context::device)
       .def_readonly("device_description", &Context::deviceDescription)
@@ -175,8 +195,19 @@ void bindComm(pb::module_& m) {
       "init",
       [](std::optional<int> rank, std::optional<int> worldSize, std::optional<int> localRank,
          std::optional<int> localWorldSize, const std::string& storeHost, std::optional<int> storePort,
-         bool rank0HostsStore, std::optional<std::string> backend, std::optional<double> timeoutS) {
+         bool rank0HostsStore, std::optional<std::string> backend, std::optional<double> timeoutS,
+         const pb::object& store, const std::string& storePrefix, const std::string& launcher,
+         const std::string& storeName) {
         InitOptions o;
+        if (!store.is_none()) {
+          o.store = torchStore(store);
+          TESSERA_CHECK(o.store, "tessera.init: the store given ({}) is not a torch.distributed Store this build can "
+                                 "use (tessera._C and torch must share pybind11's type registry)",
+                        std::string(pb::str(store.get_type())));
+          o.storeName = storeName;
+        }
+        o.storePrefix = storePrefix;
+        o.launcher = launcher;
         o.rank = rank;
         o.worldSize = worldSize;
         o.localRank = localRank;
@@ -192,7 +223,11 @@ void bindComm(pb::module_& m) {
       pb::arg("rank") = pb::none(), pb::arg("world_size") = pb::none(), pb::arg("local_rank") = pb::none(),
       pb::arg("local_world_size") = pb::none(), pb::arg("store_host") = "127.0.0.1",
       pb::arg("store_port") = pb::none(), pb::arg("rank0_hosts_store") = true, pb::arg("backend") = pb::none(),
-      pb::arg("timeout") = pb::none());
+      pb::arg("timeout") = pb::none(), pb::arg("store") = pb::none(), pb::arg("store_prefix") = "tessera",
+      pb::arg("launcher") = "explicit", pb::arg("store_name") = "");
+  m.def(
+      "can_use_torch_store", [](const pb::object& s) { return bool(torchStore(s)); }, pb::arg("store"),
+      "Whether a torch.distributed Store object can be handed to tessera.init(store=...) by this build");
 
   pb::class_<ProcessMesh, std::shared_ptr<ProcessMesh>>(m, "ProcessMesh",
                                                         "dp x pp x tp, tp fastest-varying (see process_mesh.h)")

@@ -108,6 +108,30 @@ void bindFsdp(pb::module_& m) {
       .def("sharded_state_dict", &Fsdp::shardedStateDict)
       .def("load_sharded_state_dict", &Fsdp::loadShardedStateDict, pb::arg("state_dict"))
       .def("reshard_all", &Fsdp::reshardAll)
+      .def("unshard_all", &Fsdp::unshardAll, pb::call_guard<pb::gil_scoped_release>())
+      .def("master_shard", &Fsdp::masterShard, pb::arg("unit"))
+      .def("grad_shard", &Fsdp::gradShard, pb::arg("unit"))
+      .def("set_grad_views", &Fsdp::setGradViews, pb::arg("unit"), pb::arg("views"),
+           "[(offset in this rank's shard, float32 leaf aliasing the master shard there)]: their .grad become the "
+           "gradient shard (src/sharding/fsdp/fsdp.h)")
+      .def_property_readonly("shard_rank", &Fsdp::shardRank)
+      .def_property_readonly("shard_group", [](const Fsdp& f) { return f.shardGroup(); })
+      .def(
+          "layout",
+          [](const Fsdp& f, size_t u) {
+            const auto& l = f.layout(u);
+            pb::list entries;
+            for (const auto& e : l.entries) entries.append(pb::make_tuple(e.name, e.shape, e.offset, e.numel, e.trainable));
+            pb::dict d;
+            d["entries"] = entries;  // flat order: trainable first, then frozen
+            d["numel"] = l.numel;
+            d["trainable_numel"] = l.trainableNumel;
+            d["padded_numel"] = l.paddedNumel;
+            d["shard_numel"] = l.shardNumel;
+            d["shards"] = l.shards;
+            return d;
+          },
+          pb::arg("unit"))
       .def_property_readonly("num_units", &Fsdp::numUnits)
       .def("unit_name", &Fsdp::unitName, pb::arg("unit"))
       .def("stats", [](const Fsdp& f) {
@@ -121,14 +145,23 @@ void bindFsdp(pb::module_& m) {
 
   pb::class_<ShardedAdamW, std::shared_ptr<ShardedAdamW>>(
       m, "ShardedAdamW", "AdamW on FSDP's fp32 shards (src/sharding/fsdp/optimizer.h); keeps the FSDP object alive")
-      .def(pb::init([](std::shared_ptr<Fsdp> f, double lr, double beta1, double beta2, double eps, double wd) {
+      .def(pb::init([](std::shared_ptr<Fsdp> f, double lr, double beta1, double beta2, double eps, double wd,
+                       const pb::object& decays) {
              AdamWOptions o{lr, beta1, beta2, eps, wd};
+             ShardedAdamW::DecayRule rule;
+             if (!decays.is_none()) {  // called during construction only, with the GIL held
+               rule = [decays](const std::string& name) { return decays(name).cast<bool>(); };
+             }
              // The optimizer holds a reference: keep the FSDP object alive as long as it is.
-             auto* raw = new ShardedAdamW(*f, o);
+             auto* raw = new ShardedAdamW(*f, o, rule);
              return std::shared_ptr<ShardedAdamW>(raw, [f](ShardedAdamW* p) { delete p; });
            }),
            pb::arg("fsdp"), pb::arg("lr") = 1e-3, pb::arg("beta1") = 0.9, pb::arg("beta2") = 0.999,
-           pb::arg("eps") = 1e-8, pb::arg("weight_decay") = 1e-2)
+           pb::arg("eps") = 1e-8, pb::arg("weight_decay") = 1e-2, pb::arg("decays") = pb::none())
+      .def_property(
+          "lr", [](ShardedAdamW& a) { return a.options().lr; }, [](ShardedAdamW& a, double lr) { a.options().lr = lr; })
+      .def("state_dict", &ShardedAdamW::stateDict)
+      .def("load_state_dict", &ShardedAdamW::loadStateDict, pb::arg("state_dict"))
       .def("step", &ShardedAdamW::step, pb::call_guard<pb::gil_scoped_release>())
       .def("zero_grad", &ShardedAdamW::zeroGrad)
       .def_property_readonly("steps", &ShardedAdamW::steps);

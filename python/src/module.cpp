@@ -69,4 +69,6 @@ PYBIND11_MODULE(_C, m) {
   bindPipeline(m);
   bindFsdp(m);
   bindData(m);
+  bindCheckpoint(m);
+  bindModels(m);
 }

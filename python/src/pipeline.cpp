@@ -31,6 +31,13 @@ ScheduleKind toScheduleKind(const std::string& s) {
   throw Error("tessera pipeline: schedule '" + s + "' is not one of gpipe, 1f1b, interleaved_1f1b");
 }
 
+// step / evaluate with the GIL released (the executor takes it back for each stage call).
+at::Tensor run(PipelineExecutor& e, at::Tensor (PipelineExecutor::*fn)(const at::Tensor&, const at::Tensor&),
+               const std::optional<at::Tensor>& input, const std::optional<at::Tensor>& target) {
+  pb::gil_scoped_release nogil;
+  return (e.*fn)(input.value_or(at::Tensor()), target.value_or(at::Tensor()));
+}
+
 }  // namespace
 
 void bindPipeline(pb::module_& m) {
@@ -56,12 +63,18 @@ void bindPipeline(pb::module_& m) {
       .def(
           "step",
           [](PipelineExecutor& e, const std::optional<at::Tensor>& input, const std::optional<at::Tensor>& target) {
-            pb::gil_scoped_release nogil;
-            return e.step(input.value_or(at::Tensor()), target.value_or(at::Tensor()));
+            return run(e, &PipelineExecutor::step, input, target);
           },
           pb::arg("input") = pb::none(), pb::arg("target") = pb::none(),
           "One training step (collective over the pp group): forward and backward of every micro-batch; "
           "gradients accumulate into the stages' parameters. Returns the mean loss on every rank.")
+      .def(
+          "evaluate",
+          [](PipelineExecutor& e, const std::optional<at::Tensor>& input, const std::optional<at::Tensor>& target) {
+            return run(e, &PipelineExecutor::evaluate, input, target);
+          },
+          pb::arg("input") = pb::none(), pb::arg("target") = pb::none(),
+          "Forward only under no_grad (validation), collective over the pp group; the mean loss on every rank.")
       .def_property_readonly("peak_in_flight", &PipelineExecutor::peakInFlight)
       .def("describe", [](const PipelineExecutor& e, int rank) { return e.schedule().describe(rank); },
            pb::arg("rank"), "This schedule's actions on `rank`, one per line");

@@ -7,9 +7,15 @@ Forward and backward are collective over ``group``: every rank of it runs the sa
 and backward. ``group`` is a :class:`tessera.Communicator` or a :class:`tessera.ProcessMesh`
 (its tp group). A group of one communicates nothing.
 
+Checkpoints (:mod:`tessera.checkpoint`) save each shard as its box of the unsharded weight, so
+they load into any tensor-parallel size and into plain ``torch.nn.Linear``/``Embedding`` models.
+
 Initial weights equal those of the unsharded ``torch.nn.Linear`` / ``torch.nn.Embedding``
 built from the same RNG state (the full weight is drawn on every rank and the shard kept):
 seed every rank alike before construction. ``load_full()`` takes an unsharded weight.
+
+Llama's blocks (from :mod:`tessera.llama`): :class:`RMSNorm`, :func:`rope_tables` /
+:func:`apply_rotary`, :class:`ParallelGQAttention`, :class:`ParallelSwiGLU`.
 
 The f/g mappings are exposed too: :func:`copy_to_region` (fwd identity / bwd all-reduce),
 :func:`reduce_from_region` (fwd all-reduce / bwd identity), :func:`gather_last_dim`,
@@ -19,6 +25,7 @@ The f/g mappings are exposed too: :func:`copy_to_region` (fwd identity / bwd all
 import torch
 
 from . import _C
+from .checkpoint import shard_of
 from .parallel import _group_of
 
 _tp = _C.tp
@@ -60,6 +67,10 @@ class ColumnParallelLinear(torch.nn.Module):
         kw = dict(device=device, dtype=dtype)
         self.weight = torch.nn.Parameter(torch.empty(shard, in_features, **kw))
         self.bias = torch.nn.Parameter(torch.empty(shard, **kw)) if bias else None
+        r = self.group.rank
+        shard_of(self.weight, (out_features, in_features), (r * shard, 0))  # checkpoints: rows of the full weight
+        if bias:
+            shard_of(self.bias, (out_features,), (r * shard,))
         full = torch.nn.Linear(in_features, out_features, bias=bias)  # the unsharded init
         self.load_full(full.weight, full.bias)
 
@@ -99,8 +110,10 @@ class RowParallelLinear(torch.nn.Module):
         self.in_features, self.out_features = in_features, out_features
         self.input_is_parallel, self.sequence_parallel, self.name = input_is_parallel, sequence_parallel, name
         kw = dict(device=device, dtype=dtype)
-        self.weight = torch.nn.Parameter(torch.empty(out_features, in_features // self.group.size, **kw))
-        self.bias = torch.nn.Parameter(torch.empty(out_features, **kw)) if bias else None
+        cols = in_features // self.group.size
+        self.weight = torch.nn.Parameter(torch.empty(out_features, cols, **kw))
+        self.bias = torch.nn.Parameter(torch.empty(out_features, **kw)) if bias else None  # replicated
+        shard_of(self.weight, (out_features, in_features), (0, self.group.rank * cols))
         full = torch.nn.Linear(in_features, out_features, bias=bias)
         self.load_full(full.weight, full.bias)
 
@@ -135,6 +148,7 @@ class VocabParallelEmbedding(torch.nn.Module):
         self.vocab_start, self.vocab_end = _tp.vocab_range(num_embeddings, self.group.rank, self.group.size)
         self.weight = torch.nn.Parameter(
             torch.empty(self.vocab_end - self.vocab_start, embedding_dim, device=device, dtype=dtype))
+        shard_of(self.weight, (num_embeddings, embedding_dim), (self.vocab_start, 0))
         full = torch.nn.Embedding(num_embeddings, embedding_dim)  # N(0, 1) from the global RNG
         self.load_full(full.weight)
 
@@ -158,8 +172,12 @@ def vocab_parallel_cross_entropy(logits_shard, targets, group, vocab=0):
     return _tp.vocab_parallel_cross_entropy(logits_shard, targets, _tp_group(group), vocab)
 
 
+# The Llama building blocks (tessera.llama): RMSNorm, rotary embedding, GQA attention and the
+# SwiGLU MLP split over tp.
+from .llama import RMSNorm, ParallelGQAttention, ParallelSwiGLU, rope_tables, apply_rotary  # noqa: E402
+
 __all__ = [
     "ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding", "vocab_parallel_cross_entropy",
     "copy_to_region", "reduce_from_region", "gather_last_dim", "split_last_dim", "gather_seq",
-    "reduce_scatter_seq",
+    "reduce_scatter_seq", "RMSNorm", "ParallelGQAttention", "ParallelSwiGLU", "rope_tables", "apply_rotary",
 ]

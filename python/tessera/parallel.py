@@ -154,6 +154,11 @@ class Pipeline:
     def step(self, input=None, target=None):
         return self._exec.step(input, target)
 
+    def evaluate(self, input=None, target=None):
+        """Forward only, under no_grad (validation): the micro-batches through the stages one after
+        another, no backward; the mean loss on every rank. Collective over the group like :meth:`step`."""
+        return self._exec.evaluate(input, target)
+
     def parameters(self):
         """The parameters of this rank's stages (those that are modules), for the optimiser."""
         for s in self.stages:
@@ -189,9 +194,23 @@ class FullyShardedDataParallel(torch.nn.Module):
     architecture; rank 0's values are broadcast (``sync_module_states``).
 
     After construction the module's parameters have no memory of their own outside forward and
-    backward: train with :class:`tessera.ShardedAdamW` (the fp32 master shards and optimizer
-    state live on each rank), read the weights with :meth:`full_state_dict`. When
-    ``loss.backward()`` returns, the shards hold the gradient averaged over the group.
+    backward. What is trained are this rank's fp32 master shards of each unit's flat parameter
+    (as FSDP1's ``use_orig_params=False``): :meth:`parameters` are ``torch.nn.Parameter`` views of
+    them (the trainable elements of this rank's shard of each unit), whose ``.grad`` is this rank's
+    shard of the gradient averaged over the group when ``loss.backward()`` returns. Any torch
+    optimizer and LR scheduler works on them::
+
+        opt = torch.optim.AdamW(fsdp.param_groups(lambda name: {"weight_decay": 0.0}
+                                                  if name.endswith("bias") or "norm" in name else {}),
+                                lr=1e-3, weight_decay=0.1)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
+        loss_fn(fsdp(x), y).backward(); fsdp.clip_grad_norm_(1.0); opt.step(); sched.step(); opt.zero_grad()
+
+    A parameter that got no gradient on any rank has zeros in the flat gradient (optimizers see a
+    zero gradient, not None: momentum and weight decay still apply to it, as in FSDP1). Clip with
+    :meth:`clip_grad_norm_` (the norm over all shards), not ``torch.nn.utils.clip_grad_norm_``
+    on the shards. Or train with :class:`tessera.ShardedAdamW` (fused). Read the weights with
+    :meth:`full_state_dict`.
 
     Options (C++ ``FsdpOptions``): ``param_dtype`` (compute dtype of the gathered parameters,
     default float32), ``reduce_dtype`` (float32), ``reshard_after_forward`` (True),
@@ -223,6 +242,7 @@ class FullyShardedDataParallel(torch.nn.Module):
             sync_module_states)
         for i, m in enumerate(units):
             self._wrap_unit(m, i + 1 if root else i)
+        self._views = None  # the flat shards' Parameter views, made on first use
 
     def _wrap_unit(self, m, index):
         orig = m.forward
@@ -243,6 +263,75 @@ class FullyShardedDataParallel(torch.nn.Module):
         """Context manager: backward accumulates unsharded gradients locally, no communication."""
         return self._fsdp.no_sync()
 
+    # ---- the flat shards as torch.nn.Parameters (for torch optimizers)
+
+    def param_groups(self, options=None):
+        """Parameter groups for a torch optimizer: ``options(name)`` gives the optimizer options
+        (a dict, e.g. ``{"weight_decay": 0.0}``; ``{}``: the optimizer's defaults) of the original
+        parameter ``name`` (as in ``module.named_parameters()``). Returns ``[{"params": [...],
+        **opts}, ...]``, one group per distinct options dict, in the order the options first occur
+        in the model (the same on every rank; a rank whose shards hold none of a group's elements
+        gets that group with no parameters). Each parameter is a ``torch.nn.Parameter`` viewing a
+        run of this rank's fp32 master shard of one unit over original parameters of one group.
+        Replaces the views :meth:`parameters` returned before: build the optimizer afterwards."""
+        return self._make_views(options or (lambda name: {}))
+
+    def named_parameters(self, prefix="", recurse=True, *args, **kwargs):
+        """("<unit>.flat<i>", view) for the views of :meth:`param_groups` (by default one per
+        unit: every trainable element of this rank's shard). Each view's ``_tessera_flat`` says which
+        unit it is of and which original parameters' elements it holds."""
+        if self._views is None:
+            self._make_views(lambda name: {})
+        for p in self._views:
+            yield (prefix + ("." if prefix else "") + p._tessera_flat.name, p)
+
+    def zero_grad(self, set_to_none=True):
+        """Releases the gradient shards (every view's ``.grad`` becomes None) and the gradients
+        accumulated under :meth:`no_sync`."""
+        self._fsdp.zero_grad()
+
+    def _make_views(self, options):
+        f, r = self._fsdp, self._fsdp.shard_rank
+        groups = {}  # options key -> (options, [params]); insertion order = first in the model
+        layouts = [f.layout(u) for u in range(f.num_units)]
+        for lay in layouts:
+            for name, _, _, _, trainable in lay["entries"]:
+                if trainable:
+                    opts = dict(options(name))
+                    groups.setdefault(_options_key(opts), (opts, []))
+        views = []
+        for u, lay in enumerate(layouts):
+            n = lay["shard_numel"]
+            lo = r * n
+            runs = []  # [begin, end, key, [(name, begin in the parameter, end)]] within this rank's shard
+            for name, _, off, numel, trainable in lay["entries"]:
+                a, b = max(off, lo) - lo, min(off + numel, lo + n) - lo
+                if not trainable or a >= b:
+                    continue
+                key = _options_key(dict(options(name)))
+                part = (name, a + lo - off, b + lo - off)
+                if runs and runs[-1][2] == key and runs[-1][1] == a:
+                    runs[-1][1] = b
+                    runs[-1][3].append(part)
+                else:
+                    runs.append([a, b, key, [part]])
+            master = f.master_shard(u)
+            mine = []
+            for i, (a, b, key, parts) in enumerate(runs):
+                p = torch.nn.Parameter(master.narrow(0, a, b - a))  # aliases the master shard
+                p._tessera_flat = FlatView(f"{f.unit_name(u)}.flat{i}", u, f.unit_name(u), a, parts)
+                mine.append((a, p))
+                groups[key][1].append(p)
+                views.append(p)
+            f.set_grad_views(u, mine)
+        self._views = views
+        return [dict(params=ps, **opts) for opts, ps in groups.values()]
+
+    def reshard_all(self):
+        """Reshards every unit: call it after a forward without backward (evaluation under
+        ``torch.no_grad()``), which leaves the root unit gathered."""
+        self._fsdp.reshard_all()
+
     def clip_grad_norm_(self, max_norm):
         """Collective: scales the gradient shards to a total L2 norm of at most ``max_norm``; returns the norm
         before clipping as a 0-dim tensor on the shards' device (as ``torch.nn.utils.clip_grad_norm_``; nothing
@@ -261,17 +350,53 @@ class FullyShardedDataParallel(torch.nn.Module):
         return self._fsdp.stats()
 
 
-class ShardedAdamW:
-    """AdamW over a :class:`FullyShardedDataParallel`'s fp32 shards: each rank keeps the
-    optimizer state of its shards only. Equals ``torch.optim.AdamW`` on the unsharded
-    parameters given the same gradients. :meth:`step` after backward on every rank."""
+class FlatView:
+    """What a :class:`FullyShardedDataParallel` flat-shard parameter holds: ``name``
+    ("<unit>.flat<i>"), ``unit`` (index), ``unit_name``, ``offset`` (in this rank's shard) and
+    ``parts``: [(original parameter name, first element, end element)] in the parameter's
+    flattened order, consecutive in the view."""
 
-    def __init__(self, fsdp, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
-        self._opt = _C.ShardedAdamW(fsdp._fsdp, lr, betas[0], betas[1], eps, weight_decay)
+    def __init__(self, name, unit, unit_name, offset, parts):
+        self.name, self.unit, self.unit_name, self.offset, self.parts = name, unit, unit_name, offset, parts
+
+    def __repr__(self):
+        return f"FlatView({self.name}: {', '.join(f'{n}[{a}:{b}]' for n, a, b in self.parts)})"
+
+
+def _options_key(opts):
+    return tuple(sorted((k, repr(v)) for k, v in opts.items()))
+
+
+class ShardedAdamW:
+    """AdamW over a :class:`FullyShardedDataParallel`'s fp32 shards, fused (one kernel per run of
+    a shard): each rank keeps the optimizer state of its shards only. :meth:`step` after backward
+    on every rank.
+
+    ``decays(name) -> bool``: whether the original parameter ``name`` takes weight decay
+    (default: every parameter does), e.g. ``lambda n: not (n.endswith("bias") or "norm" in n)``.
+
+    It equals ``torch.optim.AdamW`` on the unsharded parameters (with the same decay rule as
+    parameter groups) when every parameter gets a gradient. It differs for a parameter that
+    gets none in a step: FSDP's flat gradient holds zeros for it, and ShardedAdamW steps it
+    with a zero gradient (its moments decay, the update uses them, weight decay applies), where
+    ``torch.optim.AdamW`` skips a parameter whose ``.grad`` is None. The same holds for any torch
+    optimizer on :meth:`FullyShardedDataParallel.parameters` (as with FSDP1's flat parameters).
+    ``lr`` can be changed between steps (an LR schedule)."""
+
+    def __init__(self, fsdp, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2, decays=None):
+        self._opt = _C.ShardedAdamW(fsdp._fsdp, lr, betas[0], betas[1], eps, weight_decay, decays)
         self._fsdp = fsdp
+
+    @property
+    def lr(self):
+        return self._opt.lr
+
+    @lr.setter
+    def lr(self, value):
+        self._opt.lr = value
 
     def step(self):
         self._opt.step()
 
     def zero_grad(self):
-        self._opt.zero_grad()
+        self._fsdp.zero_grad()

@@ -9,10 +9,14 @@
 namespace tessera {
 
 StorePtr startStoreServer(uint16_t port, std::chrono::milliseconds timeout) {
+  auto o = compat::tcpStoreOptions(port, true, timeout);
+  o.multiTenant = true;  // share a server this process already runs on `port` (store.h)
   try {
-    return c10::make_intrusive<c10d::TCPStore>("0.0.0.0", compat::tcpStoreOptions(port, true, timeout));
+    return c10::make_intrusive<c10d::TCPStore>("0.0.0.0", o);
   } catch (const std::exception& e) {
-    throw Error(fmt::format("tessera: could not start the rendezvous store server on port {}: {}", port, e.what()));
+    throw Error(fmt::format("tessera: could not start the rendezvous store server on port {} (another process, or a "
+                            "server in this process that is not multi-tenant, may hold the port): {}",
+                            port, e.what()));
   }
 }
 

@@ -11,7 +11,11 @@ namespace tessera {
 using StorePtr = c10::intrusive_ptr<c10d::Store>;
 
 // Starts a TCPStore server in this process, listening on `port` (0 → an ephemeral port;
-// read it back with storePort()). Local; the server lives as long as the returned store.
+// read it back with storePort()). Local; the server lives as long as a store using it.
+// Multi-tenant (c10d's TCPStoreOptions::multiTenant): when this process already runs a
+// multi-tenant server on `port` — torch.distributed's env:// and tcp:// rendezvous create theirs
+// so, and they link this very LibTorch — that server is shared instead of binding the port a
+// second time; torch.distributed initialised after tessera shares tessera's the same way.
 StorePtr startStoreServer(uint16_t port, std::chrono::milliseconds timeout);
 // Connects a client to host:port, retrying until `timeout`; throws naming the address.
 StorePtr connectStore(const std::string& host, uint16_t port, std::chrono::milliseconds timeout);

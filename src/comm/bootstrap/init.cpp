@@ -17,16 +17,21 @@ namespace {
 
 LaunchInfo explicitLaunch(const InitOptions& o) {
   LaunchInfo l;
-  l.launcher = "explicit";
+  l.launcher = o.launcher;
   l.rank = *o.rank;
   l.worldSize = *o.worldSize;
   l.localRank = o.localRank.value_or(l.rank);
   l.localWorldSize = o.localWorldSize.value_or(l.worldSize);
-  TESSERA_CHECK(o.storePort, "tessera::init: explicit rank/worldSize given but no storePort");
+  l.storePrefix = o.storePrefix;
+  if (o.store) {
+    l.store = o.store;
+    l.storeName = o.storeName.empty() ? "the given store" : o.storeName;
+    return l;
+  }
+  TESSERA_CHECK(o.storePort, "tessera::init: explicit rank/worldSize given but no storePort (nor a store)");
   l.storeHost = o.storeHost;
   l.storePort = *o.storePort;
   l.hostsStore = o.rank0HostsStore && l.rank == 0;
-  l.storePrefix = "tessera";
   return l;
 }
 
@@ -49,7 +54,32 @@ Backend chooseBackend(const InitOptions& o, const Settings& s, int devices) {
   return (ncclAvailable() && devices > 0) ? Backend::Nccl : Backend::Gloo;
 }
 
+// Rethrows the current tessera::Error / CommError (same type) with `where` in front.
+[[noreturn]] void rethrowWith(const std::string& where) {
+  try {
+    throw;
+  } catch (const CommError& e) {
+    throw CommError(where + e.what());
+  } catch (const Error& e) {
+    throw Error(where + e.what());
+  } catch (const std::exception& e) {
+    throw Error(where + e.what());
+  }
+}
+
 }  // namespace
+
+std::string describeStore(const LaunchInfo& l) {
+  std::string s;
+  if (l.store && !l.storeName.empty()) {
+    s = l.storeName;
+  } else if (l.hostsStore) {
+    s = fmt::format("store server on port {} (multi-tenant)", l.storePort);
+  } else {
+    s = fmt::format("store client of {}:{}", l.storeHost, l.storePort);
+  }
+  return fmt::format("{}, keys under '{}'", s, l.storePrefix);
+}
 
 CommPtr makeWorldCommunicator(Backend backend, const StorePtr& store, int rank, int worldSize,
                               const at::Device& device, std::chrono::milliseconds timeout) {
@@ -104,9 +134,16 @@ Context init(const InitOptions& o) {
   log::setRank(l.rank);
   c.hostname = hostName();
 
+  const std::string where = fmt::format("tessera::init ({} launch, rank {} of {}, {}): ", l.launcher, l.rank,
+                                        l.worldSize, describeStore(l));
   StorePtr base = l.store;
   if (!base) {
-    base = l.hostsStore ? startStoreServer(l.storePort, timeout) : connectStore(l.storeHost, l.storePort, timeout);
+    try {
+      base = l.hostsStore ? startStoreServer(l.storePort, timeout)
+                          : connectStore(l.storeHost, l.storePort, timeout);
+    } catch (...) {
+      rethrowWith(where);
+    }
   }
   // Fault injection for the tests (the store's host dying during start-up):
   // TESSERA_FAULT_INJECT=bootstrap-after-store:<rank>.
@@ -128,7 +165,11 @@ Context init(const InitOptions& o) {
   }
   log::info("{} launch: rank {}/{} local rank {}/{} on host {}, device {}, backend {}", l.launcher, l.rank,
             l.worldSize, l.localRank, l.localWorldSize, c.hostname, c.deviceDescription, toString(backend));
-  c.world = makeWorldCommunicator(backend, c.store, l.rank, l.worldSize, c.device, timeout);
+  try {
+    c.world = makeWorldCommunicator(backend, c.store, l.rank, l.worldSize, c.device, timeout);
+  } catch (...) {
+    rethrowWith(where);
+  }
   return c;
 }
 

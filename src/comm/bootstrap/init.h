@@ -3,7 +3,9 @@
 // communicator. Collective over all processes of the job.
 //
 // Detection order (the first that applies wins):
-//   1. explicit InitOptions (rank and worldSize set);
+//   1. explicit InitOptions (rank and worldSize set), over InitOptions::store when given (e.g.
+//      torch.distributed's default store, passed in by the Python module) or a TCPStore at
+//      storeHost:storePort;
 //   2. torchrun: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; with
 //      TORCHELASTIC_USE_AGENT_STORE=True every rank is a client of the agent's store under
 //      "/worker/attempt_{TORCHELASTIC_RESTART_COUNT}" (MASTER_PORT is never bound then).
@@ -18,6 +20,9 @@
 //      store on the first host of SLURM_STEP_NODELIST / SLURM_JOB_NODELIST (or
 //      TESSERA_STORE_HOST); port: TESSERA_STORE_PORT, MASTER_PORT, or 29500 + SLURM_JOB_ID % 20000.
 //      An sbatch script itself (SLURM_PROCID without SLURM_STEP_ID) is an error, not rank 0.
+// A failure to reach or start the store, or to form the world communicator, is raised with
+// "tessera::init (<launcher>, <store>)" in front: which launcher was detected and which store
+// (server on a port, client of host:port, or the given store, and the prefix) was tried.
 // Device: local rank modulo the visible CUDA devices (after CUDA_VISIBLE_DEVICES), or CPU.
 // Settings: InitOptions::settings, else Settings::fromEnvironment() (the TESSERA_* variables,
 // comm/settings.h), applied with configure() before anything else; Context::settings holds them.
@@ -47,6 +52,12 @@ struct InitOptions {
   std::optional<uint16_t> storePort;
   // Explicit bootstrap only: when false every rank is a client (someone else runs the server).
   bool rank0HostsStore = true;
+  // Explicit bootstrap only: an existing store to use instead (its keys under storePrefix), and
+  // how it is named in Context::launch and in messages.
+  StorePtr store;
+  std::string storePrefix = "tessera";
+  std::string launcher = "explicit";
+  std::string storeName;  // e.g. "torch.distributed's default store"
   std::optional<Backend> backend;
   // Per-op and store timeout; unset: the settings' (TESSERA_TIMEOUT_S, else 10 minutes).
   std::optional<std::chrono::milliseconds> timeout;
@@ -56,14 +67,18 @@ struct InitOptions {
 
 // What the launcher told this process.
 struct LaunchInfo {
-  std::string launcher;  // "explicit" | "torchrun" | "pmix" | "slurm"
+  std::string launcher;  // "explicit" (or InitOptions::launcher) | "torchrun" | "pmix" | "slurm"
   int rank = 0, worldSize = 1, localRank = 0, localWorldSize = 1;
   std::string storeHost;
   uint16_t storePort = 0;
   bool hostsStore = false;    // this process runs the store server
   std::string storePrefix;    // namespace inside the store
   StorePtr store;             // set when the detector had to make the store itself (PMIx)
+  std::string storeName;      // with `store`: how messages name it
 };
+
+// "server on port P", "client of H:P" or the given store's name, with the prefix.
+std::string describeStore(const LaunchInfo& l);
 
 struct Context {
   LaunchInfo launch;

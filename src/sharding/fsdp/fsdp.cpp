@@ -24,6 +24,7 @@ namespace fsdp {
 // itself as the shard when there is none yet (the first backward after zeroGrad).
 void addIntoGrad(Unit& x) {
   torch::NoGradGuard ng;
+  adoptViewGrads(x);
   auto out = x.rsOut.to(at::kFloat);
   if (x.grad.defined()) {
     x.grad.add_(out);
@@ -31,6 +32,7 @@ void addIntoGrad(Unit& x) {
     x.grad = out;  // rsOut itself (fp32), or its fresh fp32 copy
   }
   x.rsOut = at::Tensor();
+  publishViewGrads(x);
 }
 }  // namespace fsdp
 
@@ -169,7 +171,8 @@ const std::string& FullyShardedDataParallel::unitName(size_t u) const { return u
 const fsdp::FlatLayout& FullyShardedDataParallel::layout(size_t u) const { return units_.at(u)->layout; }
 at::Tensor FullyShardedDataParallel::masterShard(size_t u) const { return units_.at(u)->master; }
 at::Tensor FullyShardedDataParallel::gradShard(size_t u) const {
-  const auto& x = *units_.at(u);
+  auto& x = *units_.at(u);
+  fsdp::adoptViewGrads(x);
   return x.grad.defined() ? x.grad : at::zeros({x.layout.shardNumel}, x.master.options());
 }
 int FullyShardedDataParallel::shardRank() const { return shardComm_->rank(); }
@@ -525,6 +528,7 @@ void FullyShardedDataParallel::zeroGrad() {
   for (auto& x : units_) {
     x->grad = at::Tensor();  // released, as zero_grad(set_to_none=True): no memory until the next backward
     x->accum = at::Tensor();
+    fsdp::publishViewGrads(*x);
   }
 }
 
@@ -534,6 +538,7 @@ at::Tensor FullyShardedDataParallel::clipGradNorm(double maxNorm) {
   const int r = shardComm_->rank();
   auto sq = at::zeros({1}, units_[0]->master.options());
   for (auto& x : units_) {
+    fsdp::adoptViewGrads(*x);
     if (!x->grad.defined()) continue;  // no gradient since zeroGrad: zeros
     auto g = x->grad.narrow(0, 0, x->layout.trainableInShard(r));
     sq.add_(g.pow(2).sum());

@@ -142,6 +142,15 @@ class FullyShardedDataParallel {
   // Local: releases the gradient shards (as zero_grad(set_to_none=True): they take no memory
   // until the next backward creates them) and drops accumulated noSync gradients.
   void zeroGrad();
+  // Local. Hands ranges of unit u's master shard to an optimizer of the caller's (the Python
+  // module's torch.nn.Parameters, for any torch.optim): each view is a leaf float32 tensor
+  // aliasing masterShard(u) from element `offset` on (else tessera::Error naming the unit).
+  // From then on their .grad are the gradient shard: at the end of a synchronised backward each
+  // view's .grad is its range of gradShard(u) (a view of it), and the next backward adds into
+  // what the views' .grad say: a view whose .grad was set to None restarts its range at zero
+  // (optimizer.zero_grad), one set to another tensor has it copied in. Replaces u's earlier
+  // views; zeroGrad() sets their .grad to None.
+  void setGradViews(size_t u, std::vector<std::pair<int64_t, at::Tensor>> views);
   // Collective over the world: total L2 norm of the model's gradient (all shards); multiplies the
   // shards by min(1, maxNorm / (norm + 1e-6)) (as torch::nn::utils::clip_grad_norm_; a factor of
   // exactly 1, leaving them unchanged, when the norm is below maxNorm). Returns the norm before

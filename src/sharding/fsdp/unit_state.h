@@ -49,6 +49,15 @@ struct Unit {
   at::Tensor rsOut;  // [shardNumel] reduceDtype
 
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks;  // (accumulator, key)
+
+  // setGradViews: (offset in the shard, leaf tensor aliasing master there) whose .grad is `grad`.
+  std::vector<std::pair<int64_t, at::Tensor>> gradViews;
 };
+
+// grad_views.cpp. adoptViewGrads: before `grad` is read or added to, take what the views' .grad
+// say (all undefined: released; one undefined: its range restarts at zero; another tensor:
+// copied in). publishViewGrads: each view's .grad = its range of `grad` (undefined if released).
+void adoptViewGrads(Unit& x);
+void publishViewGrads(Unit& x);
 
 }  // namespace tessera::fsdp

@@ -1,0 +1,80 @@
+// tessera._C.models: the C++ definitions the Python models and training scripts share with
+// train_gpt, so that both read one source: model presets (src/models/config.h), learning-rate
+// schedules (src/optim/lr_schedule.h) and the weight-decay rule (src/optim/adamw.h).
+#include <pybind11/stl.h>
+
+#include <map>
+#include <string>
+
+#include "bindings.h"
+#include "models/config.h"
+#include "models/lm.h"
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+
+namespace tessera::py {
+
+void bindModels(pb::module_& m) {
+  auto mm = m.def_submodule("models", "train_gpt's model presets, LR schedules and decay rule (see tessera.llama)");
+  mm.def("preset_names", &models::presetNames);
+  mm.def(
+      "preset",
+      [](const std::string& name) {
+        const auto c = models::presetConfig(name);
+        pb::dict d;
+        d["arch"] = models::toString(c.arch);
+        d["d"] = c.d;
+        d["layers"] = c.layers;
+        d["heads"] = c.heads;
+        d["kv_heads"] = c.kvH();
+        d["ffn"] = c.ffnSize();
+        d["vocab"] = c.vocab;
+        d["seq_len"] = c.seqLen;
+        d["positions"] = models::toString(c.positions);
+        d["rope_theta"] = c.ropeTheta;
+        d["rope_scaling"] = c.ropeScaling.enabled
+                                ? pb::object(pb::dict(pb::arg("factor") = c.ropeScaling.factor,
+                                                      pb::arg("low") = c.ropeScaling.lowFreqFactor,
+                                                      pb::arg("high") = c.ropeScaling.highFreqFactor,
+                                                      pb::arg("original") = c.ropeScaling.originalMaxPositions))
+                                : pb::object(pb::none());
+        d["tied"] = c.tiedEmbeddings;
+        d["norm_eps"] = c.normEps;
+        return d;
+      },
+      pb::arg("name"), "A preset's fields (an unknown name is a tessera.Error listing the presets)");
+  mm.def(
+      "lr_at",
+      [](const std::string& kind, double lr, double minLr, int64_t warmup, int64_t total, int64_t decay,
+         int64_t step) {
+        optim::LrSchedule s;
+        s.kind = optim::parseLrKind(kind);
+        s.lr = lr;
+        s.minLr = minLr;
+        s.warmup = warmup;
+        s.total = total;
+        s.decay = decay;
+        optim::validate(s);
+        return optim::lrAt(s, step);
+      },
+      pb::arg("kind"), pb::arg("lr"), pb::arg("min_lr"), pb::arg("warmup"), pb::arg("total"), pb::arg("decay"),
+      pb::arg("step"), "train_gpt's learning rate of 0-based step `step` (src/optim/lr_schedule.h)");
+  mm.def(
+      "partition",
+      [](int64_t d, int64_t layers, int64_t heads, int64_t kvHeads, int64_t ffn, int64_t vocab, int pp) {
+        models::ModelConfig c;
+        c.arch = models::Arch::Llama;
+        c.positions = models::Positions::Rope;
+        c.d = d, c.layers = layers, c.heads = heads, c.kvHeads = kvHeads, c.ffn = ffn, c.vocab = vocab;
+        const auto part = models::partitionModel(c, pp, 1, {});
+        std::vector<std::pair<int, int>> out;
+        for (int s = 0; s < part.numStages(); ++s) out.emplace_back(part.firstBlock(s), part.endBlock(s));
+        return out;
+      },
+      pb::arg("d"), pb::arg("layers"), pb::arg("heads"), pb::arg("kv_heads"), pb::arg("ffn"), pb::arg("vocab"),
+      pb::arg("pp"), "train_gpt's split of a Llama's blocks over pp stages: [(first, end)] per stage");
+  mm.def("decays_by_name", &optim::decaysByName, pb::arg("name"), pb::arg("embeddings") = true,
+         "train_gpt's weight-decay rule: matrices yes; norms, biases no; embeddings when `embeddings`");
+}
+
+}  // namespace tessera::py
