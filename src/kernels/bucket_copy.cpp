@@ -32,7 +32,7 @@ std::string dtypeName(at::ScalarType t) {
   }
 }
 
-std::string describe(const at::Tensor& t) {
+std::string describeSlot(const at::Tensor& t) {
   return fmt::format("shape [{}], {}, {}", fmt::join(t.sizes(), ", "), dtypeName(t.scalar_type()), t.device().str());
 }
 
@@ -55,13 +55,13 @@ void checkArgs(const char* fn, const char* role, const std::vector<at::Tensor>& 
     const at::Tensor& t = ts[i];
     TESSERA_CHECK(t.defined(), "{}: {}[{}] is an undefined tensor ({})", fn, role, i, bucket);
     const int64_t off = offsets[i], n = t.numel();
-    TESSERA_CHECK(t.device() == flat.device(), "{}: {}[{}] ({}) is on {}, but {} is on {}", fn, role, i, describe(t),
+    TESSERA_CHECK(t.device() == flat.device(), "{}: {}[{}] ({}) is on {}, but {} is on {}", fn, role, i, describeSlot(t),
                   t.device().str(), bucket, flat.device().str());
     TESSERA_CHECK(supported(t.scalar_type()), "{}: {}[{}] ({}) has an unsupported dtype (float32/bfloat16/float16 only)",
-                  fn, role, i, describe(t));
-    TESSERA_CHECK(t.is_contiguous(), "{}: {}[{}] ({}) is not contiguous", fn, role, i, describe(t));
+                  fn, role, i, describeSlot(t));
+    TESSERA_CHECK(t.is_contiguous(), "{}: {}[{}] ({}) is not contiguous", fn, role, i, describeSlot(t));
     TESSERA_CHECK(off >= 0 && off <= flat.numel() - n,
-                  "{}: {}[{}] ({}) at offset {} needs elements [{}, {}) which lie outside {}", fn, role, i, describe(t),
+                  "{}: {}[{}] ({}) at offset {} needs elements [{}, {}) which lie outside {}", fn, role, i, describeSlot(t),
                   off, off, off + n, bucket);
     // The only aliasing allowed: the tensor is its own range of the bucket, same dtype.
     if (!addressed || n == 0) continue;
@@ -72,7 +72,7 @@ void checkArgs(const char* fn, const char* role, const std::vector<at::Tensor>& 
     TESSERA_CHECK(!overlapsFlat || ownRange,
                   "{}: {}[{}] ({}) shares memory with {} but is not exactly its range at offset {} with the bucket's "
                   "dtype",
-                  fn, role, i, describe(t), bucket, off);
+                  fn, role, i, describeSlot(t), bucket, off);
   }
   // Ranges must not overlap: sort the non-empty ones by offset and compare neighbours.
   std::vector<size_t> order;
@@ -83,7 +83,7 @@ void checkArgs(const char* fn, const char* role, const std::vector<at::Tensor>& 
     const size_t a = order[k - 1], b = order[k];
     TESSERA_CHECK(offsets[a] + ts[a].numel() <= offsets[b],
                   "{}: {}[{}] ({}) at offset {} overlaps {}[{}] ({}) at offset {}: elements [{}, {}) and [{}, {}) of {}",
-                  fn, role, b, describe(ts[b]), offsets[b], role, a, describe(ts[a]), offsets[a], offsets[b],
+                  fn, role, b, describeSlot(ts[b]), offsets[b], role, a, describeSlot(ts[a]), offsets[a], offsets[b],
                   offsets[b] + ts[b].numel(), offsets[a], offsets[a] + ts[a].numel(), bucket);
   }
 }

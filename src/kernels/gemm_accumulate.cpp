@@ -14,7 +14,7 @@
 namespace tessera::kernels {
 namespace {
 
-std::string describe(const at::Tensor& t) {
+std::string describeOperand(const at::Tensor& t) {
   if (!t.defined()) return "undefined";
   return fmt::format("{} {} on {}{}", c10::str(t.sizes()), dtypeName(t.scalar_type()), t.device().str(),
                      t.is_contiguous() ? "" : " (not contiguous)");
@@ -30,7 +30,7 @@ void check(const char* fn, const at::Tensor& acc, const at::Tensor& a, const at:
   TESSERA_CHECK(layout,
                 "{}: needs acc float32 [m, n] += a[k, m]ᵀ b[k, n] with a and b of one dtype (float32, bfloat16 or "
                 "float16), all contiguous on one device; got acc {}, a {}, b {}",
-                fn, describe(acc), describe(a), describe(b));
+                fn, describeOperand(acc), describeOperand(a), describeOperand(b));
 }
 
 }  // namespace
@@ -54,8 +54,8 @@ void gemmAccumulateTN(const at::Tensor& acc, const at::Tensor& a, const at::Tens
   const int device = acc.device().index();
   const auto err = detail::launchGemmAccumulateTN(acc.data_ptr<float>(), a.data_ptr(), b.data_ptr(), type, acc.size(0),
                                                   acc.size(1), a.size(0), overwrite, cuda::currentStream(device), device);
-  TESSERA_CHECK(err.empty(), "gemmAccumulateTN: acc {} += a {}ᵀ b {} failed on cuda:{}: {}", describe(acc), describe(a),
-                describe(b), device, err);
+  TESSERA_CHECK(err.empty(), "gemmAccumulateTN: acc {} += a {}ᵀ b {} failed on cuda:{}: {}", describeOperand(acc), describeOperand(a),
+                describeOperand(b), device, err);
 #else
   TESSERA_CHECK(false, "gemmAccumulateTN: tensors are on {} but tessera was built without CUDA", acc.device().str());
 #endif
@@ -74,7 +74,7 @@ at::Tensor weightGradTN(const at::Tensor& a, const at::Tensor& b, c10::ScalarTyp
     return a.t().mm(b).to(dtype);
   }
   TESSERA_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(0) == b.size(0),
-                "weightGradTN: needs a[k, m] and b[k, n]; got a {}, b {}", describe(a), describe(b));
+                "weightGradTN: needs a[k, m] and b[k, n]; got a {}, b {}", describeOperand(a), describeOperand(b));
   at::Tensor out;
   gemmAccumulateTNInto(out, {a.size(1), b.size(1)}, a.device(), a.contiguous(), b.contiguous());
   return out;
