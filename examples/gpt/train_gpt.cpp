@@ -24,7 +24,9 @@ int main(int argc, char** argv) {
   bool onGpu = false;
   try {
     init.settings = tessera::Settings::fromEnvironment();  // the one read of TESSERA_* (comm/settings.h)
-    onGpu = torch::cuda::is_available() && !init.settings->backend;
+    // GPU defaults where a GPU is visible and the backend is not forced to Gloo.
+    onGpu = torch::cuda::is_available() &&
+            init.settings->backend.value_or(tessera::Backend::Nccl) == tessera::Backend::Nccl;
     opts = gpt::parseOptions(argc, argv, onGpu, *init.settings);
     if (opts.model == "help") {
       std::cout << gpt::usage();

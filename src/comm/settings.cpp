@@ -77,6 +77,15 @@ Settings Settings::fromEnvironment() {
   s.glooIfname = env::get("TESSERA_GLOO_IFNAME").value_or("");
   s.glooHost = env::get("TESSERA_GLOO_HOST").value_or("");
   s.faultInject = env::get("TESSERA_FAULT_INJECT").value_or("");
+  if (!s.faultInject.empty()) {  // tests only; a misspelt point would silently inject nothing
+    const auto colon = s.faultInject.find(':');
+    const auto point = s.faultInject.substr(0, colon);
+    const auto rank = colon == std::string::npos ? std::string() : s.faultInject.substr(colon + 1);
+    TESSERA_CHECK((point == "bootstrap-after-store" || point == "checkpoint-after-write") && !rank.empty() &&
+                      rank.find_first_not_of("0123456789") == std::string::npos,
+                  "TESSERA_FAULT_INJECT='{}' is not bootstrap-after-store:RANK or checkpoint-after-write:RANK",
+                  s.faultInject);
+  }
   readInt("TESSERA_OVERLAP_SM_CARVEOUT", s.smCarveout, 0, 1023, "a number of SMs");
   readInt("TESSERA_TP_FORWARD_CHUNKS", s.tpForwardChunks, 1, 64, "a number of pieces");
   readBool("TESSERA_TP_RING", s.tpRing);

@@ -144,6 +144,8 @@ TEST(Settings, MalformedVariablesAreNamed) {
       {{"TESSERA_NCCL_CTA_POLICY", "fastest"}, "unknown TESSERA_NCCL_CTA_POLICY value 'fastest'; allowed: default, efficiency, zero"},
       {{"TESSERA_FLIGHT_RECORDER_SIZE", "-1"}, "TESSERA_FLIGHT_RECORDER_SIZE=-1 is not a number of ops"},
       {{"TESSERA_EXIT_ON_ERROR", "yes"}, "environment variable TESSERA_EXIT_ON_ERROR='yes' is not an integer"},
+      {{"TESSERA_FAULT_INJECT", "bootstrap-after-stor:1"},
+       "TESSERA_FAULT_INJECT='bootstrap-after-stor:1' is not bootstrap-after-store:RANK or checkpoint-after-write:RANK"},
   };
   for (const auto& [var, message] : cases) {
     SCOPED_TRACE(var.first + "=" + var.second);
