@@ -9,8 +9,8 @@
 #   single  pytorch-single, tessera-train-single (1 GPU, B sequences: the scaling references)
 #   dp      pytorch-ddp, tessera-train-ddp (--layout Nx1x1)                         B per GPU
 #   fsdp    pytorch-fsdp (FSDP2), tessera-train-fsdp (--layout Nx1x1 --dp-mode fsdp) B per GPU
-#   tp      pytorch-tp, tessera-train-tp (--layout 1x1xN), tessera-train-tp-sp (--sp), pytorch-tp-sp
-#           (DTensor sequence parallel)                                              TP_B shared
+#   tp      pytorch-tp, tessera-train-tp (--layout 1x1xN), tessera-train-tp-sp (--sp), and after every
+#           other section pytorch-tp-sp (DTensor sequence parallel)                 TP_B shared
 #   pp      pytorch-pp-mbMB (Schedule1F1B, embedding and head untied), tessera-train-pp-mbMB
 #           (--layout 1xNx1 --micro-batches MB --schedule 1f1b, tied as the preset)   PP_B in MB micro-batches
 # Env: B (4: llama3-1b at seq 2048 on one 80 GB H100 runs B=4 without recompute, llama_1gpu.md), TP_B (N x B:
@@ -108,13 +108,14 @@ for s in "${SECTIONS[@]}"; do
     tp)
       B=$TP_B torch_run pytorch-tp "$N" tp
       train tessera-train-tp "$N" --layout "1x1x${N}" --batch "$TP_B"
-      train tessera-train-tp-sp "$N" --layout "1x1x${N}" --batch "$TP_B" --sp
-      B=$TP_B torch_run pytorch-tp-sp "$N" tp_sp ;;
+      train tessera-train-tp-sp "$N" --layout "1x1x${N}" --batch "$TP_B" --sp ;;
     pp)
       B=$PP_B MB=$MB torch_run "pytorch-pp-mb$MB" "$N" pp
       train "tessera-train-pp-mb$MB" "$N" --layout "1x${N}x1" --batch "$PP_B" --micro-batches "$MB" --schedule 1f1b ;;
   esac
 done
+# PyTorch's sequence parallel last: the one run whose plan (tp_sp) had not run on GPUs before this script.
+[[ " ${SECTIONS[*]} " == *" tp "* ]] && B=$TP_B torch_run pytorch-tp-sp "$N" tp_sp
 
 if [ ${#logs[@]} -eq 0 ]; then
   echo "parallel.sh: no run was made" >&2
