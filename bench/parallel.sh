@@ -69,14 +69,11 @@ if [ $SMOKE = 1 ]; then
 fi
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 mkdir -p "$LOGS" "$RESULTS"
-# Debian's torchrun (1.13, the CPU machine) crashes on its default output settings: -r 1 -t 1 there.
-TORCHRUN=(torchrun --standalone)
-tr_python=$(head -1 "$(command -v torchrun)" 2>/dev/null | sed -n 's/^#! *//p')
-[ "$(${tr_python:-python3} -c 'import torch;print(torch.__version__.split(".")[0])' 2>/dev/null)" = 1 ] && TORCHRUN+=(-r 1 -t 1)
 rc=0
 logs=()
 BENCH="parallel bench"
-source "$HERE/run_lib.sh"  # run NAME CMD..., machine
+source "$HERE/run_lib.sh"  # run NAME CMD..., torchrun_cmd, machine
+torchrun_cmd  # TORCHRUN=(torchrun --standalone [-r 1 -t 1 under torch 1.x])
 torch_run() { local name=$1 n=$2 mode=$3; [ $SMOKE = 1 ] || run "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" "$HERE/torch_anchor.py" "$mode"; }
 tessera_run() { local name=$1 bin=$2; shift 2; run "$name" "${TORCHRUN[@]}" --nproc_per_node="$NPROC" --no_python "$BUILD/bench/$bin" "$@"; }
 

@@ -1,5 +1,5 @@
 # Sourced by the benchmark drivers (bench/ddp/run.sh, bench/parallel.sh, bench/train/run.sh,
-# bench/llama/run.sh, bench/collectives/run.sh).
+# bench/llama/run.sh, bench/llama/parallel.sh, bench/collectives/run.sh).
 # run NAME CMD...: runs one benchmark process under `timeout RUN_TIMEOUT`, its output in
 # LOGS/NAME.log (the log's name names its rows in bench/results.py); prints its RESULT lines, or on
 # failure the log's tail, and the seconds it took; sets rc=1 on failure and appends the log's path
@@ -19,6 +19,16 @@ run() {
   fi
   echo "  ($((SECONDS - t0)) s)"
   logs+=("$LOGS/$name.log")
+}
+# torchrun_cmd: sets the array TORCHRUN to `torchrun --standalone`, plus `-r 1 -t 1` under torch 1.x: Debian's
+# torchrun (1.13, the CPU machines) crashes on its default output settings (its workers' output is then
+# redirected and teed, each line prefixed "[defaultN]:", which bench/results.py strips).
+torchrun_cmd() {
+  TORCHRUN=(torchrun --standalone)
+  local tr_python
+  tr_python=$(head -1 "$(command -v torchrun)" 2>/dev/null | sed -n 's/^#! *//p')
+  [ "$(${tr_python:-python3} -c 'import torch;print(torch.__version__.split(".")[0])' 2>/dev/null)" = 1 ] && TORCHRUN+=(-r 1 -t 1)
+  return 0
 }
 # machine [NO_GPU_TEXT]: this machine's GPUs (name, driver, count), the GPU0-GPU1 link and torch's
 # version, for the results' "machine".

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# The Llama on N GPUs (issue 29): train_gpt (--model llama3-1b, bf16) in each layout beside the independent
+# PyTorch Llama (bench/llama/torch_llama_parallel.py) under PyTorch's own DDP, FSDP2, DTensor TP (with and
+# without sequence parallel) and pipelining, in one run, then bench/results/llama_<N>gpu.{json,md}
+# (bench/results.py gpt: each system scaled against its own 1-GPU row, vs_pytorch against PyTorch's row of
+# the same layout, MFU, the fullest rank's peak memory).
+#   bench/llama/parallel.sh BUILD_DIR LOG_DIR [single] [dp] [fsdp] [tp] [pp]      (default: all, in that order)
+# Runs (N = NPROC, default 2; each under `timeout RUN_TIMEOUT`, a failed run leaves its row out):
+#   single  pytorch-single, tessera-train-single (1 GPU, B sequences: the scaling references)
+#   dp      pytorch-ddp, tessera-train-ddp (--layout Nx1x1)                         B per GPU
+#   fsdp    pytorch-fsdp (FSDP2), tessera-train-fsdp (--layout Nx1x1 --dp-mode fsdp) B per GPU
+#   tp      pytorch-tp, tessera-train-tp (--layout 1x1xN), tessera-train-tp-sp (--sp), and after every
+#           other section pytorch-tp-sp (DTensor sequence parallel)                 TP_B shared
+#   pp      pytorch-pp-mbMB (Schedule1F1B, embedding and head untied), tessera-train-pp-mbMB
+#           (--layout 1xNx1 --micro-batches MB --schedule 1f1b, tied as the preset)   PP_B in MB micro-batches
+# Env: B (4: llama3-1b at seq 2048 on one 80 GB H100 runs B=4 without recompute, llama_1gpu.md), TP_B (N x B:
+# each GPU's share of tokens as the single run's), PP_B (16), MB (16: micro-batches of one sequence, 2048
+# tokens as GPT-735M's pp runs), STEPS (10 timed after 3 warm-ups), RUN_TIMEOUT (s per run, 150), BUDGET_S
+# (s for the whole script, 0 = none: a run that cannot finish within it is cut short or skipped, so the
+# results are always written), MODEL (llama3-1b; llama-tiny on a CPU: fp32, a smoke run of the plumbing), T
+# (the preset's seq len), DATA (a Megatron prefix for train_gpt; default its synthetic tokens, as PyTorch's
+# random ones), PYTHON (python3: its torch runs the PyTorch side), RESULTS (bench/results), RESULT_NAME
+# (llama_<N>gpu). Under torch 1.x (the CPU machines) only PyTorch's single and ddp run; its other modes
+# are left out with a note. Exit status 0 when every run produced its row.
+set -uo pipefail
+BUILD=${1:?build dir}
+LOGS=${2:?log dir}
+shift 2
+HERE=$(cd "$(dirname "$0")" && pwd)
+SECTIONS=("$@")
+[ ${#SECTIONS[@]} -eq 0 ] && SECTIONS=(single dp fsdp tp pp)
+for s in "${SECTIONS[@]}"; do
+  case $s in single | dp | fsdp | tp | pp) ;; *) echo "parallel.sh: unknown section $s (single dp fsdp tp pp)" >&2; exit 2 ;; esac
+done
+N=${NPROC:-2}
+[[ $N =~ ^[1-9][0-9]*$ ]] || { echo "parallel.sh: NPROC=$N is not a GPU count" >&2; exit 2; }
+if ((N < 2)) && [ "${SECTIONS[*]}" != single ]; then
+  echo "parallel.sh: NPROC=$N: the sections ${SECTIONS[*]} need 2 GPUs or more (only single runs on one)" >&2
+  exit 2
+fi
+export MODEL=${MODEL:-llama3-1b} STEPS=${STEPS:-10}
+B=${B:-4} TP_B=${TP_B:-$((N * ${B:-4}))} PP_B=${PP_B:-16} MB=${MB:-16}
+RUN_TIMEOUT=${RUN_TIMEOUT:-150} BUDGET_S=${BUDGET_S:-0}
+PY=${PYTHON:-python3}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+PRECISION=() TRAIN_ARGS=()
+nvidia-smi -L >/dev/null 2>&1 && PRECISION=(--precision bf16)
+[ -n "${T:-}" ] && export T && TRAIN_ARGS+=(--seq-len "$T")
+[ -n "${DATA:-}" ] && TRAIN_ARGS+=(--data "$DATA" --split 98,2 --eod-token 2)
+[ -x "$BUILD/examples/train_gpt" ] || { echo "parallel.sh: $BUILD/examples/train_gpt was not built" >&2; exit 1; }
+mkdir -p "$LOGS"
+rc=0
+logs=() expect=() notes=()
+BENCH="llama parallel bench"
+source "$HERE/../run_lib.sh"  # run NAME CMD..., torchrun_cmd, machine
+torchrun_cmd                   # TORCHRUN=(torchrun --standalone [-r 1 -t 1 under torch 1.x])
+TORCH_MAJOR=$("$PY" -c 'import torch;print(torch.__version__.split(".")[0])' 2>/dev/null)
+
+brun() {  # brun NAME CMD...: `run` within BUDGET_S; returns 0 when the run succeeded
+  local name=$1 t=$RUN_TIMEOUT before=$rc ok
+  expect+=("$name")
+  if ((BUDGET_S > 0)); then
+    t=$((BUDGET_S - SECONDS))
+    ((t > RUN_TIMEOUT)) && t=$RUN_TIMEOUT
+    if ((t < 30)); then
+      echo "=== $BENCH: $name SKIPPED: ${BUDGET_S}s budget spent"
+      notes+=("$name: not run, the ${BUDGET_S} s budget was spent")
+      rc=1
+      return 1
+    fi
+  fi
+  rc=0
+  RUN_TIMEOUT=$t run "$@"
+  ok=$rc
+  rc=$((before | ok))
+  return $ok
+}
+torch_run() {  # torch_run NAME NPROC MODE (B, MB from the caller's environment)
+  local name=$1 n=$2 mode=$3
+  if [ "$TORCH_MAJOR" = 1 ] && [ "$mode" != single ] && [ "$mode" != ddp ]; then
+    echo "=== $BENCH: $name left out: torch 1.x has no FSDP2, DTensor or pipelining"
+    notes+=("$name: not run, torch $TORCH_MAJOR.x has no FSDP2, DTensor or pipelining")
+    return 0
+  fi
+  brun "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" "$HERE/torch_llama_parallel.py" "$mode"
+}
+train() {  # train NAME NPROC train_gpt-flags...: then its RESULT line from the JSONL log (3 warm-ups)
+  local name=$1 n=$2
+  shift 2
+  rm -f "$LOGS/$name.jsonl"
+  brun "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" --no_python "$BUILD/examples/train_gpt" --model "$MODEL" \
+    "${PRECISION[@]}" "${TRAIN_ARGS[@]}" --steps $((STEPS + 3)) --log-jsonl "$LOGS/$name.jsonl" "$@" &&
+    "$PY" "$HERE/../results.py" from-jsonl "$LOGS/$name.jsonl" "$name" 3 >>"$LOGS/$name.log" &&
+    grep RESULT "$LOGS/$name.log" | cut -c1-300 | sed 's/^/  /'
+}
+
+for s in "${SECTIONS[@]}"; do
+  case $s in
+    single)
+      B=$B torch_run pytorch-single 1 single
+      train tessera-train-single 1 --layout 1x1x1 --batch "$B" ;;
+    dp)
+      B=$B torch_run pytorch-ddp "$N" ddp
+      train tessera-train-ddp "$N" --layout "${N}x1x1" --batch $((N * B)) ;;
+    fsdp)
+      B=$B torch_run pytorch-fsdp "$N" fsdp
+      train tessera-train-fsdp "$N" --layout "${N}x1x1" --dp-mode fsdp --batch $((N * B)) ;;
+    tp)
+      B=$TP_B torch_run pytorch-tp "$N" tp
+      train tessera-train-tp "$N" --layout "1x1x${N}" --batch "$TP_B"
+      train tessera-train-tp-sp "$N" --layout "1x1x${N}" --batch "$TP_B" --sp ;;
+    pp)
+      B=$PP_B MB=$MB torch_run "pytorch-pp-mb$MB" "$N" pp
+      train "tessera-train-pp-mb$MB" "$N" --layout "1x${N}x1" --batch "$PP_B" --micro-batches "$MB" --schedule 1f1b ;;
+  esac
+done
+# PyTorch's sequence parallel last: the one run whose plan (tp_sp) had not run on GPUs before this script.
+[[ " ${SECTIONS[*]} " == *" tp "* ]] && B=$TP_B torch_run pytorch-tp-sp "$N" tp_sp
+
+if [ ${#logs[@]} -eq 0 ]; then
+  echo "parallel.sh: no run was made" >&2
+  exit 1
+fi
+note_args=()
+for n in "${notes[@]}"; do note_args+=(--note "$n"); done
+expect_args=()
+for e in "${expect[@]}"; do expect_args+=(--expect "$e"); done
+"$PY" "$HERE/../results.py" gpt "${logs[@]}" --name "${RESULT_NAME:-llama_${N}gpu}" \
+  --results "${RESULTS:-$HERE/../results}" --machine "$(PYTHON=$PY machine CPU) ($N used)" \
+  --command "NPROC=$N B=$B TP_B=$TP_B PP_B=$PP_B MB=$MB STEPS=$STEPS bench/llama/parallel.sh $BUILD $LOGS ${SECTIONS[*]}" \
+  --title "$MODEL on $N GPU(s): train_gpt beside the PyTorch Llama (DDP, FSDP2, DTensor TP, pipelining)" \
+  --config "$MODEL ${PRECISION[*]:-fp32}; sequences per step: single B=$B, dp/fsdp B=$B per GPU, tp TP_B=$TP_B shared, pp PP_B=$PP_B in MB=$MB micro-batches; train_gpt ${DATA:-synthetic} tokens, PyTorch random tokens" \
+  --method "3 warm-ups then the median of $STEPS steps (upper median), the device synchronised around each step: train_gpt's JSONL log (results.py from-jsonl), PyTorch's own timing; peak memory = max allocated by the caching allocator on the fullest rank" \
+  --reference pytorch=pytorch-single --reference tessera-train=tessera-train-single --vs-pytorch tessera-train- \
+  --columns mode,micro_batches,scaled_against,vs_pytorch,overhead_ms,notes \
+  --note "PyTorch's pp unties the embedding and the head (its stages hold them apart); train_gpt's keeps them tied, summing the table's gradient over the first and last stage" \
+  --note "PyTorch: the Llama of tests/models/torch_llama.py in bf16 autocast over fp32 weights (FSDP2: bf16 parameters, fp32 reduction), AdamW fused (tp: foreach=False); tp_sp gathers each norm's output once in bf16" \
+  "${note_args[@]}" "${expect_args[@]}" || rc=1
+exit $rc

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""PyTorch's side of the multi-GPU Llama benchmark (bench/llama/parallel.sh): the independent PyTorch Llama
+(tests/models/torch_llama.py, the presets of torch_llama_train.py) under PyTorch's own parallelism, beside
+train_gpt in the matching layout. Random tokens (a CPU generator seeded 1234 + data-parallel rank), bf16
+autocast over fp32 weights (FSDP: its mixed-precision policy instead), torch.optim.AdamW(fused=True)
+(tensor parallel: foreach=False, as bench/torch_anchor.py), 3 warm-up steps then the median of STEPS.
+
+  torchrun --standalone --nproc_per_node=N torch_llama_parallel.py MODE
+MODE (B: env, sequences per step):
+  single  one GPU, B sequences                     ddp    DistributedDataParallel, B per GPU
+  fsdp    FSDP2 fully_shard per block and the root (bf16 params, fp32 reduce), B per GPU
+  tp      DTensor tensor parallel (column: wq wk wv w1 w3, row: wo w2), B shared by the group; the
+          blocks view their local heads (heads / N, kv_heads / N) through a copy of the config
+  tp_sp   tp plus sequence parallel: the norms on sequence shards (SequenceParallel), each norm's output
+          gathered once (in bf16) for its column-parallel linears, wo and w2 reduce-scattered to sequence
+          shards; the embedding's output split, the final norm's input gathered (logits replicated)
+  pp      torch.distributed.pipelining, PipelineStage + Schedule1F1B, B split into MB (16) micro-batches;
+          stage 0 holds the embedding, the last stage the final norm and head: UNTIED (noted in the row)
+Env: MODEL (llama3-1b; llama-tiny for a smoke run), B (4), T (the preset's seq_len), STEPS (10), MB (16).
+Prints rank 0's "RESULT {json}" in bench/results.py's keys (mode, world, batch = sequences per step over all
+GPUs, step_ms, tokens_per_s, mfu_vs_989, peak_mem_GiB = the fullest rank's). Without CUDA it runs on the
+CPU over Gloo in fp32 (torch 1.13 there: single and ddp only), a smoke test of the script.
+"""
+import contextlib
+import copy
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_llama_train import PRESETS, flops_per_token  # noqa: E402  (puts tests/models on the path)
+from torch_llama import Config, Llama, loss_fn  # noqa: E402
+
+MODES = ("single", "ddp", "fsdp", "tp", "tp_sp", "pp")
+SEED, WARM, PEAK_FLOPS = 1234, 3, 989e12
+PP_NOTE = "embedding and head untied: the pipeline holds them on different stages"
+
+
+def build(cfg, dev):
+    """The Llama made on `dev`, seeded alike on every rank: PyTorch's default initialisation, the table
+    N(0, 0.02) (a sane first loss with the tied head)."""
+    torch.manual_seed(SEED)
+    with dev if dev.type == "cuda" else contextlib.nullcontext():  # torch >= 2: parameters made on the GPU
+        model = Llama(cfg)
+    with torch.no_grad():
+        model.emb.weight.normal_(0.0, 0.02)
+    return model.to(dev)
+
+
+def tensor_parallel(model, world, sp):
+    """Shards every block over all ranks (one mesh dimension); sp: sequence parallel besides."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, PrepareModuleOutput,
+                                                   RowwiseParallel, SequenceParallel, parallelize_module)
+    cfg = model.cfg
+    assert cfg.heads % world == 0 and cfg.kv_heads % world == 0, \
+        f"tp {world}: heads {cfg.heads} and kv_heads {cfg.kv_heads} must divide by it"
+    mesh = init_device_mesh("cuda", (world,))
+    local = copy.copy(cfg)  # Block.forward views q, k, v (and o) by cfg.heads / cfg.kv_heads: the local counts
+    local.heads, local.kv_heads = cfg.heads // world, cfg.kv_heads // world
+    row = dict(output_layouts=Shard(1), use_local_output=False) if sp else {}
+
+    def gather(_module, _inputs, out):  # a norm's sequence-sharded output -> replicated, once for its linears
+        return out.to(torch.bfloat16).redistribute(placements=[Replicate()])
+
+    for blk in model.blocks:
+        blk.cfg = local
+        plan = {"wq": ColwiseParallel(), "wk": ColwiseParallel(), "wv": ColwiseParallel(), "wo": RowwiseParallel(**row),
+                "w1": ColwiseParallel(), "w3": ColwiseParallel(), "w2": RowwiseParallel(**row)}
+        if sp:
+            plan.update(attn_norm=SequenceParallel(), mlp_norm=SequenceParallel())
+        parallelize_module(blk, mesh, plan)
+        if sp:
+            blk.attn_norm.register_forward_hook(gather)
+            blk.mlp_norm.register_forward_hook(gather)
+    if sp:  # the embedding's output split by sequence into the blocks, the final norm's input gathered
+        parallelize_module(model, mesh, {
+            "emb": PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1),
+                                       use_local_output=False),
+            "norm": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
+                                       use_local_output=True)})
+    return model
+
+
+class Stage(torch.nn.Module):
+    """Blocks [lo, hi) of `full` (an untied Llama), with its embedding on the first stage and its final norm
+    and head on the last: tokens -> hidden states -> ... -> logits."""
+
+    def __init__(self, full, lo, hi, first, last):
+        super().__init__()
+        self.emb = full.emb if first else None
+        self.blocks = torch.nn.ModuleList(full.blocks[lo:hi])
+        self.norm = full.norm if last else None
+        self.head = full.head if last else None
+        self.register_buffer("cos", full.cos, persistent=False)
+        self.register_buffer("sin", full.sin, persistent=False)
+
+    def forward(self, x):
+        if self.emb is not None:
+            x = self.emb(x)
+        t = x.shape[1]
+        for blk in self.blocks:
+            x = blk(x, self.cos[:t], self.sin[:t])
+        return self.head(self.norm(x)) if self.head is not None else x
+
+
+def main():
+    mode = sys.argv[1] if len(sys.argv) > 1 else ""
+    if mode not in MODES:
+        sys.exit(f"usage: torch_llama_parallel.py {'|'.join(MODES)} (got '{mode}')")
+    if mode not in ("single", "ddp") and int(torch.__version__.split(".")[0]) < 2:
+        sys.exit(f"torch_llama_parallel.py: mode {mode} needs torch >= 2 (FSDP2, DTensor, pipelining); "
+                 f"this is torch {torch.__version__}")
+    name = os.environ.get("MODEL", "llama3-1b")
+    if name not in PRESETS:
+        sys.exit(f"torch_llama_parallel.py: MODEL={name} is not one of {sorted(PRESETS)}")
+    cfg = Config(**PRESETS[name])
+    cfg.seq_len = int(os.environ.get("T", cfg.seq_len))
+    B, steps, mb = int(os.environ.get("B", 4)), int(os.environ.get("STEPS", 10)), int(os.environ.get("MB", 16))
+    cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(dev)
+    if mode == "single" and world != 1:
+        sys.exit(f"torch_llama_parallel.py: mode single runs on 1 rank, not {world}")
+    data_parallel = mode in ("single", "ddp", "fsdp")
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
+    notes = None
+    if mode in ("single", "ddp"):
+        model = build(cfg, dev)
+        if mode == "ddp":
+            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if cuda else None)
+    elif mode == "fsdp":
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        model = build(cfg, dev)
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        for blk in model.blocks:
+            fully_shard(blk, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
+        autocast = contextlib.nullcontext()  # the policy's bf16 parameters instead
+    elif mode in ("tp", "tp_sp"):
+        model = tensor_parallel(build(cfg, dev), world, mode == "tp_sp")
+    else:  # pp
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+        assert cfg.layers % world == 0 and B % mb == 0 and mb >= world, \
+            f"pp {world}: layers {cfg.layers} must divide by it, B {B} by MB {mb}, MB >= stages"
+        untied = copy.copy(cfg)
+        untied.tied = False
+        per = cfg.layers // world
+        model = Stage(build(untied, dev), rank * per, (rank + 1) * per, rank == 0, rank == world - 1)
+        sched = Schedule1F1B(PipelineStage(model, rank, world, dev), n_microbatches=mb,
+                             loss_fn=lambda out, tgt: loss_fn(out, tgt))
+        notes = PP_NOTE
+    tp = mode in ("tp", "tp_sp")
+    if cuda:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=not tp, foreach=False if tp else None)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    step_ctx = contextlib.nullcontext
+    if mode == "tp_sp":  # the norms' replicated weights get partial gradients, summed by the optimizer's ops
+        from torch.distributed.tensor.experimental import implicit_replication as step_ctx
+    g = torch.Generator().manual_seed(SEED + (rank if data_parallel else 0))
+    x = torch.randint(0, cfg.vocab, (B, cfg.seq_len), generator=g).to(dev)
+    y = torch.randint(0, cfg.vocab, (B, cfg.seq_len), generator=g).to(dev)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    if rank == 0:
+        print(f"[torch_llama_parallel] {mode} on {world} rank(s), {name}, B {B} x T {cfg.seq_len}"
+              f"{f', {mb} micro-batches' if mode == 'pp' else ''}, {'bf16 on CUDA' if cuda else 'fp32 on the CPU'}",
+              flush=True)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(dev)
+    times, loss = [], None
+    for _ in range(WARM + steps):
+        sync()
+        t0 = time.perf_counter()
+        if mode == "pp":
+            with autocast:
+                if world == 1:
+                    sched.step(x, target=y)
+                elif rank == 0:
+                    sched.step(x)
+                elif rank == world - 1:
+                    sched.step(target=y)
+                else:
+                    sched.step()
+        else:
+            with autocast:
+                loss = loss_fn(model(x), y)
+            loss.backward()
+        with step_ctx():
+            opt.step()
+        opt.zero_grad(set_to_none=True)
+        sync()
+        times.append(time.perf_counter() - t0)
+    timed = sorted(times[WARM:])
+    med = timed[len(timed) // 2]  # as results.py from-jsonl takes train_gpt's
+    tokens = B * cfg.seq_len * (world if data_parallel else 1)
+    peak = torch.tensor([torch.cuda.max_memory_allocated(dev) / 2**30 if cuda else 0.0], device=dev)
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)  # the fullest rank's (pp: the last stage, with the logits)
+    fpt = flops_per_token(cfg)
+    res = dict(mode=mode, world=world, batch=B * (world if data_parallel else 1), seq_len=cfg.seq_len,
+               step_ms=round(med * 1e3, 2), tokens_per_s=round(tokens / med),  # MFU and memory: GPUs only
+               mfu_vs_989=round(tokens / med * fpt / (world * PEAK_FLOPS), 4) if cuda else None,
+               peak_mem_GiB=round(peak.item(), 2) if cuda else None)
+    if mode == "pp":
+        res["micro_batches"] = mb
+    if loss is not None:
+        res["last_loss"] = round(loss.item(), 4)
+    if notes:
+        res["notes"] = notes
+    if rank == 0:
+        print("RESULT", json.dumps(res), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# bench/llama/parallel.sh on the CPU (2 ranks over Gloo, llama-tiny, fp32, 2 timed steps), results into a
+# temporary directory: every run that torch 1.x can make writes its row under the name results.py scales
+# and pairs (PyTorch's single and ddp; train_gpt's single, ddp, pp), each against its own system's single row,
+# train_gpt's beside PyTorch's of the same layout; PyTorch's pp (torch 2 only) is noted as not run, and both
+# systems' first losses are near ln(vocab) (sane initial weights).
+#   llama_parallel_smoke.sh BUILD_DIR
+set -uo pipefail
+BUILD=$1
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+export TESSERA_BACKEND=gloo OMP_NUM_THREADS=1
+PYTHON=/usr/bin/python3 MODEL=llama-tiny STEPS=2 B=2 PP_B=4 MB=2 RESULTS="$WORK/results" \
+  timeout -k 10 270 bash "$(dirname "$0")/../../bench/llama/parallel.sh" "$BUILD" "$WORK/logs" single dp pp || {
+  echo "FAIL: bench/llama/parallel.sh failed"; exit 1; }
+/usr/bin/python3 - "$WORK" <<'PY' || exit 1
+import json, math, os, sys
+w = sys.argv[1]
+res = json.load(open(os.path.join(w, "results", "llama_2gpu.json")))
+rows = {r["system"]: r for r in res["rows"]}
+want = {"pytorch-single": "pytorch-single", "tessera-train-single": "tessera-train-single",
+        "pytorch-ddp": "pytorch-single", "tessera-train-ddp": "tessera-train-single",
+        "tessera-train-pp-mb2": "tessera-train-single"}
+assert set(rows) == set(want), sorted(rows)
+assert "missing" not in res, res["missing"]
+for s, ref in want.items():
+    assert rows[s]["scaled_against"] == ref and rows[s]["scaling"] > 0, (s, rows[s])
+assert rows["tessera-train-ddp"]["vs_pytorch"] > 0 and rows["tessera-train-single"]["vs_pytorch"] > 0, rows
+assert rows["pytorch-ddp"]["gpus"] == 2 and rows["pytorch-ddp"]["batch"] == 4, rows["pytorch-ddp"]
+assert rows["tessera-train-pp-mb2"]["micro_batches"] == 2 and rows["tessera-train-pp-mb2"]["batch"] == 4
+notes = " ".join(res["notes"])
+assert "pytorch-pp-mb2: not run" in notes, notes
+tessera_first = next(json.loads(l)["loss"] for l in open(os.path.join(w, "logs", "tessera-train-single.jsonl"))
+                     if '"step": 1,' in l)
+losses = {"tessera-train-single (first)": tessera_first, "pytorch-single (last)": rows["pytorch-single"]["last_loss"]}
+assert all(abs(v - math.log(4096)) < 1.0 for v in losses.values()), losses
+print("PASS: %d rows, scaling %s; losses %s" % (len(rows), {s: r["scaling"] for s, r in rows.items()}, losses))
+PY
