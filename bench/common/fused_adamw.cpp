@@ -1,6 +1,7 @@
 // The benchmarks' AdamW; see fused_adamw.h.
 #include "fused_adamw.h"
 
+#include <ATen/core/grad_mode.h>
 #include <torch/version.h>
 
 #include <cmath>

@@ -33,7 +33,7 @@ tessera() {
   run "$name" torchrun -r 1 -t 1 --standalone --nproc_per_node=1 --no_python "$BUILD/examples/train_gpt" \
     --model "$model" --batch "$batch" --precision bf16 --steps $((STEPS + 5)) --fused-kernels "$fused" \
     --log-jsonl "$LOGS/$name.jsonl"
-  [ -f "$LOGS/$name.jsonl" ] && "$PY" "$HERE/../train/jsonl_result.py" "$LOGS/$name.jsonl" "$system" 5 >>"$LOGS/$name.log"
+  [ -f "$LOGS/$name.jsonl" ] && "$PY" "$HERE/../results.py" from-jsonl "$LOGS/$name.jsonl" "$system" 5 >>"$LOGS/$name.log"
 }
 pytorch() {  # pytorch MODEL(train_gpt preset) OURNAME BATCH MODE
   run "$1.pytorch-$4" "$PY" "$HERE/single_gpu.py" torch --model "$2" --mode "$4" --batch "$3" --steps "$STEPS"

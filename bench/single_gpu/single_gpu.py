@@ -12,9 +12,10 @@
       The optimizer phase alone: torch.optim.AdamW(fused=True) over the model's parameters with fixed
       random gradients (tessera's side: tessera_bench_adamw). RESULT line with the mean step.
   single_gpu.py combine LOG_DIR --results DIR --machine TEXT --command TEXT
-      Reads every RESULT line of LOG_DIR/*.log and writes DIR/single_gpu.{json,md}: each model's rows
-      beside PyTorch eager's and compiled's (speed ratios), the optimizer rows beside PyTorch's fused
-      AdamW, the issue's targets and whether they hold.
+      Reads every RESULT line of LOG_DIR/*.log and writes DIR/single_gpu.{json,md} with bench/results.py's
+      writer and format: each model's rows beside PyTorch eager's and compiled's (vs_pytorch_eager,
+      vs_pytorch_compile), the optimizer rows beside PyTorch's fused AdamW (vs_pytorch_fused), and the
+      issue's targets and whether they hold (the member "targets").
 """
 import argparse
 import glob
@@ -27,7 +28,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
-from result_lines import read_results  # noqa: E402
+import results  # noqa: E402  (the one result format and writer)
 
 PEAK = 989e12
 MODELS = {"gpt735m": "735m", "llama3-1b": "llama3-1b"}  # our name -> train_gpt's preset
@@ -124,62 +125,53 @@ TARGETS = {"735m": [("pytorch-compile", 1.00), ("pytorch-eager", 1.08)], "llama3
 def combine(a):
     rows = []
     for path in sorted(glob.glob(os.path.join(a.log_dir, "*.log"))):
-        for r in read_results(path):  # logs are named MODEL.SYSTEM.log (run.sh)
+        for r in results.read_results(path):  # logs are named MODEL.SYSTEM.log (run.sh)
             r.setdefault("model", os.path.basename(path).split(".")[0])
             r["model"] = MODELS.get(r["model"], r["model"])
+            r.setdefault("gpus", 1)
             rows.append(r)
     train = [r for r in rows if "adamw" not in r["system"]]
     opt = [r for r in rows if "adamw" in r["system"]]
-    lines = [f"# One GPU at the limit: train step and optimizer phase (issue 26)", "",
-             f"{a.machine}", "", f"`{a.command}`", "",
-             "Each row: the median step after the warm-ups (bf16 autocast over fp32 weights, AdamW, gradient "
-             "clipping); MFU against 989 TFLOP/s with train_gpt's FLOP count; peak: the caching allocator's.", ""]
-    verdicts = []
+    sections, verdicts = [], []
     for model in sorted({r["model"] for r in train}):
-        mine = [r for r in train if r["model"] == model]
+        mine = sorted((r for r in train if r["model"] == model), key=lambda r: r["system"])
         ref = {r["system"]: r for r in mine if "step_ms" in r}
-        lines += [f"## {model}", "", "| system | batch | step_ms | tokens_per_s | mfu | peak_mem_GiB | vs eager | vs compile |",
-                  "|---|---|---|---|---|---|---|---|"]
-        for r in sorted(mine, key=lambda r: r["system"]):
+        for r in mine:
+            for k in ("pytorch-eager", "pytorch-compile"):
+                if "step_ms" in r and k in ref:
+                    r["vs_" + k.replace("-", "_")] = round(ref[k]["step_ms"] / r["step_ms"], 3)
             if "step_ms" not in r:
-                lines.append(f"| {r['system']} | {r.get('batch', '')} | out of memory | | | | | |")
-                continue
-            ratio = {k: (round(ref[k]["step_ms"] / r["step_ms"], 3) if k in ref else "") for k in ("pytorch-eager", "pytorch-compile")}
-            r["vs_pytorch_eager"], r["vs_pytorch_compile"] = ratio["pytorch-eager"], ratio["pytorch-compile"]
-            lines.append(f"| {r['system']} | {r.get('batch', '')} | {r['step_ms']} | {r.get('tokens_per_s', '')} | "
-                         f"{r.get('mfu', r.get('mfu_vs_989', ''))} | {r.get('peak_mem_GiB', '')} | {ratio['pytorch-eager']} | "
-                         f"{ratio['pytorch-compile']} |")
+                r["step_ms"] = "out of memory"
+        sections.append((model, results.table(mine, ["system", "batch", "step_ms", "tokens_per_s", "mfu", "peak_mem_gib",
+                                                     "vs_pytorch_eager", "vs_pytorch_compile"])))
         fused = ref.get("tessera-fused")
         for system, least in TARGETS.get(model, []):
             if fused and system in ref:
                 got = ref[system]["step_ms"] / fused["step_ms"]
-                verdicts.append(f"- {model}: tessera-fused {got:.3f}x {system} (target >= {least}): "
+                verdicts.append(f"{model}: tessera-fused {got:.3f}x {system} (target >= {least}): "
                                 f"{'holds' if got >= least else 'NOT MET'}")
         if fused and "pytorch-eager" in ref:
-            ok = fused["peak_mem_GiB"] <= ref["pytorch-eager"]["peak_mem_GiB"]
-            verdicts.append(f"- {model}: peak memory {fused['peak_mem_GiB']} GiB vs PyTorch eager's "
-                            f"{ref['pytorch-eager']['peak_mem_GiB']} (target <=): {'holds' if ok else 'NOT MET'}")
-        lines.append("")
+            ok = fused["peak_mem_gib"] <= ref["pytorch-eager"]["peak_mem_gib"]
+            verdicts.append(f"{model}: peak memory {fused['peak_mem_gib']} GiB vs PyTorch eager's "
+                            f"{ref['pytorch-eager']['peak_mem_gib']} (target <=): {'holds' if ok else 'NOT MET'}")
     if opt:
-        lines += ["## Optimizer phase alone (same parameters, fixed gradients)", "",
-                  "| system | model | tensors | params_M | step_ms | vs PyTorch fused |", "|---|---|---|---|---|---|"]
-        for r in sorted(opt, key=lambda r: (r["model"], r["system"])):
+        for r in opt:
             torch_row = next((o for o in opt if o["model"] == r["model"] and o["system"] == "pytorch-adamw-fused"), None)
-            ratio = round(torch_row["step_ms"] / r["step_ms"], 3) if torch_row else ""
-            lines.append(f"| {r['system']} | {r['model']} | {r.get('tensors', '')} | {r.get('params_M', '')} | "
-                         f"{r['step_ms']} | {ratio} |")
+            if torch_row:
+                r["vs_pytorch_fused"] = round(torch_row["step_ms"] / r["step_ms"], 3)
             if r["system"] == "tessera-adamw-multi-tensor" and torch_row:
-                verdicts.append(f"- {r['model']}: multi-tensor AdamW {r['step_ms']} ms vs PyTorch fused "
+                verdicts.append(f"{r['model']}: multi-tensor AdamW {r['step_ms']} ms vs PyTorch fused "
                                 f"{torch_row['step_ms']} ms (target <=): "
                                 f"{'holds' if r['step_ms'] <= torch_row['step_ms'] else 'NOT MET'}")
-        lines.append("")
-    lines += ["## Targets", ""] + (verdicts or ["- no complete pair of rows to judge"]) + [""]
-    os.makedirs(a.results, exist_ok=True)
-    with open(os.path.join(a.results, "single_gpu.json"), "w") as f:
-        json.dump(dict(machine=a.machine, command=a.command, rows=rows, targets=verdicts), f, indent=1)
-    with open(os.path.join(a.results, "single_gpu.md"), "w") as f:
-        f.write("\n".join(lines))
-    print("\n".join(lines))
+        opt.sort(key=lambda r: (r["model"], r["system"]))
+        sections.append(("Optimizer phase alone (same parameters, fixed gradients)",
+                         results.table(opt, ["system", "model", "tensors", "params_M", "step_ms", "vs_pytorch_fused"])))
+    sections.append(("Targets", ["- " + v for v in verdicts] or ["- no complete pair of rows to judge"]))
+    doc = {"name": "single_gpu", "date": results.now(), "machine": a.machine, "command": a.command,
+           "method": "the median step after the warm-ups (bf16 autocast over fp32 weights, AdamW, gradient clipping); "
+                     "MFU against 989 TFLOP/s with train_gpt's FLOP count; peak: the caching allocator's",
+           "targets": verdicts, "rows": rows}
+    print(results.write(doc, a.results, "One GPU at the limit: train step and optimizer phase (issue 26)", sections))
 
 
 def main():

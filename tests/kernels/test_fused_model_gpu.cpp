@@ -15,8 +15,9 @@
 //   first step moves each by lr·sign(g), so an element whose gradient is below the rounding noise
 //   may move the other way on one side; a few such elements barely move the loss, a broken
 //   update moves it by far more.)
-// Skips visibly without a GPU or a CUDA LibTorch. The model's tensor-parallel group is a Gloo group
-// of one (no communication happens in a group of one), the tensors are CUDA tensors.
+// Skips visibly without a GPU or a CUDA LibTorch. The model's tensor-parallel group is an NCCL group
+// of one (no communication happens in a group of one; the GPU image's LibTorch has no Gloo), the
+// tensors are CUDA tensors.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -80,7 +81,7 @@ double relNorm(const at::Tensor& a, const at::Tensor& b) {
 }
 
 TESSERA_WORKER(fused_model_step) {
-  auto ctx = initWorker(w);
+  auto ctx = initWorker(w, Backend::Nccl);
   const bool bf16 = w.arg == "bf16";
   const double lossTol = bf16 ? 3.0 / 512 : 1e-5, gradTol = bf16 ? 0.05 : 1e-4;
   for (const std::string name : {"gpt-rope", "gpt-learned", "llama"}) {

@@ -144,7 +144,11 @@ struct CountingAllocator final : c10::Allocator {
     }
     c10::free_cpu(p);
   }
+#if TORCH_VERSION_MAJOR >= 2  // non-const since LibTorch 2.3 (the GPU image's 2.11); const in 1.13
+  at::DataPtr allocate(size_t n) override {
+#else
   at::DataPtr allocate(size_t n) const override {
+#endif
     void* p = n ? c10::alloc_cpu(n) : nullptr;
     if (p) {
       std::lock_guard<std::mutex> lock(mu);
