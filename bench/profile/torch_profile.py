@@ -1,7 +1,7 @@
 """PyTorch's own model (bench/torch_anchor.py's GPT) on one GPU, trained as the anchor's single mode
 (bf16 autocast, fused AdamW lr 1e-4, batch B), profiled with torch.profiler over PROFILE_STEPS (2)
 steps after 3 warm-ups; the Chrome trace goes to the path given (bench/profile/summarize.py reads it).
-  python3 bench/profile/torch_profile.py TRACE.json"""
+  python3 bench/profile/torch_profile.py TRACE.json        (COMPILE=1: the model under torch.compile)"""
 import os, sys, time
 
 import torch
@@ -15,12 +15,13 @@ def main():
     dev = torch.device("cuda", 0)
     torch.cuda.set_device(dev)
     model = A.GPT(seed=A.SEED).to(dev)
+    fwd = torch.compile(model) if os.environ.get("COMPILE") == "1" else model
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     x, y = A.first_batch(dev)
 
     def step():
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            out = model(x)
+            out = fwd(x)
             loss = F.cross_entropy(out.flatten(0, 1).float(), y.flatten())
         loss.backward()
         opt.step()

@@ -35,7 +35,7 @@ const std::map<std::string, std::string> kOddEnv = {
     {"TESSERA_LOG_LEVEL", "error"},      {"TESSERA_DEBUG", "detail"},
     {"TESSERA_FLIGHT_RECORDER_SIZE", "5"}, {"TESSERA_EXIT_ON_ERROR", "0"},
     {"TESSERA_EXIT_GRACE_S", "2"},       {"TESSERA_NCCL_BLOCKING", "0"},
-    {"TESSERA_GLOO_IFNAME", "lo"},       {"TESSERA_FAULT_INJECT", "none-such:9"},
+    {"TESSERA_GLOO_IFNAME", "lo"},       {"TESSERA_FAULT_INJECT", "checkpoint-after-write:9"},
     {"TESSERA_OVERLAP_SM_CARVEOUT", "16"}, {"TESSERA_TP_FORWARD_CHUNKS", "3"},
     {"TESSERA_TP_RING", "1"},            {"TESSERA_PROFILE", "trace.json:1:1"},
     {"TESSERA_PROFILE_CPU", "0"},
@@ -81,7 +81,7 @@ TESSERA_WORKER(defaults_with_odd_env) {
   const auto e = Settings::fromEnvironment();
   WCHECK(e.timeout == std::chrono::seconds(7) && e.backend == Backend::Gloo && e.logLevel == log::Level::Error &&
              e.debugDetail && e.flightRecorderSize == 5 && !e.exitOnError && e.exitGrace == std::chrono::seconds(2) &&
-             !e.ncclBlocking && e.glooIfname == "lo" && e.faultInject == "none-such:9" && e.smCarveout == 16 &&
+             !e.ncclBlocking && e.glooIfname == "lo" && e.faultInject == "checkpoint-after-write:9" && e.smCarveout == 16 &&
              e.tpForwardChunks == 3 && e.tpRing && e.profile == "trace.json:1:1" && !e.profileCpu,
          "Settings::fromEnvironment() did not read every variable");
   WCHECK(tp::LinearOverlap::fromSettings(e).forwardChunks == 3 && tp::LinearOverlap::fromSettings(e).smCarveout == 16 &&
