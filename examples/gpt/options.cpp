@@ -76,10 +76,10 @@ std::string usage() {
          "  [--tp-forward-chunks N] [--sm-carveout SMS] [--tp-ring] [--profile PATH[:FIRST[:COUNT]]]\n"
          "  [--fused-kernels on|off|auto]\n"
          "Defaults: dp = world / (pp·tp); micro-batches 1 without pp (more: gradient accumulation), else 2·pp;\n"
-         "model tiny on CPU, 735m on GPU; precision fp32 on CPU, bf16 on GPU; batch 8·dp sequences; data\n"
-         "synthetic; constant lr 1e-3; weight decay 0.01 (never on norms and biases); --tp-forward-chunks,\n"
-         "--sm-carveout, --tp-ring, --profile: TESSERA_TP_FORWARD_CHUNKS, TESSERA_OVERLAP_SM_CARVEOUT,\n"
-         "TESSERA_TP_RING, TESSERA_PROFILE, else 1, 0, off, none.\n"
+         "model tiny on CPU, 735m on GPU; precision fp32 on CPU, bf16 on GPU; fused kernels on GPU;\n"
+         "batch 8·dp sequences; data synthetic; constant lr 1e-3; weight decay 0.01 (never on norms and\n"
+         "biases); --tp-forward-chunks, --sm-carveout, --tp-ring, --profile: TESSERA_TP_FORWARD_CHUNKS,\n"
+         "TESSERA_OVERLAP_SM_CARVEOUT, TESSERA_TP_RING, TESSERA_PROFILE, else 1, 0, off, none.\n"
          "--data PATH: a Megatron dataset (PREFIX of PREFIX.bin/.idx), llm.c shards (a glob) or a raw token\n"
          "file (with --data-format raw-uint16|raw-uint32); a blend weighs several (Megatron's syntax).\n"
          "Model presets (any dimension can follow):\n" +
@@ -185,6 +185,7 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu, const Settings& env
   i32("--sm-carveout", o.overlap.smCarveout);
   take("--tp-ring", [&](const std::string&) { o.overlap.ring = true; });
   str("--profile", o.profile);
+  o.fusedKernels = onGpu;  // auto: the CUDA kernels on GPUs; CPU runs keep ATen's ops
   take("--fused-kernels", [&](const std::string& v) {
     const auto s = kSwitch.parse(v);
     o.fusedKernels = s == Switch::On || (s == Switch::Auto && onGpu);

@@ -63,9 +63,8 @@ struct TrainOptions {
   std::string profile;            // --profile PATH[:FIRST[:COUNT]] (TESSERA_PROFILE); empty: none
   bool profileCpu = true;         // TESSERA_PROFILE_CPU
   // tessera's fused kernels (models::ChunkOptions::fusedKernels, the fused cross-entropy) and the
-  // multi-tensor AdamW: --fused-kernels on|off|auto (auto: on for GPU runs, off on CPU; parseOptions
-  // resolves it). CPU runs with "on" take the kernels' ATen references (the same maths). Off by
-  // default until the kernels have passed the GPU tests (tests/kernels, label gpu).
+  // multi-tensor AdamW: --fused-kernels on|off|auto, default auto (on for GPU runs, off on CPU;
+  // parseOptions resolves it). CPU runs with "on" take the kernels' ATen references (the same maths).
   bool fusedKernels = false;
 };
 
