@@ -136,10 +136,8 @@ def combine(a):
     for model in sorted({r["model"] for r in train}):
         mine = sorted((r for r in train if r["model"] == model), key=lambda r: r["system"])
         ref = {r["system"]: r for r in mine if "step_ms" in r}
+        results.derive(ref, versus=("pytorch-eager", "pytorch-compile"))  # vs_<system>: tokens/s over its
         for r in mine:
-            for k in ("pytorch-eager", "pytorch-compile"):
-                if "step_ms" in r and k in ref:
-                    r["vs_" + k.replace("-", "_")] = round(ref[k]["step_ms"] / r["step_ms"], 3)
             if "step_ms" not in r:
                 r["step_ms"] = "out of memory"
         sections.append((model, results.table(mine, ["system", "batch", "step_ms", "tokens_per_s", "mfu", "peak_mem_gib",
