@@ -1,6 +1,7 @@
 #pragma once
 // Internal device helpers of the fused kernels (*_cuda.cu only): element conversions, vector
-// loads, block reductions, the column-sum of per-block partials, and the launch prologue.
+// loads (typed at compile or at run time), block reductions, the column-sum of per-block partials,
+// and the launch prologue.
 // Conventions: math in fp32; loads convert to fp32 exactly; stores round to nearest even (as
 // ATen's casts do); no fast-math intrinsics where the CPU reference uses the exact function
 // (expf, erff, sqrtf and division are the IEEE/CUDA-accurate versions).
@@ -55,6 +56,22 @@ __device__ __forceinline__ void storeFloats(T* p, const float (&in)[V]) {
 #pragma unroll
   for (int k = 0; k < V; ++k) out.v[k] = fromFloat<T>(in[k]);
   *reinterpret_cast<Pack<T, V>*>(p) = out;
+}
+
+// loadFloats / storeFloats of p[i..i+V) where p's element type is known only at run time (a
+// value uniform across the block: no divergence). For tensors whose type is not a template
+// parameter (a residual branch, or its gradient, in another dtype than the row).
+template <int V>
+__device__ __forceinline__ void loadAs(ElemType t, const void* p, long long i, float (&out)[V]) {
+  if (t == ElemType::F32) loadFloats<float, V>(static_cast<const float*>(p) + i, out);
+  else if (t == ElemType::BF16) loadFloats<__nv_bfloat16, V>(static_cast<const __nv_bfloat16*>(p) + i, out);
+  else loadFloats<__half, V>(static_cast<const __half*>(p) + i, out);
+}
+template <int V>
+__device__ __forceinline__ void storeAs(ElemType t, void* p, long long i, const float (&in)[V]) {
+  if (t == ElemType::F32) storeFloats<float, V>(static_cast<float*>(p) + i, in);
+  else if (t == ElemType::BF16) storeFloats<__nv_bfloat16, V>(static_cast<__nv_bfloat16*>(p) + i, in);
+  else storeFloats<__half, V>(static_cast<__half*>(p) + i, in);
 }
 
 __device__ __forceinline__ float warpSum(float v) {

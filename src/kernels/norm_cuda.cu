@@ -6,6 +6,10 @@
 // columns it always owns into shared-memory accumulators (no sharing: no atomics), written out
 // as the block's partial row at the end; columnSumKernel then sums the partial rows. Rows are
 // contiguous; accesses are 4 wide (16 bytes of fp32, 8 of bf16) when the launcher says so.
+// Residual add (add_norm.h): the forward's first pass reads x and the branch, stores s = x +
+// branch (rounded to x's type) and reduces s; the later passes read s back (the same thread's
+// own stores). The backward adds the residual gradient to gx before its one rounding and may
+// store gx a second time in the branch's dtype.
 #include "kernels/cuda_common.cuh"
 #include "kernels/norm_cuda.h"
 
@@ -40,15 +44,34 @@ __global__ void normForwardKernel(const NormForwardArgs a) {
   TY* __restrict__ y = static_cast<TY*>(a.y);
   const long long d = a.d;
   const float invD = 1.0f / static_cast<float>(d);
+  const bool add = a.branch != nullptr;
   for (long long r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const TX* xr = x + r * d;
+    TX* sr = add ? static_cast<TX*>(a.s) + r * d : nullptr;
     TY* yr = y + r * d;
+    // The row's values at j..j+V: x, or s = x + branch (computed and stored on the first pass).
+    auto load = [&](long long j, float (&f)[V], bool first) {
+      if (!add) {
+        loadFloats<TX, V>(xr + j, f);
+        return;
+      }
+      if (!first) {
+        loadFloats<TX, V>(sr + j, f);
+        return;
+      }
+      float b[V];
+      loadFloats<TX, V>(xr + j, f);
+      loadAs<V>(a.branchType, a.branch, r * d + j, b);
+#pragma unroll
+      for (int k = 0; k < V; ++k) f[k] = toFloat<TX>(fromFloat<TX>(__fadd_rn(f[k], b[k])));
+      storeFloats<TX, V>(sr + j, f);
+    };
     float mean = 0.f;
     if (kCentered) {
       float s = 0.f;
       for (long long j = threadIdx.x * static_cast<long long>(V); j < d; j += static_cast<long long>(blockDim.x) * V) {
         float f[V];
-        loadFloats<TX, V>(xr + j, f);
+        load(j, f, true);
 #pragma unroll
         for (int k = 0; k < V; ++k) s += f[k];
       }
@@ -57,7 +80,7 @@ __global__ void normForwardKernel(const NormForwardArgs a) {
     float s2 = 0.f;
     for (long long j = threadIdx.x * static_cast<long long>(V); j < d; j += static_cast<long long>(blockDim.x) * V) {
       float f[V];
-      loadFloats<TX, V>(xr + j, f);
+      load(j, f, !kCentered);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         const float c = f[k] - mean;
@@ -67,7 +90,7 @@ __global__ void normForwardKernel(const NormForwardArgs a) {
     const float rstd = 1.0f / sqrtf(blockSum(s2) * invD + a.eps);
     for (long long j = threadIdx.x * static_cast<long long>(V); j < d; j += static_cast<long long>(blockDim.x) * V) {
       float f[V], w[V], out[V];
-      loadFloats<TX, V>(xr + j, f);
+      load(j, f, false);
       loadFloats<float, V>(a.weight + j, w);
 #pragma unroll
       for (int k = 0; k < V; ++k) out[k] = __fmul_rn(__fmul_rn(f[k] - mean, rstd), w[k]);
@@ -134,7 +157,14 @@ __global__ void normBackwardKernel(const NormBackwardArgs a) {
         const float xhat = (f[k] - mean) * rstd;
         out[k] = (g[k] * w[k] - c1 - xhat * c2) * rstd;
       }
+      if (a.gres != nullptr) {
+        float gr[V];
+        loadFloats<TX, V>(static_cast<const TX*>(a.gres) + r * d + j, gr);
+#pragma unroll
+        for (int k = 0; k < V; ++k) out[k] += gr[k];
+      }
       storeFloats<TX, V>(gxr + j, out);
+      if (a.gbranch != nullptr) storeAs<V>(a.gbranchType, a.gbranch, r * d + j, out);
     }
   }
   for (long long j = first; j < d; j += stride) {

@@ -1,6 +1,7 @@
 #pragma once
 // Internal (kernels/ only): the launchers of the RMSNorm / LayerNorm kernels in norm_cuda.cu
-// (math and contract in norm.h). No torch and no CUDA type appears here.
+// (math and contract in norm.h, the residual-add variants in add_norm.h). No torch and no CUDA
+// type appears here.
 #include <string>
 
 #include "kernels/launch.h"
@@ -19,7 +20,12 @@ struct NormForwardArgs {
   long long rows, d;
   float eps;
   bool centered;  // LayerNorm (subtract the mean); RMSNorm otherwise
-  bool vec4;      // d % 4 == 0 and x, y, weight, bias aligned to 4 elements: 4-wide accesses
+  bool vec4;      // d % 4 == 0 and x, y, weight, bias (branch, s) aligned to 4 elements: 4-wide accesses
+  // Residual add (add_norm.h), or null: s = x + branch, rounded to x's type, is written to `s`
+  // and normalised instead of x.
+  const void* branch;
+  ElemType branchType;
+  void* s;  // x's type
 };
 std::string launchNormForward(const NormForwardArgs& a, const Launch& l);
 
@@ -38,7 +44,11 @@ struct NormBackwardArgs {
   long long groups;
   long long rows, d;
   bool centered;
-  bool vec4;  // as in the forward, for gy, x, gx, weight
+  bool vec4;  // as in the forward, for gy, x, gx, weight (gres, gbranch)
+  // Residual gradient (add_norm.h), or null: gx = norm's gx + gres (x's type), rounded once.
+  const void* gres;
+  void* gbranch;  // or null: gx also stored in gbranchType (the branch's gradient in its dtype)
+  ElemType gbranchType;
 };
 // How many row groups (blocks, partial rows) the backward uses on `device`.
 long long normBackwardGroups(long long rows, int device);
