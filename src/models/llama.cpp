@@ -26,6 +26,12 @@ at::Tensor RmsNormImpl::forward(const at::Tensor& x) {
   return (y * w.to(at::kFloat)).to(x.scalar_type());
 }
 
+nn::AddNormResult RmsNormImpl::addForward(const at::Tensor& x, const at::Tensor& branch) {
+  if (fused) return nn::addRmsNorm(x, branch, sp && tp ? tp::copyToRegion(weight, tp) : weight, eps);
+  auto s = branch.defined() ? x + branch : x;
+  return {s, forward(s)};
+}
+
 CommPtr llamaKvGroup(const ModelConfig& c, const CommPtr& tp) {
   const int t = tp->size();
   const int64_t kv = c.kvH();
@@ -172,8 +178,10 @@ at::Tensor LlamaBlockImpl::forward(const at::Tensor& x) {
                 "llama block '{}': input must be [tokens, batch, {}] ([tokens/tp, batch, d] with sequence parallel), "
                 "got [{}]",
                 name_, cfg_.d, x.defined() ? c10::str(x.sizes()) : "undefined");
-  auto h = x + attention(attnNorm->forward(x));
-  return h + mlp(mlpNorm->forward(h));
+  // Fused: x1 is x (its residual gradient summed in attn_norm's backward), h = x1 + attention.
+  auto [x1, a] = attnNorm->addForward(x, {});
+  auto [h, m] = mlpNorm->addForward(x1, attention(a));
+  return h + mlp(m);
 }
 
 std::vector<checkpoint::Piece> LlamaBlockImpl::pieces(const std::string& p) {

@@ -25,6 +25,7 @@
 #include "comm/communicator.h"
 #include "models/config.h"
 #include "models/param.h"
+#include "nn/fused_norm.h"
 #include "nn/recompute.h"
 #include "nn/rope.h"
 #include "parallel/tensor/linear.h"
@@ -36,10 +37,15 @@ using nn::Recompute;
 // x / sqrt(mean(x²) + eps) · weight, in float32, returned in x's dtype. With sequence parallel
 // each rank normalises its own tokens and the weight's gradient is summed over `tp`.
 // fused: one op (nn::rmsNorm, nn/fused_norm.h), returning CUDA autocast's dtype under autocast.
+// With fused ops the block's residual adds go through addForward.
 class RmsNormImpl : public torch::nn::Module {
  public:
   RmsNormImpl(int64_t d, double eps, CommPtr tp = nullptr, bool sequenceParallel = false);
   at::Tensor forward(const at::Tensor& x);
+  // The residual add before the norm and the norm: s = x + branch (branch undefined: s = x),
+  // y = forward(s); fused: one op (nn::addRmsNorm, which also sums s's residual gradient into its
+  // backward), else the add and forward.
+  nn::AddNormResult addForward(const at::Tensor& x, const at::Tensor& branch);
   at::Tensor weight;  // [d], ones
   double eps;
   CommPtr tp;
@@ -51,8 +57,9 @@ TORCH_MODULE(RmsNorm);
 struct LlamaBlockOptions {
   bool sequenceParallel = false;
   Recompute recompute = Recompute::None;  // Selective: attention's core and SwiGLU's product
-  // tessera's fused ops (nn/fused_norm.h, nn/fused_activations.h, nn::ropeQkInPlace): the norms,
-  // rotary embedding in place on the qkv output, and SwiGLU (which then keeps only its input, as
+  // tessera's fused ops (nn/fused_norm.h, nn/fused_activations.h, nn::ropeQkInPlace): the norms
+  // with the residual adds (RmsNormImpl::addForward), rotary embedding in place on the qkv output,
+  // and SwiGLU (which then keeps only its input, as
   // selective recompute of the unfused product does). The same maths as the ATen ops.
   bool fusedKernels = false;
 };

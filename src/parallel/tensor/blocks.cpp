@@ -60,6 +60,13 @@ at::Tensor tpLayerNorm(torch::nn::LayerNorm& ln, const at::Tensor& x, const Comm
   return at::layer_norm(x, ln->options.normalized_shape(), w, b, ln->options.eps());
 }
 
+nn::AddNormResult tpAddLayerNorm(torch::nn::LayerNorm& ln, const at::Tensor& x, const at::Tensor& branch,
+                                 const CommPtr& tp, bool sp) {
+  const auto w = sp ? copyToRegion(ln->weight, tp) : ln->weight;
+  const auto b = sp ? copyToRegion(ln->bias, tp) : ln->bias;
+  return nn::addLayerNorm(x, branch, w, b, ln->options.eps());
+}
+
 uint64_t blockDropoutSeed(uint64_t seed, int64_t call) {
   return seed + static_cast<uint64_t>(call) * 0x9E3779B97F4A7C15ull;
 }
@@ -146,16 +153,20 @@ ParallelBlockImpl::ParallelBlockImpl(CommPtr t, int64_t d, int64_t heads, bool s
 }
 
 at::Tensor ParallelBlockImpl::forward(const at::Tensor& x) {
-  auto norm = [&](torch::nn::LayerNorm& ln, const at::Tensor& v) {
-    return tpLayerNorm(ln, v, tp, sequenceParallel, fusedNorms);
-  };
-  if (dropout.p == 0 || !is_training()) {
-    auto y = x + attn->forward(norm(ln1, x));
-    return y + mlp->forward(norm(ln2, y));
+  const bool masked = dropout.p > 0 && is_training();
+  at::Generator gen;
+  if (masked) gen = maskGenerator(x.device(), blockDropoutSeed(dropout.seed, dropoutCalls++));
+  auto maybeDrop = [&](const at::Tensor& v) { return masked ? drop(v, gen) : v; };
+  if (fusedNorms) {  // the residual adds inside the LayerNorms' ops (tpAddLayerNorm)
+    auto [x1, a] = tpAddLayerNorm(ln1, x, {}, tp, sequenceParallel);  // x1: x, its gradient summed in ln1's backward
+    auto [y, m] = tpAddLayerNorm(ln2, x1, maybeDrop(attn->forward(a)), tp, sequenceParallel);
+    return y + maybeDrop(mlp->forward(m));
   }
-  auto gen = maskGenerator(x.device(), blockDropoutSeed(dropout.seed, dropoutCalls++));
-  auto y = x + drop(attn->forward(norm(ln1, x)), gen);
-  return y + drop(mlp->forward(norm(ln2, y)), gen);
+  auto norm = [&](torch::nn::LayerNorm& ln, const at::Tensor& v) {
+    return tpLayerNorm(ln, v, tp, sequenceParallel, false);
+  };
+  auto y = x + maybeDrop(attn->forward(norm(ln1, x)));
+  return y + maybeDrop(mlp->forward(norm(ln2, y)));
 }
 
 void ParallelBlockImpl::setFusedKernels(bool on) {

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "nn/fused_norm.h"
 #include "parallel/tensor/linear.h"
 
 namespace tessera::tp {
@@ -23,6 +24,10 @@ namespace tessera::tp {
 // (copyToRegion); fused: nn::layerNorm (nn/fused_norm.h), else at::layer_norm. Local in forward.
 at::Tensor tpLayerNorm(torch::nn::LayerNorm& ln, const at::Tensor& x, const CommPtr& tp, bool sequenceParallel,
                        bool fused);
+// The residual add before such a LayerNorm fused with it: nn::addLayerNorm(x, branch, ...) (s =
+// x + branch, y = ln(s); branch may be undefined: s is x), parameters as tpLayerNorm. Local.
+nn::AddNormResult tpAddLayerNorm(torch::nn::LayerNorm& ln, const at::Tensor& x, const at::Tensor& branch,
+                                 const CommPtr& tp, bool sequenceParallel);
 
 // Column(d → ffn) → GELU → Row(ffn → d); ffn 0: 4 d.
 class ParallelMlpImpl : public torch::nn::Module {
@@ -91,8 +96,9 @@ class ParallelBlockImpl : public torch::nn::Module {
   // names them (ln1.weight, ln1.bias, qkv.*, proj.*, ln2.*, fc1.*, fc2.*) after `prefix`
   // (e.g. "blocks.0."); keeps this rank's shards. A missing name is an error naming it.
   void loadFull(const torch::OrderedDict<std::string, at::Tensor>& full, const std::string& prefix = "");
-  // tessera's fused ops for the LayerNorms (nn::layerNorm), the rotary embedding and bias + GELU
-  // (attn->fusedRope, mlp->fusedActivation): the same maths as the ATen ops. Local.
+  // tessera's fused ops for the LayerNorms (tpAddLayerNorm: ln1 with the residual path's
+  // gradient added in its backward, ln2 with the attention's residual add), the rotary embedding
+  // and bias + GELU (attn->fusedRope, mlp->fusedActivation): the same maths as the ATen ops. Local.
   void setFusedKernels(bool on);
   torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr};
   ParallelAttention attn{nullptr};
