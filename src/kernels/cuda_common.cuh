@@ -143,16 +143,29 @@ __device__ __forceinline__ MaxSum blockMaxSum(MaxSum v) {
   return part[0];
 }
 
-// out[c] = sum over g < groups of partial[g * cols + c] (fp32), for c < cols: the second step
-// of the column reductions (weight/bias gradients), in a fixed order (deterministic).
+// out[c] = Σ_{g < groups} partial[g · cols + c] for c < split, out2[c − split] the same for
+// split <= c < cols (two outputs from one launch: a norm's weight and bias gradients): the second
+// step of the column reductions. A block of 32 × kColumnLanes threads owns 32 columns (each warp
+// reads 32 consecutive floats of a row); lane y adds the rows g ≡ y (mod kColumnLanes) in
+// increasing g, then lane 0 adds the lanes' sums in lane order: a fixed order (deterministic).
+constexpr int kColumnLanes = 16;
 template <int kUnused = 0>
-__global__ void columnSumKernel(const float* __restrict__ partial, long long groups, long long cols,
-                                float* __restrict__ out) {
-  for (long long c = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; c < cols;
-       c += static_cast<long long>(gridDim.x) * blockDim.x) {
-    float s = 0.f;
-    for (long long g = 0; g < groups; ++g) s += partial[g * cols + c];
-    out[c] = s;
+__global__ void columnSumKernel(const float* __restrict__ partial, long long groups, long long cols, long long split,
+                                float* __restrict__ out, float* __restrict__ out2) {
+  __shared__ float lanes[kColumnLanes][33];
+  const long long c = blockIdx.x * 32LL + threadIdx.x;
+  float s = 0.f;
+  if (c < cols) {
+    for (long long g = threadIdx.y; g < groups; g += kColumnLanes) s += partial[g * cols + c];
+  }
+  lanes[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float t = 0.f;
+#pragma unroll
+    for (int y = 0; y < kColumnLanes; ++y) t += lanes[y][threadIdx.x];
+    if (c < split) out[c] = t;
+    else out2[c - split] = t;
   }
 }
 
@@ -172,14 +185,15 @@ inline int smCount(int device) {
   return sms;
 }
 
+// columnSumKernel over [groups, cols] partials into out [split] and out2 [cols − split] (out2 may
+// be null when split == cols).
 inline std::string launchColumnSum(const float* partial, long long groups, long long cols, float* out,
-                                   const Launch& l) {
+                                   const Launch& l, long long split = -1, float* out2 = nullptr) {
   if (cols <= 0) return "";
-  const int threads = 256;
-  long long blocks = (cols + threads - 1) / threads;
-  if (blocks > 65535) blocks = 65535;
-  columnSumKernel<<<static_cast<unsigned>(blocks), threads, 0, static_cast<cudaStream_t>(l.stream)>>>(partial, groups,
-                                                                                                      cols, out);
+  if (split < 0) split = cols;
+  const long long blocks = (cols + 31) / 32;
+  columnSumKernel<<<static_cast<unsigned>(blocks), dim3(32, kColumnLanes), 0, static_cast<cudaStream_t>(l.stream)>>>(
+      partial, groups, cols, split, out, out2);
   return lastLaunchError("columnSumKernel");
 }
 

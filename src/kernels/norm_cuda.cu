@@ -4,8 +4,9 @@
 // of `groups` blocks, each walking rows r ≡ blockIdx.x (mod groups): per row the two sums
 // Σ g', Σ g'·x̂ (one block reduction), then gx; meanwhile each thread adds gy·x̂ (and gy) of the
 // columns it always owns into shared-memory accumulators (no sharing: no atomics), written out
-// as the block's partial row at the end; columnSumKernel then sums the partial rows. Rows are
-// contiguous; accesses are 4 wide (16 bytes of fp32, 8 of bf16) when the launcher says so.
+// as the block's partial row at the end ([gw | gb] side by side); one columnSumKernel then sums
+// the partial rows into gw and gb. Rows are contiguous; accesses are 4 wide (16 bytes of fp32, 8
+// of bf16) when the launcher says so.
 // Residual add (add_norm.h): the forward's first pass reads x and the branch, stores s = x +
 // branch (rounded to x's type) and reduces s; the later passes read s back (the same thread's
 // own stores). The backward adds the residual gradient to gx before its one rounding and may
@@ -167,11 +168,12 @@ __global__ void normBackwardKernel(const NormBackwardArgs a) {
       if (a.gbranch != nullptr) storeAs<V>(a.gbranchType, a.gbranch, r * d + j, out);
     }
   }
+  float* part = a.partial + blockIdx.x * (kBias ? 2 * d : d);  // [gw | gb] partials of this block
   for (long long j = first; j < d; j += stride) {
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      a.partial[blockIdx.x * d + j + k] = acc[j + k];
-      if (kBias) a.partial[(a.groups + blockIdx.x) * d + j + k] = acc[d + j + k];
+      part[j + k] = acc[j + k];
+      if (kBias) part[d + j + k] = acc[d + j + k];
     }
   }
 }
@@ -253,9 +255,8 @@ std::string launchNormBackward(const NormBackwardArgs& a, const Launch& l) {
   });
   if (!ok) return "unsupported pair of input and gradient dtypes";
   if (!err.empty()) return err;
-  err = launchColumnSum(a.partial, a.groups, a.d, a.gw, l);
-  if (err.empty() && a.gb != nullptr) err = launchColumnSum(a.partial + a.groups * a.d, a.groups, a.d, a.gb, l);
-  return err;
+  if (a.gb == nullptr) return launchColumnSum(a.partial, a.groups, a.d, a.gw, l);
+  return launchColumnSum(a.partial, a.groups, 2 * a.d, a.gw, l, a.d, a.gb);
 }
 
 }  // namespace tessera::kernels::detail
