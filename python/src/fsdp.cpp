@@ -2,7 +2,12 @@
 // (src/sharding/fsdp). The parameters are the Python module's own tensors (the casters share
 // the TensorImpl): construction turns each into a view of its unit's unsharded buffer, and
 // the gradient hooks and pre-backward nodes FSDP attaches are C++, so backward never needs
-// the GIL. run_unit calls back into Python for the unit's forward with the GIL held.
+// the GIL. run_unit releases the GIL for its all-gathers and reshards and takes it back only
+// to call the unit's Python forward: a Gloo worker thread may need the GIL to drop the last
+// reference to a tensor Python made (its PyObject then goes with it), so a thread that waits
+// on communication while holding the GIL can deadlock with the very op it waits for (issue 27:
+// the step's first all-gather queued behind the worker, which waited for the GIL to free the
+// previous all-reduce's tensor).
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
@@ -93,8 +98,11 @@ void bindFsdp(pb::module_& m) {
           "run_unit",
           [](Fsdp& f, size_t unit, const pb::function& fn) {
             const std::string name = unit < f.numUnits() ? f.unitName(unit) : "?";
-            return f.runUnit(unit, std::vector<at::Tensor>{},
-                             [&](const std::vector<at::Tensor>&) { return tensorsOf(fn(), name); });
+            pb::gil_scoped_release nogil;  // gathers and reshards without it (see the top of this file)
+            return f.runUnit(unit, std::vector<at::Tensor>{}, [&](const std::vector<at::Tensor>&) {
+              pb::gil_scoped_acquire gil;  // the unit's Python forward, and its result's refcounts
+              return tensorsOf(fn(), name);
+            });
           },
           pb::arg("unit"), pb::arg("fn"),
           "Gathers the unit, calls fn() (which returns a tensor or a tuple of tensors), reshards; a list of the "
@@ -107,7 +115,7 @@ void bindFsdp(pb::module_& m) {
            pb::call_guard<pb::gil_scoped_release>())
       .def("sharded_state_dict", &Fsdp::shardedStateDict)
       .def("load_sharded_state_dict", &Fsdp::loadShardedStateDict, pb::arg("state_dict"))
-      .def("reshard_all", &Fsdp::reshardAll)
+      .def("reshard_all", &Fsdp::reshardAll, pb::call_guard<pb::gil_scoped_release>())  // waits on prefetches
       .def("unshard_all", &Fsdp::unshardAll, pb::call_guard<pb::gil_scoped_release>())
       .def("master_shard", &Fsdp::masterShard, pb::arg("unit"))
       .def("grad_shard", &Fsdp::gradShard, pb::arg("unit"))

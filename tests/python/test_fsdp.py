@@ -7,6 +7,8 @@ the average of the slices'. After STEPS steps the gathered parameters (full_stat
 rank 0) must match: float32, rtol 1e-4 / atol 1e-5 (sums in another order; a missing average or
 a lost unit is off by O(1e-2) or more after a few lr-1e-2 steps).
 """
+import time
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -100,3 +102,27 @@ def test_unit_returning_a_non_tensor_is_a_clear_error(world):
     fsdp = tessera.FullyShardedDataParallel(model, world, units=[model.odd])
     with pytest.raises(tessera.Error, match=r"the forward of unit 'odd' returned a dict; it must return a tensor"):
         fsdp(torch.randn(2, D))
+
+
+def test_forward_waits_for_its_all_gather_without_the_gil(world):
+    """Issue 27: a unit's all-gather queued behind an op whose Gloo worker needs the GIL. After
+    `del t` the async all-reduce holds the last references to t; the worker drops them after the
+    op, which frees t's PyObject and so takes the GIL. run_unit used to wait for its all-gather
+    with the GIL held: a deadlock until the timeout (train_llama.py's FSDP run stalled so, the
+    step's first all-gather behind the previous step's loss all-reduce). Rank 1 joins the
+    all-reduce 1 s late, so rank 0 is waiting in run_unit when its worker drops t."""
+    comm = world.split(0, world.rank, "fsdp_gil")
+    comm.timeout = 20  # a deadlock fails the test after 20 s rather than TESSERA_TIMEOUT_S
+    torch.manual_seed(0)
+    model = Net()
+    fsdp = tessera.FullyShardedDataParallel(model, comm, units=model.blocks)
+    x = torch.randn(2, D)
+    for _ in range(2):
+        if comm.rank == 1:
+            time.sleep(1.0)
+        t = torch.ones(4096)
+        work = comm.all_reduce(t, async_op=True)
+        del t  # the op's copies are the last references now: the worker frees the tensor
+        fsdp(x).sum().backward()  # the root's all-gather queues behind the all-reduce
+        work.wait()
+    assert fsdp.stats()["all_gathers"] > 0

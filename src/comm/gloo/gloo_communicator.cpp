@@ -98,16 +98,23 @@ std::shared_ptr<gloo::transport::Device> glooDevice() {
 }
 
 // Shared state of one op.
+//
+// The worker releases an op's tensors (the closure's copies and keep_) before it marks the op
+// done and without holding a lock: a caller that waits keeps its own references until then, so
+// the worker never drops the last one of such a tensor. Dropping the last reference of a tensor
+// made in Python frees its PyObject, which takes the GIL; under a lock that would stall every
+// thread needing the lock (post(), completed()) behind the thread holding the GIL.
 class GlooWork : public Work {
  public:
   GlooWork(OpInfo info, std::chrono::milliseconds timeout, std::vector<at::Tensor> keep)
       : Work(std::move(info)), timeout_(timeout), keep_(std::move(keep)), start_(Clock::now()) {}
 
+  // Worker thread only, before finish(); no other thread reads keep_.
+  void releaseTensors() { keep_.clear(); }
   void finish(std::string error) {
     std::lock_guard<std::mutex> l(mu_);
     done_ = true;
     error_ = std::move(error);
-    keep_.clear();
     cv_.notify_all();
   }
   void wait() override { synchronize(); }
@@ -195,7 +202,10 @@ class GlooWorker {
           watchdog::onCommFailure(err, nullptr);
         }
       }
+      fn = nullptr;  // the op's tensors go before it is marked done, outside the lock (see GlooWork)
+      w->releaseTensors();
       w->finish(std::move(err));
+      w.reset();
       l.lock();
       busy_ = false;
     }
