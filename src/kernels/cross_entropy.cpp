@@ -70,7 +70,7 @@ at::Tensor crossEntropyPartialsReference(const at::Tensor& logits, const at::Ten
   const auto outside = (local < 0).logical_or(local >= w);
   for (int64_t r0 = 0; r0 < n; r0 += chunkRows(w)) {
     const int64_t rows = std::min(chunkRows(w), n - r0);
-    auto x = logits.narrow(0, r0, rows).to(at::kFloat);
+    auto x = logits.narrow(0, r0, rows).to(at::kFloat);  // read before its rows of grad are written
     auto m = std::get<0>(x.max(1));
     out[0].narrow(0, r0, rows).copy_(m);
     out[1].narrow(0, r0, rows).copy_((x - m.unsqueeze(1)).exp_().sum(1));
@@ -80,13 +80,15 @@ at::Tensor crossEntropyPartialsReference(const at::Tensor& logits, const at::Ten
   return out;
 }
 
+// out: where the gradient goes (the logits themselves for the in-place form), else a new tensor.
 at::Tensor crossEntropyGradReference(const at::Tensor& logits, const at::Tensor& targets, int64_t start,
-                                     const at::Tensor& rowMax, const at::Tensor& sumExp, const at::Tensor& gOverN) {
+                                     const at::Tensor& rowMax, const at::Tensor& sumExp, const at::Tensor& gOverN,
+                                     const at::Tensor& out) {
   checkLogits("crossEntropyGradReference", logits, targets);
   checkRowStats("crossEntropyGradReference", logits, rowMax, sumExp, gOverN);
   at::NoGradGuard noGrad;
   const int64_t n = logits.size(0), w = logits.size(1);
-  auto grad = at::empty_like(logits);
+  auto grad = out.defined() ? out : at::empty_like(logits);
   const auto g = gOverN.reshape({});
   const auto local = targets - start;
   const auto inside = (local >= 0).logical_and(local < w);
@@ -119,15 +121,16 @@ at::Tensor crossEntropyPartials(const at::Tensor& logits, const at::Tensor& targ
 #endif
 }
 
-at::Tensor crossEntropyGrad(const at::Tensor& logits, const at::Tensor& targets, int64_t start,
-                            const at::Tensor& rowMax, const at::Tensor& sumExp, const at::Tensor& gOverN) {
-  const char* op = "crossEntropyGrad";
-  if (!detail::onCuda(op, logits)) return crossEntropyGradReference(logits, targets, start, rowMax, sumExp, gOverN);
+namespace {
+// The gradient into `grad` (a new tensor, or the logits themselves).
+at::Tensor gradInto(const char* op, const at::Tensor& logits, const at::Tensor& targets, int64_t start,
+                    const at::Tensor& rowMax, const at::Tensor& sumExp, const at::Tensor& gOverN, at::Tensor grad) {
+  if (!detail::onCuda(op, logits)) return crossEntropyGradReference(logits, targets, start, rowMax, sumExp, gOverN, grad);
 #ifdef TESSERA_HAVE_NCCL
   checkLogits(op, logits, targets);
   checkRowStats(op, logits, rowMax, sumExp, gOverN);
   const auto g = gOverN.contiguous();
-  auto grad = at::empty_like(logits, at::MemoryFormat::Contiguous);
+  if (!grad.defined()) grad = at::empty_like(logits, at::MemoryFormat::Contiguous);
   auto a = kernelArgs(op, logits, targets, start);
   a.rowMax = rowMax.data_ptr<float>();
   a.sumExp = sumExp.data_ptr<float>();
@@ -140,6 +143,18 @@ at::Tensor crossEntropyGrad(const at::Tensor& logits, const at::Tensor& targets,
 #else
   return {};
 #endif
+}
+}  // namespace
+
+at::Tensor crossEntropyGrad(const at::Tensor& logits, const at::Tensor& targets, int64_t start,
+                            const at::Tensor& rowMax, const at::Tensor& sumExp, const at::Tensor& gOverN) {
+  return gradInto("crossEntropyGrad", logits, targets, start, rowMax, sumExp, gOverN, at::Tensor());
+}
+
+at::Tensor crossEntropyGradInPlace(at::Tensor& logits, const at::Tensor& targets, int64_t start,
+                                   const at::Tensor& rowMax, const at::Tensor& sumExp, const at::Tensor& gOverN) {
+  TESSERA_CHECK(logits.defined() && logits.is_contiguous(), "crossEntropyGradInPlace: logits must be contiguous");
+  return gradInto("crossEntropyGradInPlace", logits, targets, start, rowMax, sumExp, gOverN, logits);
 }
 
 }  // namespace tessera::kernels

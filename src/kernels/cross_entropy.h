@@ -14,7 +14,9 @@
 // crossEntropyGrad(logits, targets, start, M [N], S [N], gOverN) → [N, W] in logits' dtype:
 //   grad_ij = exp(x_ij − M_i) · (g / (N · S_i)) − [j == t_i − start] · g / N
 // with gOverN = g / N a float32 0-dim tensor on the logits' device (read by the kernel: no host
-// synchronisation).
+// synchronisation). crossEntropyGradInPlace writes the same gradient over the logits themselves and
+// returns them (each element is read before it is written): no second [N, W] buffer, for a caller
+// whose logits are dead after the loss.
 //
 // Contract (local): logits contiguous float32/bfloat16/float16 [N, W] (N, W > 0), targets
 // contiguous int64 [N], M, S contiguous float32 [N], all on one device; else a tessera::Error
@@ -29,9 +31,12 @@ namespace tessera::kernels {
 at::Tensor crossEntropyPartials(const at::Tensor& logits, const at::Tensor& targets, int64_t start);
 at::Tensor crossEntropyGrad(const at::Tensor& logits, const at::Tensor& targets, int64_t start,
                             const at::Tensor& rowMax, const at::Tensor& sumExp, const at::Tensor& gOverN);
+at::Tensor crossEntropyGradInPlace(at::Tensor& logits, const at::Tensor& targets, int64_t start,
+                                   const at::Tensor& rowMax, const at::Tensor& sumExp, const at::Tensor& gOverN);
 
 at::Tensor crossEntropyPartialsReference(const at::Tensor& logits, const at::Tensor& targets, int64_t start);
 at::Tensor crossEntropyGradReference(const at::Tensor& logits, const at::Tensor& targets, int64_t start,
-                                     const at::Tensor& rowMax, const at::Tensor& sumExp, const at::Tensor& gOverN);
+                                     const at::Tensor& rowMax, const at::Tensor& sumExp, const at::Tensor& gOverN,
+                                     const at::Tensor& out = {});
 
 }  // namespace tessera::kernels

@@ -40,8 +40,10 @@ __global__ void partialsKernel(const CrossEntropyArgs a) {
 template <typename T, bool kVec>
 __global__ void gradKernel(const CrossEntropyArgs a) {
   constexpr int V = kVec ? 16 / static_cast<int>(sizeof(T)) : 1;
-  const T* __restrict__ logits = static_cast<const T*>(a.logits);
-  T* __restrict__ grad = static_cast<T*>(a.grad);
+  // No __restrict__: grad may be the logits themselves (crossEntropyGradInPlace); each thread reads
+  // its elements before it writes them.
+  const T* logits = static_cast<const T*>(a.logits);
+  T* grad = static_cast<T*>(a.grad);
   const float gOverN = *a.gOverN;
   for (long long r = blockIdx.x; r < a.rows; r += gridDim.x) {
     const T* row = logits + r * a.width;

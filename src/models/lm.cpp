@@ -271,7 +271,7 @@ std::vector<checkpoint::Piece> LmChunkImpl::pieces() {
 at::Tensor lmLoss(const at::Tensor& logitsShard, const at::Tensor& targets, const CommPtr& tp, int64_t vocab,
                   bool fused) {
   auto flat = logitsShard.reshape({-1, logitsShard.size(-1)});
-  return tp::vocabParallelCrossEntropy(flat, targets.t().reshape({-1}), tp, vocab, fused);
+  return tp::vocabParallelCrossEntropy(flat, targets.t().reshape({-1}), tp, vocab, fused, /*gradInLogits=*/fused);
 }
 
 }  // namespace tessera::models

@@ -107,7 +107,9 @@ TORCH_MODULE(LmChunk);
 
 // Mean cross-entropy of logits [T, b, V/tp] (this rank's vocab columns) against targets
 // [b, T] (global ids). Collective over tp; float32 scalar, the same on every tp rank.
-// fused: tp::vocabParallelCrossEntropy's fused kernels (no float32 copy of the logits).
+// fused: tp::vocabParallelCrossEntropy's fused kernels (no float32 copy of the logits), whose
+// backward writes the gradient over logitsShard (gradInLogits: the logits are dead after the loss;
+// read them before backward, and backpropagate the loss once).
 at::Tensor lmLoss(const at::Tensor& logitsShard, const at::Tensor& targets, const CommPtr& tp, int64_t vocab,
                   bool fused = false);
 

@@ -115,10 +115,45 @@ TESSERA_WORKER(fused_ce_tp) {
     const double dg = (shard.grad() - want).abs().max().item<double>();
     WCHECK(dg <= 1e-5 * want.abs().max().item<double>(), "rank {} fused {}: gradient off by {}", r, fused, dg);
   }
+  // gradInLogits: the same gradient, written over the logits (a non-leaf here, shard · 1, as the
+  // model's head output is); backpropagating that loss a second time is autograd's error.
+  auto shard = full.narrow(1, r * 12, 12).clone().requires_grad_();
+  auto logits = shard * 1.0;
+  auto loss = tp::vocabParallelCrossEntropy(logits, targets, ctx.world, v, true, /*gradInLogits=*/true);
+  loss.backward({}, /*retain_graph=*/true);
+  auto want = wantGrad.narrow(1, r * 12, 12);
+  const double dg = (shard.grad() - want).abs().max().item<double>();
+  WCHECK(dg <= 1e-5 * want.abs().max().item<double>(), "rank {} in place: gradient off by {}", r, dg);
+  WCHECK(at::equal(logits.detach(), shard.grad()), "rank {}: the logits do not hold their gradient", r);
+  std::string error;
+  try {
+    loss.backward();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  WCHECK(error.find("inplace") != std::string::npos, "rank {}: a second backward gave '{}'", r, error);
 }
 
 TEST(FusedCrossEntropy, VocabParallelOverGlooRanks) {
   for (int ranks : {2, 4}) expectAllOk(runWorkers("fused_ce_tp", {.ranks = ranks}));
+}
+
+TEST(FusedCrossEntropy, GradInPlaceIsTheGradient) {
+  at::manual_seed(9);
+  auto logits = at::randn({37, 53}) * 4;
+  auto targets = at::randint(0, 53, {37}, at::kLong);
+  auto p = kernels::crossEntropyPartials(logits, targets, 0);
+  auto m = p[0].clone(), s = p[1].clone();
+  const auto gOverN = at::scalar_tensor(0.7 / 37, at::kFloat);
+  auto want = kernels::crossEntropyGrad(logits, targets, 0, m, s, gOverN);
+  auto x = logits.clone();
+  auto got = kernels::crossEntropyGradInPlace(x, targets, 0, m, s, gOverN);
+  EXPECT_EQ(got.data_ptr(), x.data_ptr());
+  EXPECT_TRUE(at::equal(got, want));
+  auto notContiguous = logits.t().contiguous().t();
+  EXPECT_NO_THROW(expectErrorContaining(
+      [&] { kernels::crossEntropyGradInPlace(notContiguous, targets, 0, m, s, gOverN); },
+      {"crossEntropyGradInPlace", "contiguous"}));
 }
 
 TEST(MultiTensorAdamW, CpuIsThePerTensorReferenceWithTheDecayMask) {

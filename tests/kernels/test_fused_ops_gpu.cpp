@@ -222,6 +222,11 @@ TEST(FusedKernelsGpu, CrossEntropyPiecesMatchReference) {
       auto terms = p + at::zeros_like(p).scatter_(1, local.clamp(0, c.w - 1).unsqueeze(1),
                                                    inside * (0.37 / static_cast<double>(c.n)));
       worst = std::max(worst, expectWithin(gc, gr, allowed(gr, terms * (16 * kU32)), where + " gradient"));
+      // Written over the logits: the same kernel, so the same bits as the separate gradient.
+      auto onGpu = logits.to(kGpu);
+      auto gi = crossEntropyGradInPlace(onGpu, targets.to(kGpu), c.start, m.to(kGpu), s.to(kGpu), gOverN.to(kGpu));
+      EXPECT_EQ(gi.data_ptr(), onGpu.data_ptr()) << where;
+      EXPECT_TRUE(at::equal(gi.cpu(), gc.cpu())) << where << ": the in-place gradient differs";
     }
   }
   fmt::print("cross-entropy: largest difference from the reference, as a fraction of its bound: {:.3g}\n", worst);

@@ -85,7 +85,7 @@ struct VocabParallelCE : public torch::autograd::Function<VocabParallelCE> {
 // the sum over tp: S = Σ_r s_r · exp(m_r − M). loss = mean(log S + M − target logit).
 struct FusedVocabParallelCE : public torch::autograd::Function<FusedVocabParallelCE> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& logitsShard,
-                            const at::Tensor& targets, const CommPtr& tp) {
+                            const at::Tensor& targets, const CommPtr& tp, bool gradInLogits) {
     const int64_t start = static_cast<int64_t>(tp->rank()) * logitsShard.size(1);
     const bool many = tp->size() > 1;
     const at::Tensor part = kernels::crossEntropyPartials(logitsShard, targets, start);  // [3, N]
@@ -99,6 +99,7 @@ struct FusedVocabParallelCE : public torch::autograd::Function<FusedVocabParalle
     at::Tensor loss = (sumExp.log() + rowMax - stats[0]).mean();
     ctx->save_for_backward({logitsShard, targets, rowMax, sumExp});
     ctx->saved_data["start"] = start;
+    ctx->saved_data["in_place"] = gradInLogits;
     return loss;
   }
 
@@ -107,8 +108,14 @@ struct FusedVocabParallelCE : public torch::autograd::Function<FusedVocabParalle
     const auto saved = ctx->get_saved_variables();
     const int64_t n = saved[0].size(0);
     const at::Tensor gOverN = grads[0].to(at::kFloat) / static_cast<double>(n);  // stays on the device
-    return {kernels::crossEntropyGrad(saved[0], saved[1], ctx->saved_data["start"].toInt(), saved[2], saved[3], gOverN),
-            at::Tensor(), at::Tensor()};
+    const int64_t start = ctx->saved_data["start"].toInt();
+    at::Tensor logits = saved[0];
+    // In place: the saved logits' version moves on, so a second backward through this loss fails in
+    // autograd's saved-variable check (retain_graph) instead of reading gradients as logits.
+    at::Tensor grad = ctx->saved_data["in_place"].toBool()
+                          ? kernels::crossEntropyGradInPlace(logits, saved[1], start, saved[2], saved[3], gOverN)
+                          : kernels::crossEntropyGrad(logits, saved[1], start, saved[2], saved[3], gOverN);
+    return {grad, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -197,7 +204,7 @@ at::Tensor vocabParallelEmbedding(const at::Tensor& ids, const at::Tensor& weigh
 // ---------------------------------------------------------------- cross-entropy
 
 at::Tensor vocabParallelCrossEntropy(const at::Tensor& logitsShard, const at::Tensor& targets, const CommPtr& tp,
-                                     int64_t vocab, bool fused) {
+                                     int64_t vocab, bool fused, bool gradInLogits) {
   const char* op = "vocabParallelCrossEntropy";
   TESSERA_CHECK(tp != nullptr, "{}: no tensor-parallel group given", op);
   TESSERA_CHECK(logitsShard.defined() && logitsShard.dim() == 2,
@@ -222,7 +229,8 @@ at::Tensor vocabParallelCrossEntropy(const at::Tensor& logitsShard, const at::Te
                   "{}: logits shard width {} × tensor-parallel size {} = {} does not match the vocab size {}",
                   op, width, tp->size(), full, vocab);
   checkIdRange(op, targets, full);
-  if (fused) return FusedVocabParallelCE::apply(logitsShard.contiguous(), targets.contiguous(), tp);
+  TESSERA_CHECK(!gradInLogits || fused, "{}: the gradient written over the logits needs the fused kernels", op);
+  if (fused) return FusedVocabParallelCE::apply(logitsShard.contiguous(), targets.contiguous(), tp, gradInLogits);
   return VocabParallelCE::apply(logitsShard, targets, tp);
 }
 

@@ -92,7 +92,11 @@ at::Tensor vocabParallelEmbedding(const at::Tensor& ids, const at::Tensor& weigh
 // references on CPU): this shard's row max, sum of exp (relative to it) and target logit in one
 // read of the logits, combined after the same two all-reduces (max, then sum); it saves the
 // logits shard itself (its dtype: no float32 copy) and backward writes the gradient in one pass.
+// gradInLogits (fused only): backward writes the gradient over the saved logits shard (when it is
+// contiguous, it is the caller's tensor): no second [N, V/tp] buffer at the peak of memory, for a
+// caller whose logits are dead after the loss; the loss can then be backpropagated once.
 at::Tensor vocabParallelCrossEntropy(const at::Tensor& logitsShard, const at::Tensor& targets,
-                                     const CommPtr& tp, int64_t vocab = 0, bool fused = false);
+                                     const CommPtr& tp, int64_t vocab = 0, bool fused = false,
+                                     bool gradInLogits = false);
 
 }  // namespace tessera::tp
