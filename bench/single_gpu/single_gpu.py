@@ -75,9 +75,8 @@ def run_torch(a):
         y = torch.randint(0, vocab, (a.batch, seq), device=dev, generator=g)
         torch.cuda.reset_peak_memory_stats(dev)
         times = []
-        for _ in range(a.warm + a.steps):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
+
+        def step():
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 out = run(x)
                 loss = F.cross_entropy(out.flatten(0, 1).float(), y.flatten())
@@ -85,8 +84,21 @@ def run_torch(a):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
             opt.step()
             opt.zero_grad(set_to_none=True)
+            return loss
+
+        for _ in range(a.warm + a.steps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            loss = step()
             torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) * 1e3)
+        if a.profile:  # two more steps under torch.profiler (bench/profile/summarize.py reads the trace)
+            acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            with torch.profiler.profile(activities=acts) as prof:
+                for _ in range(2):
+                    step()
+                torch.cuda.synchronize()
+            prof.export_chrome_trace(a.profile)
         med = statistics.median(times[a.warm:])
         tps = a.batch * seq / med * 1e3
         res.update(step_ms=round(med, 2), tokens_per_s=round(tps), mfu=round(tps * fpt / PEAK, 4),
@@ -181,6 +193,7 @@ def main():
     t.add_argument("--batch", type=int, required=True)
     t.add_argument("--steps", type=int, default=20)
     t.add_argument("--warm", type=int, default=5)
+    t.add_argument("--profile", default="", help="after the timed steps, a Chrome trace of 2 more steps here")
     o = sub.add_parser("adamw")
     o.add_argument("--model", choices=sorted(MODELS), required=True)
     o.add_argument("--steps", type=int, default=20)
