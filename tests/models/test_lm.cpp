@@ -90,12 +90,14 @@ TESSERA_WORKER(llama_golden_dump) {
   auto m = wholeModel(c, ctx.world, nn::Recompute::None, fused);
   auto [tokens, targets] = batch(c, 3, 5);
   auto logits = m->forward(tokens);  // [T, b, V]
+  // Taken before backward: the fused loss writes its gradient over the logits (models/lm.h).
+  const auto logitsOut = logits.detach().transpose(0, 1).contiguous();
   auto loss = lmLoss(logits, targets, ctx.world, c.vocab, fused);
   loss.backward();
   c10::Dict<std::string, at::Tensor> d;
   d.insert("tokens", tokens);
   d.insert("targets", targets);
-  d.insert("logits", logits.detach().transpose(0, 1).contiguous());
+  d.insert("logits", logitsOut);
   d.insert("loss", loss.detach());
   const auto& s = c.ropeScaling;
   d.insert("config", at::tensor({double(c.d), double(c.layers), double(c.heads), double(c.kvH()), double(c.ffnSize()),
