@@ -19,6 +19,7 @@
 #include "data/loader.h"
 #include "kernels/activations.h"
 #include "kernels/adamw.h"
+#include "kernels/add_norm.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/multi_tensor_adamw.h"
 #include "kernels/norm.h"
