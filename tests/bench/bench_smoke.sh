@@ -21,6 +21,9 @@ set -uo pipefail
 BUILD=${1:?build dir}
 HERE=$(cd "$(dirname "$0")" && pwd)
 export D=256 L=4 V=512 T=32 STEPS=2 TESSERA_TIMEOUT_S=60 OMP_NUM_THREADS=1
+# torchrun's agent polls its workers every 0.1 s (PET_MONITOR_INTERVAL; its default of 5 s adds up to
+# 5 s to every launch).
+export PET_MONITOR_INTERVAL=${PET_MONITOR_INTERVAL:-0.1}
 TORCHRUN=(torchrun --standalone --nproc_per_node=2 --no_python)
 tr_python=$(head -1 "$(command -v torchrun)" 2>/dev/null | sed -n 's/^#! *//p')
 PY=${tr_python:-python3}  # torchrun's interpreter: it has torch

@@ -6,6 +6,9 @@
 # systems' first losses are near ln(vocab) (sane initial weights).
 #   llama_parallel_smoke.sh BUILD_DIR
 set -uo pipefail
+# torchrun's agent polls its workers every 0.1 s (PET_MONITOR_INTERVAL; its default of 5 s adds up to
+# 5 s to every launch).
+export PET_MONITOR_INTERVAL=${PET_MONITOR_INTERVAL:-0.1}
 BUILD=$1
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

@@ -4,6 +4,9 @@
 # their first losses agree (fp32: within 1e-4 relative); the table, the loss-gap line and the plot exist.
 #   llama_smoke.sh BUILD_DIR PYTHONPATH DATA_PREFIX
 set -uo pipefail
+# torchrun's agent polls its workers every 0.1 s (PET_MONITOR_INTERVAL; its default of 5 s adds up to
+# 5 s to every launch).
+export PET_MONITOR_INTERVAL=${PET_MONITOR_INTERVAL:-0.1}
 BUILD=$1 PYPATH=$2 DATA=$3
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

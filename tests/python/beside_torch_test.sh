@@ -11,6 +11,9 @@
 #        with <order> one of torch_first, tessera_first, init_torch, torch_first_env (tessera
 #        detects the launcher itself instead of taking torch's store: torchrun only).
 set -uo pipefail
+# torchrun's agent polls its workers every 0.1 s (PET_MONITOR_INTERVAL; its default of 5 s adds up to
+# 5 s to every launch).
+export PET_MONITOR_INTERVAL=${PET_MONITOR_INTERVAL:-0.1}
 
 CASE=$1 PY=$2 SCRIPT=$3 SLURM_LOCAL=$4
 LIMIT=${TESSERA_LAUNCH_TIMEOUT_S:-120}

@@ -14,6 +14,9 @@ PY=$1 NPROC=$2 EXPECT=$3 FILE=$4
 LIMIT=${TESSERA_PYTEST_TIMEOUT_S:-240}
 export TESSERA_TIMEOUT_S=${TESSERA_TIMEOUT_S:-60}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# torchrun's agent polls its workers every 0.1 s (PET_MONITOR_INTERVAL; its default of 5 s adds up to
+# 5 s to every launch).
+export PET_MONITOR_INTERVAL=${PET_MONITOR_INTERVAL:-0.1}
 # A GPU file (TESSERA_PYTEST_NEED_GPUS=n): skipped (exit 77, ctest SKIP) where fewer GPUs are visible.
 if [[ -n ${TESSERA_PYTEST_NEED_GPUS:-} ]]; then
   have=$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)

@@ -16,6 +16,9 @@ PY=$1 TRAIN=$2 CASE=$3
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 LIMIT=${TESSERA_TRAIN_TEST_TIMEOUT_S:-240}
 export TESSERA_TIMEOUT_S=${TESSERA_TIMEOUT_S:-60} TESSERA_BACKEND=gloo OMP_NUM_THREADS=1
+# torchrun's agent polls its workers every 0.1 s (PET_MONITOR_INTERVAL; its default of 5 s adds up to
+# 5 s to every launch).
+export PET_MONITOR_INTERVAL=${PET_MONITOR_INTERVAL:-0.1}
 WORK=$(mktemp -d)
 OUT=$WORK/out.txt
 trap 'rm -rf "$WORK"' EXIT

@@ -97,7 +97,10 @@ std::shared_ptr<gloo::transport::Device> glooDevice() {
   return dev;
 }
 
-// Shared state of one op.
+}  // namespace
+
+// Shared state of one op. (Outside the anonymous namespace: GlooWorker, declared in the header,
+// holds these in its queue.)
 //
 // The worker releases an op's tensors (the closure's copies and keep_) before it marks the op
 // done and without holding a lock: a caller that waits keeps its own references until then, so
@@ -143,8 +146,6 @@ class GlooWork : public Work {
   bool done_ = false;
   std::string error_;
 };
-
-}  // namespace
 
 // Runs a communicator's ops in order on one thread. Shared with the thread, so a
 // communicator destroyed while an op is stuck in gloo does not wait for it.
