@@ -44,6 +44,13 @@ inline double expectClose(const at::Tensor& got, const at::Tensor& want, double 
   return expectWithin(got, want, w.abs() * rtol + atol, what);
 }
 
+// expectClose at the CPU references' tolerance: relative 1e-5, absolute 1e-6 of want's largest
+// magnitude (float32 maths in another order than ATen's composite ops).
+inline double expectCloseToAten(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  const double scale = want.abs().max().item<double>();
+  return expectClose(got, want, 1e-5, 1e-6 * scale + 1e-30, what);
+}
+
 // One unit in the last place of a bfloat16 (8 significant bits) of magnitude |x| (x float64):
 // 2^(floor(log2 |x|) − 7); 2^-133 (the smallest subnormal's spacing) at 0.
 inline at::Tensor bf16Ulp(const at::Tensor& x) {

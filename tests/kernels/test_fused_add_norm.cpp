@@ -21,8 +21,7 @@ using namespace tessera::testing;
 namespace {
 
 void close(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
-  const double scale = want.abs().max().item<double>();
-  expectClose(got, want, 1e-5, 1e-6 * scale + 1e-30, what);
+  expectCloseToAten(got, want, what);
 }
 
 using Fn = std::function<nn::AddNormResult(const std::vector<at::Tensor>&)>;

@@ -23,8 +23,7 @@ using namespace tessera::testing;
 namespace {
 
 void close(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
-  const double scale = want.abs().max().item<double>();
-  expectClose(got, want, 1e-5, 1e-6 * scale + 1e-30, what);
+  expectCloseToAten(got, want, what);
 }
 
 // y = f(leaves) on copies of `inputs` both ways; compares y and every input's gradient for one
