@@ -1,9 +1,7 @@
 #include "harness/multiprocess.h"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +11,7 @@
 #include <thread>
 
 #include "comm/store.h"
+#include "harness/spawn.h"
 
 extern char** environ;
 
@@ -31,14 +30,6 @@ std::string readFile(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-std::string selfExe() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) throw std::runtime_error("harness: cannot read /proc/self/exe");
-  buf[n] = 0;
-  return buf;
 }
 
 // "$RANK" → the worker's rank, "$STORE" → the harness store's port (whole value only).
@@ -83,7 +74,6 @@ std::vector<RankResult> runWorkers(const std::string& worker, const RunOptions& 
   // The parent hosts the store; every worker is a client (like torchrun's agent store).
   auto store = startStoreServer(0, opts.timeout);
   uint16_t port = storePort(store);
-  std::string exe = selfExe();
   char dirTemplate[] = "/tmp/tessera-test-XXXXXX";
   std::string dir = mkdtemp(dirTemplate);
 
@@ -91,30 +81,15 @@ std::vector<RankResult> runWorkers(const std::string& worker, const RunOptions& 
   std::vector<pid_t> pids(opts.ranks, 0);
   auto t0 = Clock::now();
   for (int r = 0; r < opts.ranks; ++r) {
-    // Build argv/envp before fork: only async-signal-safe calls in the child.
-    std::vector<std::string> envs;
-    for (char** e = environ; *e; ++e) envs.emplace_back(*e);
-    envs.push_back("TESSERA_TEST_WORKER=" + worker);
-    envs.push_back(fmt::format("TESSERA_TEST_RANK={}", r));
-    envs.push_back(fmt::format("TESSERA_TEST_WORLD={}", opts.ranks));
-    envs.push_back(fmt::format("TESSERA_TEST_STORE_PORT={}", port));
-    envs.push_back("TESSERA_TEST_ARG=" + opts.arg);
-    for (const auto& [k, v] : opts.env) envs.push_back(k + "=" + expandEnvValue(v, r, port));
-    std::vector<char*> envp;
-    for (auto& s : envs) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::string out = fmt::format("{}/rank{}.log", dir, r);
-    char* argv[] = {exe.data(), nullptr};
-    pid_t pid = fork();
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
-      int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      execve(exe.c_str(), argv, envp.data());
-      _exit(127);
-    }
-    pids[r] = pid;
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    env.push_back("TESSERA_TEST_WORKER=" + worker);
+    env.push_back(fmt::format("TESSERA_TEST_RANK={}", r));
+    env.push_back(fmt::format("TESSERA_TEST_WORLD={}", opts.ranks));
+    env.push_back(fmt::format("TESSERA_TEST_STORE_PORT={}", port));
+    env.push_back("TESSERA_TEST_ARG=" + opts.arg);
+    for (const auto& [k, v] : opts.env) env.push_back(k + "=" + expandEnvValue(v, r, port));
+    pids[r] = spawnWorker(env, fmt::format("{}/rank{}.log", dir, r));
     results[r].rank = r;
   }
 
@@ -129,8 +104,7 @@ std::vector<RankResult> runWorkers(const std::string& worker, const RunOptions& 
         results[r].killedByHarness = true;
       }
       int status = 0;
-      pid_t done = waitpid(pids[r], &status, killAll || timedOut ? 0 : WNOHANG);
-      if (done != pids[r]) continue;
+      if (!reapWorker(pids[r], killAll || timedOut, &status)) continue;
       results[r].seconds = std::chrono::duration<double>(Clock::now() - t0).count();
       if (WIFEXITED(status)) {
         results[r].exitCode = WEXITSTATUS(status);
