@@ -1,6 +1,7 @@
 // train_gpt's 3D training loop: setup and one step (see trainer.h).
 #include <fmt/format.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <map>

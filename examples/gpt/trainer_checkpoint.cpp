@@ -9,7 +9,8 @@
 //   fill fresh full buffers and each rank keeps its shard.
 // Saving is collective over the world (checkpoint::save); replicas write once.
 #include <fmt/format.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <filesystem>
 #include <functional>

@@ -1,6 +1,7 @@
 // train_gpt's progress log (rank 0: a line per step and a JSONL record).
 #include <fmt/format.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <sstream>
 

@@ -4,7 +4,10 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
-#include <torch/torch.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "common/error.h"
 #include "parallel/tensor/checkpoint_pieces.h"

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <torch/optim/sgd.h>
 
 #include <filesystem>
 #include <fstream>

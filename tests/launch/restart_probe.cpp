@@ -10,7 +10,10 @@
 // step s on rank r is a function of (s, r) only, so a resumed run must equal an uninterrupted one.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
-#include <torch/torch.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cstdio>
 #include <filesystem>

@@ -1,6 +1,7 @@
 // The test models themselves: shapes, determinism from a seed, batch helpers, and that a few
 // SGD steps lower the loss (so the DDP/FSDP tests that use them compare meaningful training).
 #include <gtest/gtest.h>
+#include <torch/optim/sgd.h>
 
 #include "models/tiny_models.h"
 

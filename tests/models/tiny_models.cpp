@@ -2,6 +2,7 @@
 #include "models/tiny_models.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/functional/loss.h>
 
 #include <cmath>
 #include <limits>

@@ -13,7 +13,14 @@
 // - namedParameters()/namedBuffers() give the (name, tensor) lists that
 //   tessera::DistributedDataParallel takes, in registration order.
 // Everything here is local (no communication) and not thread-safe across one model.
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <functional>
 

@@ -5,7 +5,8 @@
 // error is missing). The CUDA path is in test_accum_linear_gpu.cpp.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <string>
 

@@ -4,7 +4,8 @@
 // into. kernels::gemmAccumulateTN's reference against a plain matrix product.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "common/error.h"
 #include "kernels/gemm_accumulate.h"

@@ -7,7 +7,8 @@
 // without a GPU or a CUDA LibTorch.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "comm/gpu/gpu_test_util.h"
 #include "common/autocast.h"

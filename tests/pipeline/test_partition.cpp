@@ -2,7 +2,12 @@
 // on the first stage and the head on the last, explicit layers per stage, virtual stages,
 // and impossible splits as errors naming the numbers; no block is ever dropped.
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "common/error.h"
 #include "pipeline/partition.h"

@@ -33,7 +33,14 @@
 // shapes, and its peers end with an error, by its exit or by the communicator's timeout.
 #include <gtest/gtest.h>
 #include <fmt/ranges.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <torch/nn/pimpl.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <algorithm>
 #include <cctype>

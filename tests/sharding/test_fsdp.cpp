@@ -32,6 +32,9 @@
 // element bound below that could be both safe and meaningful.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/types.h>  // before clip_grad.h, which does not include it
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
 
 #include <fmt/ranges.h>
 

@@ -3,7 +3,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <fmt/format.h>
-#include <torch/torch.h>
+#include <torch/optim/adamw.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "common/error.h"
 #include "kernels/adamw.h"

@@ -12,6 +12,7 @@
 // Across ranks the parameters must be bitwise identical.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/optim/sgd.h>
 
 #include <map>
 

@@ -2,6 +2,7 @@
 // findUnusedParameters, bad options) and bucket rebuild from the observed ready order.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
+#include <torch/optim/sgd.h>
 
 #include "harness/multiprocess.h"
 #include "models/tiny_models.h"

@@ -12,7 +12,9 @@
 // attention and the reference's matmul-softmax sum in other orders (fp32, no TF32).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/module.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <cmath>
 

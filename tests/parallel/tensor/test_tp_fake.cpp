@@ -14,7 +14,8 @@
 // (and both within 1e-2 of the largest magnitude).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <functional>
 #include <string>

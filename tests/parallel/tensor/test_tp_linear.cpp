@@ -10,7 +10,9 @@
 #include <ATen/ATen.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "harness/multiprocess.h"
 #ifdef TESSERA_TP_LINEAR_GPU_SUITE

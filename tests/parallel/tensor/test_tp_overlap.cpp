@@ -11,7 +11,9 @@
 // - an input that needs no gradient: no input-gradient collective at all.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include <fmt/ranges.h>
 

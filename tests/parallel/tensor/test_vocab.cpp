@@ -8,7 +8,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
-#include <torch/torch.h>
+#include <torch/types.h>
+#include <torch/utils.h>
 
 #include "harness/multiprocess.h"
 #ifdef TESSERA_TP_GPU_SUITE
