@@ -24,10 +24,17 @@ export D=256 L=4 V=512 T=32 STEPS=2 TESSERA_TIMEOUT_S=60 OMP_NUM_THREADS=1
 # torchrun's agent polls its workers every 0.1 s (PET_MONITOR_INTERVAL; its default of 5 s adds up to
 # 5 s to every launch).
 export PET_MONITOR_INTERVAL=${PET_MONITOR_INTERVAL:-0.1}
-TORCHRUN=(torchrun --standalone --nproc_per_node=2 --no_python)
+LAUNCH=(torchrun --standalone --nproc_per_node=2 --no_python)
 tr_python=$(head -1 "$(command -v torchrun)" 2>/dev/null | sed -n 's/^#! *//p')
 PY=${tr_python:-python3}  # torchrun's interpreter: it has torch
-[ "$("$PY" -c 'import torch;print(torch.__version__.split(".")[0])' 2>/dev/null)" = 1 ] && TORCHRUN+=(-r 1 -t 1)
+[ "$("$PY" -c 'import torch;print(torch.__version__.split(".")[0])' 2>/dev/null)" = 1 ] && LAUNCH+=(-r 1 -t 1)
+# The 2-rank runs start under TESSERA_BENCH_LAUNCHER: torchrun (the default), or mpirun where tessera
+# has PMIx (tests/bench/CMakeLists.txt picks it: 0.5 s per launch against torchrun 1.13's 4 to 8 s).
+case ${TESSERA_BENCH_LAUNCHER:-torchrun} in
+  torchrun) ;;
+  mpirun) LAUNCH=(mpirun --allow-run-as-root --oversubscribe -np 2) ;;
+  *) echo "FAIL TESSERA_BENCH_LAUNCHER=$TESSERA_BENCH_LAUNCHER: expected torchrun or mpirun"; exit 1 ;;
+esac
 rc=0
 # losses NAME ENV... -- CMD...: "LAST FIRST" of the first RESULT line (rank 0's), or "nan nan".
 losses() {
@@ -51,7 +58,7 @@ losses() {
   echo "$l $f"
 }
 two() { local name=$1; shift; local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
-  losses "$name" "${envs[@]}" -- "${TORCHRUN[@]}" "$BUILD/bench/$@"; }
+  losses "$name" "${envs[@]}" -- "${LAUNCH[@]}" "$BUILD/bench/$@"; }
 one() { local name=$1; shift; local envs=(); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
   losses "$name" "${envs[@]}" -- "$BUILD/bench/$@"; }
 same() {  # same WHAT A B...: all finite and equal to 1e-5 relative
