@@ -72,6 +72,9 @@ double Trainer::State::validationLoss() {
     sum += exec->evaluate(firstPp() ? b.tokens : at::Tensor(), lastPp() ? b.targets : at::Tensor());
   }
   for (auto& c : chunks) c->train();
+  // A forward without backward leaves FSDP's pass open and its non-resharding units gathered: end
+  // it, or the next checkpoint's unshardAll() is refused ("called inside a forward/backward pass").
+  if (fsdp) fsdp->reshardAll();
   if (mesh->dpSize() > 1) mesh->dpGroup()->allReduce(sum, ReduceOp::Avg)->wait();
   return sum.item<double>() / o.evalBatches;
 }
