@@ -4,7 +4,8 @@
 // Layout of <dir>:
 //   metadata.pt      torch.load-able dict: {"version", "world", "step", "tensors": {name: {"shape",
 //                    "dtype", "pieces": [{"file", "key", "offset", "sizes"}]}}, "files": {file:
-//                    {"bytes", "fnv1a64"}}, "extra": {str: str}}
+//                    {"bytes", "fnv1a64"}}, "extra": {str: str}, "checksummed": True}
+//   metadata.sum     "fnv1a64 <hex> bytes <n>": metadata.pt's checksum, checked before it is read
 //   rank-<r>.pt      torch.load-able dict {key: tensor} of the pieces rank r wrote.
 // Files are LibTorch's own pickle/zip serialisation (torch::pickle_save; torch.load reads them).
 //
@@ -15,19 +16,22 @@
 //
 // Contract:
 // - save() is collective over `comm`. It writes into "<dir>.tmp", fsyncs every file, then rank 0
-//   writes metadata.pt and renames: an interrupted save (a rank killed, an error) never replaces
-//   the previous good checkpoint at <dir>. The directory must be on a file system every rank
+//   writes metadata.pt and renames <dir> → <dir>.old, <dir>.tmp → <dir>: an interrupted save (a
+//   rank killed, an error) never replaces the previous good checkpoint, which is at <dir>, or at
+//   <dir>.old when the save died between its renames; load() and locate() fall back to it.
+//   async_save.h saves the same files while training goes on. The directory must be on a file system every rank
 //   sees (local disk on one node; a shared one across nodes).
 // - load() is collective over `comm` only in that every rank reads; it needs no particular
 //   world size or layout: each requested piece is assembled from whatever saved pieces overlap
 //   it (resharding: other dp/tp/pp degrees, DDP <-> FSDP). A requested box not fully covered by
 //   the saved pieces, a dtype or global-shape mismatch, a missing tensor, a truncated or
-//   corrupted file (size and FNV-1a checksum recorded at save) → tessera::Error naming the
-//   tensor or file.
+//   corrupted file (shards: size and FNV-1a checksum in the metadata; the metadata: in
+//   metadata.sum) → tessera::Error naming the tensor or file.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,5 +66,8 @@ void save(const std::string& dir, const std::vector<Piece>& pieces, Communicator
 Metadata load(const std::string& dir, std::vector<Piece>& pieces);
 // Reads and checks <dir>/metadata.pt only.
 Metadata readMetadata(const std::string& dir);
+// Local: the directory that holds the checkpoint saved to <dir>: <dir>, or <dir>.old when a save
+// was interrupted between its renames; nullopt when there is none.
+std::optional<std::string> locate(const std::string& dir);
 
 }  // namespace tessera::checkpoint

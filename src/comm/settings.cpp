@@ -81,9 +81,16 @@ Settings Settings::fromEnvironment() {
     const auto colon = s.faultInject.find(':');
     const auto point = s.faultInject.substr(0, colon);
     const auto rank = colon == std::string::npos ? std::string() : s.faultInject.substr(colon + 1);
-    TESSERA_CHECK((point == "bootstrap-after-store" || point == "checkpoint-after-write") && !rank.empty() &&
-                      rank.find_first_not_of("0123456789") == std::string::npos,
-                  "TESSERA_FAULT_INJECT='{}' is not bootstrap-after-store:RANK or checkpoint-after-write:RANK",
+    const std::string afterStep = "kill-after-step-";
+    const bool stepPoint = point.rfind(afterStep, 0) == 0 && point.size() > afterStep.size() &&
+                           point.find_first_not_of("0123456789", afterStep.size()) == std::string::npos;
+    const bool named = point == "bootstrap-after-store" || point == "checkpoint-after-write" ||
+                       point == "checkpoint-after-metadata" || point == "checkpoint-between-renames" ||
+                       point == "checkpoint-before-cleanup";
+    TESSERA_CHECK((named || stepPoint) && !rank.empty() && rank.find_first_not_of("0123456789") == std::string::npos,
+                  "TESSERA_FAULT_INJECT='{}' is not POINT:RANK with POINT one of bootstrap-after-store, "
+                  "checkpoint-after-write, checkpoint-after-metadata, checkpoint-between-renames, "
+                  "checkpoint-before-cleanup, kill-after-step-STEP (train_gpt)",
                   s.faultInject);
   }
   readInt("TESSERA_OVERLAP_SM_CARVEOUT", s.smCarveout, 0, 1023, "a number of SMs");

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "checkpoint/async_save.h"
 #include "checkpoint/checkpoint.h"
 #include "harness/multiprocess.h"
 #include "models/tiny_models.h"
@@ -159,7 +160,9 @@ TEST(Checkpoint, TruncatedOrCorruptedFilesAreDetected) {
     ckpt::readMetadata(dir.string());
     ADD_FAILURE() << "a truncated metadata file loaded";
   } catch (const std::exception& e) {
-    EXPECT_NE(std::string(e.what()).find("metadata.pt is corrupted or truncated"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("metadata.pt is truncated or corrupted: 100 bytes, metadata.sum says"),
+              std::string::npos)
+        << e.what();
   }
   fs::remove_all(dir);
 }
@@ -326,4 +329,144 @@ TEST(Checkpoint, TensorParallelBlocksLoadAtOtherDegrees) {
   expectAllOk(runWorkers("ckpt_tp", withArg(4, dir.string())));
   EXPECT_TRUE(fs::exists(dir / "metadata.pt"));
   fs::remove_all(dir);
+}
+
+// ---- metadata.pt's checksum (issue 35): a flipped byte, a truncated file, a missing sum file are
+// errors naming the file, never a misleading message about the contents (or a load).
+namespace {
+void flipByte(const fs::path& p, std::uintmax_t at) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c = 0;
+  f.read(&c, 1);
+  f.seekp(static_cast<std::streamoff>(at));
+  c = static_cast<char>(c ^ 0x01);
+  f.write(&c, 1);
+}
+
+void expectLoadError(const fs::path& dir, const std::string& text) {
+  std::vector<ckpt::Piece> a{ckpt::whole("A", at::zeros({8, 6}))};
+  try {
+    ckpt::load(dir.string(), a);
+    ADD_FAILURE() << "loaded; expected an error containing: " << text;
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+  }
+}
+}  // namespace
+
+TEST(Checkpoint, MetadataChecksumCatchesEveryFlippedByte) {
+  auto dir = freshDir("metasum");
+  expectAllOk(runWorkers("ckpt_save_rows", withArg(2, dir.string() + "|1")));
+  const auto meta = dir / "metadata.pt";
+  ASSERT_TRUE(fs::exists(dir / "metadata.sum"));
+  const auto size = fs::file_size(meta);
+  const auto pristine = fs::temp_directory_path() / fmt::format("tessera-meta-{}.pt", ::getpid());
+  fs::copy_file(meta, pristine, fs::copy_options::overwrite_existing);
+  int trials = 0;
+  for (std::uintmax_t at = 0; at < size; at += std::max<std::uintmax_t>(1, size / 97)) {
+    fs::copy_file(pristine, meta, fs::copy_options::overwrite_existing);
+    flipByte(meta, at);
+    SCOPED_TRACE(fmt::format("byte {} of {}", at, size));
+    expectLoadError(dir, fmt::format("{} is corrupted: its checksum differs from the one in metadata.sum", meta.string()));
+    ++trials;
+  }
+  EXPECT_GT(trials, 90);
+  fs::copy_file(pristine, meta, fs::copy_options::overwrite_existing);
+  fs::resize_file(meta, size - 7);
+  expectLoadError(dir, fmt::format("{} is truncated or corrupted: {} bytes, metadata.sum says {}", meta.string(),
+                                   size - 7, size));
+  fs::copy_file(pristine, meta, fs::copy_options::overwrite_existing);
+  fs::remove(dir / "metadata.sum");
+  expectLoadError(dir, fmt::format("{} is missing (it holds metadata.pt's checksum)", (dir / "metadata.sum").string()));
+  fs::remove(pristine);
+  fs::remove_all(dir);
+}
+
+// A save killed between its two renames leaves <dir> missing and <dir>.old complete: locate() and
+// load() take <dir>.old, and the next save keeps it until the new checkpoint is in place.
+TEST(Checkpoint, InterruptedRenameFallsBackToOld) {
+  auto dir = freshDir("renames");
+  fs::remove_all(dir.string() + ".old");
+  expectAllOk(runWorkers("ckpt_save_rows", withArg(2, dir.string() + "|1")));
+  RunOptions o = withArg(2, dir.string() + "|3", {{"TESSERA_FAULT_INJECT", "checkpoint-between-renames:0"},
+                                                  {"TESSERA_TIMEOUT_S", "5"}});
+  o.killSiblingsOnFailure = false;
+  auto res = runWorkers("ckpt_save_rows", o);
+  EXPECT_EQ(res[0].signal, SIGKILL) << res[0].output;
+  ASSERT_FALSE(fs::exists(dir)) << "rank 0 was to die between the renames";
+  ASSERT_TRUE(fs::exists(dir.string() + ".old/metadata.pt"));
+  EXPECT_EQ(ckpt::locate(dir.string()).value_or(""), dir.string() + ".old");
+  std::vector<ckpt::Piece> a{ckpt::whole("A", at::zeros({8, 6}))};
+  ckpt::load(dir.string(), a);
+  EXPECT_TRUE(a[0].local.equal(fullA())) << "not the previous checkpoint's values";
+  // The next save: the new checkpoint at <dir>, the old one gone.
+  expectAllOk(runWorkers("ckpt_save_rows", withArg(2, dir.string() + "|5")));
+  EXPECT_EQ(ckpt::locate(dir.string()).value_or(""), dir.string());
+  EXPECT_FALSE(fs::exists(dir.string() + ".old"));
+  ckpt::load(dir.string(), a);
+  EXPECT_TRUE(a[0].local.equal(fullA() * 5));
+  EXPECT_FALSE(ckpt::locate((dir / "nothing").string()).has_value());
+  fs::remove_all(dir);
+  fs::remove_all(dir.string() + ".tmp");
+}
+
+// AsyncSaver: the same files as save(); the values are those at the call, though the caller
+// changes its tensors right after beforeUpdate(); two saves in a row; a rank that dies after its
+// shard is named by rank 0's writer, and the previous checkpoint is kept.
+TESSERA_WORKER(ckpt_async) {
+  auto ctx = initWorker(w);
+  auto [dir, mode] = splitArg(w.arg);
+  checkpoint::AsyncSaver saver(ctx.world, ctx.store, std::chrono::seconds(mode == "die" ? 3 : 60));
+  int64_t rows = 8 / w.world;
+  auto a = fullA().narrow(0, w.rank * rows, rows).clone();
+  auto b = fullB().clone();
+  auto pieces = [&] {
+    return std::vector<ckpt::Piece>{ckpt::chunkOf("A", a, {8, 6}, 0, w.rank), ckpt::whole("B", b)};
+  };
+  if (mode == "die") {  // rank 1 kills itself after writing its shard
+    auto p = pieces();
+    try {
+      saver.save(dir, p, 3, {{"k", "v3"}});
+      saver.wait();
+      WCHECK(w.rank != 0, "rank 0 published a save whose peer died");
+    } catch (const std::exception& e) {
+      WCHECK(std::string(e.what()).find("ranks [1] did not write their shards") != std::string::npos, "{}", e.what());
+      throw;
+    }
+    return;
+  }
+  saver.save(dir, pieces(), 1, {{"k", "v1"}});
+  saver.beforeUpdate();
+  a.mul_(2);  // the next "optimizer step"
+  b.mul_(2);
+  saver.save(dir, pieces(), 2, {{"k", "v2"}});  // waits for the first
+  saver.wait();
+}
+
+TEST(Checkpoint, AsyncSavesWriteTheValuesOfTheirCall) {
+  auto dir = freshDir("async");
+  expectAllOk(runWorkers("ckpt_async", withArg(2, dir.string() + "|ok")));
+  auto meta = ckpt::readMetadata(dir.string());
+  EXPECT_EQ(meta.step, 2);
+  EXPECT_EQ(meta.extra.at("k"), "v2");
+  std::vector<ckpt::Piece> all{ckpt::whole("A", at::zeros({8, 6})), ckpt::whole("B", at::zeros({5}))};
+  ckpt::load(dir.string(), all);
+  EXPECT_TRUE(all[0].local.equal(fullA() * 2));
+  EXPECT_TRUE(all[1].local.equal(fullB() * 2));
+  EXPECT_FALSE(fs::exists(dir.string() + ".tmp"));
+  EXPECT_TRUE(fs::exists(dir / "metadata.sum"));
+  // A peer killed after writing its shard of the next save: rank 0 names it, step 2 is kept.
+  RunOptions o = withArg(2, dir.string() + "|die", {{"TESSERA_FAULT_INJECT", "checkpoint-after-write:1"}});
+  o.killSiblingsOnFailure = false;
+  auto res = runWorkers("ckpt_async", o);
+  EXPECT_EQ(res[1].signal, SIGKILL) << res[1].output;
+  EXPECT_FALSE(res[0].ok());
+  EXPECT_NE(res[0].output.find("ranks [1] did not write their shards"), std::string::npos) << res[0].output;
+  meta = ckpt::readMetadata(dir.string());
+  EXPECT_EQ(meta.step, 2);
+  ckpt::load(dir.string(), all);
+  EXPECT_TRUE(all[0].local.equal(fullA() * 2));
+  fs::remove_all(dir);
+  fs::remove_all(dir.string() + ".tmp");
 }

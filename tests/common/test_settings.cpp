@@ -145,7 +145,9 @@ TEST(Settings, MalformedVariablesAreNamed) {
       {{"TESSERA_FLIGHT_RECORDER_SIZE", "-1"}, "TESSERA_FLIGHT_RECORDER_SIZE=-1 is not a number of ops"},
       {{"TESSERA_EXIT_ON_ERROR", "yes"}, "environment variable TESSERA_EXIT_ON_ERROR='yes' is not an integer"},
       {{"TESSERA_FAULT_INJECT", "bootstrap-after-stor:1"},
-       "TESSERA_FAULT_INJECT='bootstrap-after-stor:1' is not bootstrap-after-store:RANK or checkpoint-after-write:RANK"},
+       "TESSERA_FAULT_INJECT='bootstrap-after-stor:1' is not POINT:RANK with POINT one of bootstrap-after-store"},
+      {{"TESSERA_FAULT_INJECT", "kill-after-step-x:0"},
+       "TESSERA_FAULT_INJECT='kill-after-step-x:0' is not POINT:RANK"},
   };
   for (const auto& [var, message] : cases) {
     SCOPED_TRACE(var.first + "=" + var.second);

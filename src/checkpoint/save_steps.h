@@ -1,0 +1,32 @@
+#pragma once
+// Internal to src/checkpoint: the three steps of a save, shared by save() (one after the other,
+// with barriers) and AsyncSaver (the first on the caller's thread, the others on a writer thread).
+//   1. plan (collective over comm): checks the pieces, rank 0 empties <dir>.tmp, the ranks agree
+//      which of them writes each replicated box (the lowest rank holding it);
+//   2. writeShard (local): rank r's pieces, already in host memory, pickled into
+//      <dir>.tmp/rank-r.pt and the index of its boxes into rank-r.index.pt, both fsynced;
+//   3. publish (rank 0, once every rank's writeShard is done): the index files merged into
+//      metadata.pt (+ metadata.sum, its checksum), then renames: <dir> → <dir>.old, <dir>.tmp →
+//      <dir>, <dir>.old removed. At every instant a complete checkpoint is at <dir> or <dir>.old.
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+
+namespace tessera::checkpoint::detail {
+
+struct ShardPlan {
+  std::string dir;
+  int rank = 0, world = 0;
+  std::vector<Piece> owned;  // the pieces this rank writes (their `local` as given)
+};
+
+ShardPlan plan(const std::string& dir, const std::vector<Piece>& pieces, Communicator& comm);
+// `host[k]`: owned[k].local's values in host memory.
+void writeShard(const ShardPlan& p, const std::vector<at::Tensor>& host);
+void publish(const std::string& dir, int world, int64_t step, const std::map<std::string, std::string>& extra);
+
+}  // namespace tessera::checkpoint::detail
