@@ -152,6 +152,7 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu, const Settings& env
   dbl("--rope-theta", o.cfg.ropeTheta);
   take("--tie-embeddings", [&](const std::string&) { o.cfg.tiedEmbeddings = true; });
   take("--untie-embeddings", [&](const std::string&) { o.cfg.tiedEmbeddings = false; });
+  o.batchGiven = kv.count("--batch") > 0;
   i64("--batch", o.batch);
   i32("--steps", o.steps);
   dbl("--lr", o.lr.lr);

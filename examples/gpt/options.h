@@ -31,7 +31,8 @@ struct TrainOptions {
   std::vector<int> layersPerStage;
   std::string model;              // preset (models/config.h); empty: tiny on CPU, 735m on GPU
   models::ModelConfig cfg;        // the preset, then the shape flags
-  int64_t batch = 0;              // global batch (sequences per step); 0: 8 · dp
+  int64_t batch = 0;              // global batch (sequences per step); 0: 8 · dp (a resumed run: the checkpoint's)
+  bool batchGiven = false;        // --batch given: a resumed run takes it over the checkpoint's
   int steps = 5;
   double clip = 1.0, weightDecay = 0.01;
   optim::LrSchedule lr;           // --lr, --lr-schedule, --min-lr, --warmup, --decay-steps (total: steps)
@@ -51,6 +52,7 @@ struct TrainOptions {
   int64_t fsdpPrefetchMiB = 512;
   std::string checkpointDir;      // empty: no checkpoints
   int checkpointEvery = 0;        // 0: only at the end (when a directory is given)
+  bool asyncCheckpoint = true;    // save on a writer thread from host copies (checkpoint/async_save.h)
   std::string logJsonl = "train_gpt.jsonl";  // empty: none
   bool breakdown = false;         // time each backward (device syncs) for the step breakdown
   // Weight gradients summed in fp32 by the GEMM into .grad (nn/accum_linear.h) where that applies:

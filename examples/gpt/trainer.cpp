@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <map>
 
+#include <signal.h>
+
 #include "common/autocast.h"
 #include "common/device.h"
 #include "common/error.h"
@@ -46,6 +48,9 @@ void Trainer::State::build() {
   const auto me = mesh->coord();
   const auto& cfg = o.cfg;
   part = models::partitionModel(cfg, o.pp, o.chunks, o.layersPerStage);
+  if (!o.checkpointDir.empty() && o.asyncCheckpoint) {
+    saver = std::make_unique<checkpoint::AsyncSaver>(ctx.world, ctx.store, ctx.settings.timeout);
+  }
   batches = std::make_unique<Batches>(o, me.dp, device);
   // Collective splits, in the same order on every rank: the kv group (Llama, tp > kv heads),
   // then the embedding group (tied embeddings over pp > 1).
@@ -171,6 +176,7 @@ StepReport Trainer::State::step(int64_t s) {
   if (fsdp) sumOver.insert(sumOver.begin(), mesh->dpGroup());
   rep.gradNorm = clipGlobalGradNorm(gradPieces(), sumOver, o.clip, device);
   rep.lr = optim::lrAt(o.lr, s);
+  if (saver) saver->beforeUpdate();  // a save's host copies read the parameters: update after them
   if (fsdp) {
     shardedAdam->options().lr = rep.lr;
     shardedAdam->step();
@@ -210,8 +216,8 @@ StepReport Trainer::State::step(int64_t s) {
 
 std::vector<StepReport> Trainer::run() {
   auto& s = *s_;
-  s.openLog();
   s.loadCheckpoint();
+  s.openLog();
   std::vector<StepReport> out;
   StepProfiler profiler(s.ctx.world->rank(), s.o.profile, s.o.profileCpu);
   for (int64_t i = s.startStep; i < s.o.steps; ++i) {
@@ -223,7 +229,14 @@ std::vector<StepReport> Trainer::run() {
     s.logStep(out.back());
     const bool every = s.o.checkpointEvery > 0 && (i + 1) % s.o.checkpointEvery == 0;
     if (!s.o.checkpointDir.empty() && (every || i + 1 == s.o.steps)) s.saveCheckpoint(i + 1);
+    if (s.saver) s.saver->poll();  // a failed save ends the run here, not at the next save
+    if (s.ctx.settings.faultInject == fmt::format("kill-after-step-{}:{}", i + 1, s.ctx.world->rank())) {
+      log::error("train_gpt: TESSERA_FAULT_INJECT: rank {} kills itself after step {}", s.ctx.world->rank(), i + 1);
+      std::fflush(nullptr);
+      ::raise(SIGKILL);
+    }
   }
+  if (s.saver) s.saver->wait();  // the last checkpoint is published before the run ends
   return out;
 }
 

@@ -152,16 +152,49 @@ void Trainer::State::saveCheckpoint(int64_t step) {
   } else {
     pieces = trainingPieces(chunks, ps, ddpView(ps, *adam), nullptr);
   }
+  const std::map<std::string, std::string> extra{{"layout", describe(o)},
+                                                 {"model", o.cfg.signature()},
+                                                 {"global_batch", std::to_string(o.batch)},
+                                                 {"data_state", data::encodeDataState(batches->state())}};
+  if (saver) {  // staged to host memory here; written and published on the saver's thread
+    saver->save(o.checkpointDir, pieces, step, extra);
+    if (isLogger()) log::info("train_gpt: checkpoint of step {} staged; writing it to {}", step, o.checkpointDir);
+    return;
+  }
   synchronizeDevice(device);
-  checkpoint::save(o.checkpointDir, pieces, *ctx.world, step,
-                   {{"layout", describe(o)},
-                    {"model", o.cfg.signature()},
-                    {"data_state", data::encodeDataState(batches->state())}});
+  checkpoint::save(o.checkpointDir, pieces, *ctx.world, step, extra);
   if (isLogger()) log::info("train_gpt: checkpoint of step {} saved to {}", step, o.checkpointDir);
 }
 
+void Trainer::State::adoptCheckpointBatch(const std::map<std::string, std::string>& extra, const std::string& dir) {
+  const auto it = extra.find("global_batch");
+  if (it == extra.end()) return;  // saved by an older train_gpt: this run's batch
+  const int64_t saved = std::stoll(it->second);
+  if (saved == o.batch) return;
+  if (o.batchGiven) {
+    if (isLogger()) {
+      log::warn("train_gpt: THE GLOBAL BATCH CHANGES on resume: the checkpoint in {} was trained with {} sequences a "
+                "step, this run takes {} (--batch). Steps from here on see {} sequences each.",
+                dir, saved, o.batch, o.batch);
+    }
+    return;
+  }
+  const int64_t layoutDefault = o.batch;
+  TESSERA_CHECK(saved % o.dp == 0 && (saved / o.dp) % o.microBatches == 0,
+                "train_gpt: the checkpoint in {} was trained with a global batch of {} sequences, which dp {} x {} "
+                "micro-batches cannot split; give --batch to change it",
+                dir, saved, o.dp, o.microBatches);
+  o.batch = saved;
+  if (isLogger()) {
+    log::info("train_gpt: keeping the checkpoint's global batch of {} sequences (this layout's default would be {}; "
+              "--batch changes it)",
+              saved, layoutDefault);
+  }
+}
+
 bool Trainer::State::loadCheckpoint() {
-  if (o.checkpointDir.empty() || !std::filesystem::exists(std::filesystem::path(o.checkpointDir) / "metadata.pt")) {
+  const auto found = o.checkpointDir.empty() ? std::nullopt : checkpoint::locate(o.checkpointDir);
+  if (!found) {
     batches->start(nullptr, 0);
     return false;
   }
@@ -171,7 +204,8 @@ bool Trainer::State::loadCheckpoint() {
     const auto it = saved.extra.find("model");
     TESSERA_CHECK(it == saved.extra.end() || it->second == o.cfg.signature(),
                   "train_gpt: the checkpoint in {} is of another model:\n  checkpoint: {}\n  this run:   {}",
-                  o.checkpointDir, it->second, o.cfg.signature());
+                  *found, it->second, o.cfg.signature());
+    adoptCheckpointBatch(saved.extra, *found);
   }
   const auto ps = params();
   checkpoint::Metadata meta;
@@ -186,12 +220,13 @@ bool Trainer::State::loadCheckpoint() {
     adam->setSteps(meta.step);
   }
   startStep = meta.step;
+  resumedFrom = *found;
   const auto it = meta.extra.find("data_state");
   TESSERA_CHECK(it != meta.extra.end(), "train_gpt: the checkpoint in {} holds no data position", o.checkpointDir);
   const auto saved = data::decodeDataState(it->second);
   batches->start(&saved, startStep);
   if (isLogger()) {
-    log::info("train_gpt: resumed from {} at step {} (saved as: {})", o.checkpointDir, meta.step,
+    log::info("train_gpt: resumed from {} at step {} (saved as: {})", *found, meta.step,
               meta.extra.count("layout") ? meta.extra.at("layout") : "?");
   }
   return true;

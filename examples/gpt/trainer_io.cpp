@@ -3,6 +3,11 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include "common/error.h"
@@ -12,6 +17,45 @@
 namespace tessera::gpt {
 
 namespace {
+// The step of a {"event": "step", "step": N, ...} record, else -1 (other records).
+int64_t stepOfRecord(const std::string& line) {
+  if (line.find("\"event\": \"step\"") == std::string::npos) return -1;
+  const auto k = line.find("\"step\": ", line.find("\"event\": \"step\"") + 16);
+  if (k == std::string::npos) return -1;
+  try {
+    return std::stoll(line.substr(k + 8));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// Resuming at `step`: rewrites the log at `path` (atomically) without the step records after
+// `step` — the steps a run killed after its last checkpoint had logged, which the resumed run
+// trains again. Returns how many were dropped (-1: no log there, nothing to keep).
+int64_t keepLogUpTo(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in.good()) return -1;
+  std::string kept;
+  int64_t dropped = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    if (stepOfRecord(line) > step) {
+      ++dropped;
+      continue;
+    }
+    kept += line + "\n";
+  }
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::out | std::ios::trunc);
+    out << kept;
+    TESSERA_CHECK(out.good(), "train_gpt: cannot rewrite the log '{}' (through {})", path, tmp);
+  }
+  TESSERA_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "train_gpt: cannot replace the log '{}': {}", path,
+                std::strerror(errno));
+  return dropped;
+}
+
 std::string jsonNumber(double x) { return x < 0 ? "null" : fmt::format("{:.6g}", x); }
 // `s` as a JSON string literal.
 std::string jsonString(const std::string& s) {
@@ -37,8 +81,18 @@ void Trainer::State::openLog() {
   std::istringstream lines(batches->describe());
   for (std::string line; std::getline(lines, line);) log::info("train_gpt: data: {}", line);
   if (o.logJsonl.empty()) return;
-  jsonl.open(o.logJsonl, std::ios::out | std::ios::trunc);
+  const int64_t dropped = startStep > 0 ? keepLogUpTo(o.logJsonl, startStep) : -1;
+  jsonl.open(o.logJsonl, std::ios::out | (startStep > 0 ? std::ios::app : std::ios::trunc));
   TESSERA_CHECK(jsonl.good(), "train_gpt: cannot write the log '{}'", o.logJsonl);
+  if (startStep > 0) {
+    jsonl << fmt::format("{{\"event\": \"resume\", \"step\": {}, \"checkpoint\": {}, \"dropped_records\": {}}}",
+                         startStep, jsonString(resumedFrom), std::max<int64_t>(dropped, 0))
+          << std::endl;
+    if (dropped > 0) {
+      log::info("train_gpt: log {}: dropped {} step records after the checkpoint's step {}", o.logJsonl, dropped,
+                startStep);
+    }
+  }
   jsonl << fmt::format(
                "{{\"event\": \"config\", \"world\": {}, \"dp\": {}, \"pp\": {}, \"tp\": {}, \"dp_mode\": \"{}\", "
                "\"micro_batches\": {}, \"schedule\": \"{}\", \"chunks\": {}, \"sequence_parallel\": {}, \"d\": {}, "

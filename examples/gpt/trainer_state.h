@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "batches.h"
+#include "checkpoint/async_save.h"
 #include "models/lm.h"
 #include "optim/adamw.h"
 #include "parallel/ddp/ddp.h"
@@ -45,6 +46,8 @@ struct Trainer::State {
   double lastBackwardMs = 0;
   std::ofstream jsonl;
   int64_t startStep = 0;
+  std::string resumedFrom;  // the checkpoint directory a resumed run loaded (else empty)
+  std::unique_ptr<checkpoint::AsyncSaver> saver;  // --async-checkpoint
 
   bool isLogger() const { return ctx.world->rank() == 0; }
   bool firstPp() const { return mesh->coord().pp == 0; }
@@ -58,12 +61,16 @@ struct Trainer::State {
   void syncTiedEmbeddings();  // sums the tied table's gradient over the embedding group
   double validationLoss();    // mean over o.evalBatches validation batches, all ranks
   // trainer_io.cpp, trainer_checkpoint.cpp
+  // Rank 0: the JSONL log; a resumed run keeps the records up to its checkpoint's step, drops
+  // the later ones (a run killed after its last checkpoint) and appends a "resume" record.
   void openLog();
   void logStep(const StepReport& r);
   void saveCheckpoint(int64_t step);
-  // True when a checkpoint was found and loaded: sets startStep and starts `batches` at its data
-  // position (else at the start).
+  // True when a checkpoint was found (at <dir>, or <dir>.old after a save interrupted between
+  // its renames) and loaded: sets startStep and starts `batches` at its data position (else at
+  // the start). Without --batch the run takes the checkpoint's global batch.
   bool loadCheckpoint();
+  void adoptCheckpointBatch(const std::map<std::string, std::string>& extra, const std::string& dir);
 };
 
 }  // namespace tessera::gpt
