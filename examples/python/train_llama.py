@@ -78,7 +78,7 @@ class Trainer:
         o.dp = o.dp or n // (o.pp * o.tp)
         if o.dp * o.pp * o.tp != n:
             raise SystemExit(f"train_llama: dp {o.dp} x pp {o.pp} x tp {o.tp} != world size {n}")
-        o.batch = o.batch or 8 * o.dp
+        o.batch = self._global_batch(o, world.rank == 0)
         o.micro_batches = o.micro_batches or (1 if o.pp == 1 else 2 * o.pp)
         if o.batch % (o.dp * o.micro_batches):
             raise SystemExit(f"train_llama: batch {o.batch} is not divisible by dp {o.dp} x micro-batches "
@@ -127,6 +127,25 @@ class Trainer:
                   f"({o.micro_batches} micro-batches) | {self.data!r}", flush=True)
             if o.log_jsonl:
                 self.log = open(o.log_jsonl, "w")
+
+    @staticmethod
+    def _global_batch(o, logger):
+        """--batch; else, when resuming, the checkpoint's global batch; else 8 x dp."""
+        saved = None
+        if o.checkpoint_dir and tessera.checkpoint.exists(o.checkpoint_dir):
+            extra = tessera.checkpoint.read_metadata(o.checkpoint_dir)["extra"]
+            saved = int(extra["global_batch"]) if "global_batch" in extra else None
+        if saved is None:
+            return o.batch or 8 * o.dp
+        if not o.batch:
+            if logger and saved != 8 * o.dp:
+                print(f"train_llama: keeping the checkpoint's global batch of {saved} sequences (this layout's "
+                      f"default would be {8 * o.dp}; --batch changes it)", flush=True)
+            return saved
+        if logger and o.batch != saved:
+            print(f"train_llama: WARNING: THE GLOBAL BATCH CHANGES on resume: the checkpoint was trained with {saved} "
+                  f"sequences a step, this run takes {o.batch} (--batch)", flush=True)
+        return o.batch
 
     # ---- one step
 
@@ -193,11 +212,15 @@ class Trainer:
 
     def resume(self):
         d = self.o.checkpoint_dir
-        if not d or not (os.path.exists(os.path.join(d, "metadata.pt")) or os.path.exists(d + ".old")):
+        if not d or not tessera.checkpoint.exists(d):
             return
         info = tessera.checkpoint.load(d, self.model, self.opt, scheduler=self.sched)
         self.sampler.load_state_dict(info["data_state"])
         self.start = info["step"]
+        # The optimizer's learning rates come back as the saved run left them (its schedule's, over
+        # its --steps): this run's schedule decides the next step's (e.g. --steps extended).
+        for g, base, f in zip(self.opt.param_groups, self.sched.base_lrs, self.sched.lr_lambdas):
+            g["lr"] = base * f(self.start)  # LambdaLR's own formula: bitwise what an unbroken run has
         if self.ctx.rank == 0:
             print(f"train_llama: resumed from {d} at step {self.start} (saved as {info['extra'].get('layout')})",
                   flush=True)
@@ -206,7 +229,8 @@ class Trainer:
         o = self.o
         layout = f"dp {o.dp} x pp {o.pp} x tp {o.tp} ({o.dp_mode})"
         tessera.checkpoint.save(o.checkpoint_dir, self.model, self.opt, step=step, scheduler=self.sched,
-                                data_state=self.sampler.state_dict(), extra={"layout": layout, "model": repr(self.cfg)})
+                                data_state=self.sampler.state_dict(),
+                                extra={"layout": layout, "model": repr(self.cfg), "global_batch": str(o.batch)})
         if self.ctx.rank == 0:
             print(f"train_llama: checkpoint of step {step} saved to {o.checkpoint_dir}", flush=True)
 

@@ -286,6 +286,20 @@ def save(path, model, optimizer=None, *, step, world=None, scheduler=None, data_
     _ck.save(os.fspath(path), pieces, world, int(step), meta)
 
 
+def exists(path):
+    """Whether ``path`` holds a checkpoint: ``path/metadata.pt``, or ``path.old/metadata.pt`` when a
+    save was interrupted between its renames (:func:`load` then reads that one)."""
+    d = os.fspath(path)
+    return os.path.exists(os.path.join(d, "metadata.pt")) or os.path.exists(os.path.join(d + ".old", "metadata.pt"))
+
+
+def read_metadata(path):
+    """``{"step", "world", "extra", "shapes"}`` of the checkpoint at ``path`` (or ``path.old``),
+    its checksum checked. Local; :class:`tessera.Error` naming the file when it is missing or
+    corrupted."""
+    return _ck.read_metadata(os.fspath(path))
+
+
 def _saved_tensors(path):
     """{name: (shape, dtype)} of a checkpoint's metadata.pt (torch.load-able)."""
     d = os.fspath(path)
@@ -294,6 +308,7 @@ def _saved_tensors(path):
         mp = os.path.join(d + ".old", "metadata.pt")  # as the C++ load does after an interrupted rename
     if not os.path.exists(mp):
         raise _C.Error(f"checkpoint: no checkpoint at {d} (no metadata.pt)")
+    _ck.read_metadata(d)  # checks metadata.pt against metadata.sum before torch.load reads it
     meta = torch.load(mp, weights_only=False)  # our own file: plain dicts, lists, strings, ints
     return {n: (tuple(t["shape"]), _DTYPES.get(t["dtype"], None)) for n, t in meta["tensors"].items()}
 

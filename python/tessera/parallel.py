@@ -216,7 +216,9 @@ class FullyShardedDataParallel(torch.nn.Module):
     default float32), ``reduce_dtype`` (float32), ``reshard_after_forward`` (True),
     ``prefetch_budget_mb`` (MiB of unsharded parameters allowed in flight, 0 = no prefetch),
     ``shard_group_size`` (hybrid sharding: shard within groups of this many ranks),
-    ``sync_module_states`` (True).
+    ``sync_module_states`` (True). With ``param_dtype`` set, floating-point tensors given to the
+    wrapper and to each unit's forward are cast to it (as torch FSDP's ``cast_forward_inputs``), so
+    an fp32 batch meets bf16 weights without a cast of the caller's.
     """
 
     def __init__(self, module, group, *, units, param_dtype=None, reduce_dtype=None, reshard_after_forward=True,
@@ -224,6 +226,7 @@ class FullyShardedDataParallel(torch.nn.Module):
         super().__init__()
         self.module = module
         self.group = _group_of(group, "dp")
+        self._param_dtype = param_dtype
         units = list(units)
         names = {id(m): n for n, m in module.named_modules()}
         in_unit, specs = set(), []
@@ -249,11 +252,32 @@ class FullyShardedDataParallel(torch.nn.Module):
         fsdp = self._fsdp
 
         def forward(*args, **kwargs):
+            args, kwargs = self._cast_inputs(args, kwargs)
             out = fsdp.run_unit(index, lambda: orig(*args, **kwargs))
             return out[0] if len(out) == 1 else tuple(out)
         m.forward = forward
 
+    def _cast_inputs(self, args, kwargs):
+        """Floating-point tensors among the arguments (also inside lists, tuples, dicts) cast to
+        ``param_dtype`` (nothing without one)."""
+        dtype = self._param_dtype
+        if dtype is None:
+            return args, kwargs
+
+        def cast(x):
+            if torch.is_tensor(x):
+                return x.to(dtype) if x.is_floating_point() and x.dtype != dtype else x
+            if isinstance(x, tuple) and hasattr(x, "_fields"):  # a namedtuple
+                return type(x)(*(cast(v) for v in x))
+            if isinstance(x, (list, tuple)):
+                return type(x)(cast(v) for v in x)
+            if isinstance(x, dict):
+                return {k: cast(v) for k, v in x.items()}
+            return x
+        return cast(args), cast(kwargs)
+
     def forward(self, *args, **kwargs):
+        args, kwargs = self._cast_inputs(args, kwargs)
         if not self._has_root:
             return self.module(*args, **kwargs)
         out = self._fsdp.run_unit(0, lambda: self.module(*args, **kwargs))

@@ -126,3 +126,18 @@ def test_forward_waits_for_its_all_gather_without_the_gil(world):
         fsdp(x).sum().backward()  # the root's all-gather queues behind the all-reduce
         work.wait()
     assert fsdp.stats()["all_gathers"] > 0
+
+
+def test_fsdp_bf16_params_take_fp32_inputs(world):
+    """param_dtype=torch.bfloat16: an fp32 batch is cast to bf16 at the wrapper (as torch FSDP's
+    cast_forward_inputs), so forward and backward run without the caller casting (before: "mat1
+    and mat2 must have the same dtype")."""
+    model = net(seed=0)
+    fsdp = tessera.FullyShardedDataParallel(model, world, units=model.blocks, param_dtype=torch.bfloat16)
+    x, _ = data(0)
+    out = fsdp(x)
+    assert out.dtype == torch.bfloat16
+    ref = net(seed=0).to(torch.bfloat16)
+    torch.testing.assert_close(out.float(), ref(x.to(torch.bfloat16)).float(), rtol=2e-2, atol=2e-2)
+    out.float().square().mean().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in fsdp.parameters())

@@ -10,6 +10,9 @@
 #        fsdp_resume  FSDP dp 2 x tp 2 stops after saving at step 3; resumed as pp 2 x tp 2 (DDP, tied
 #                     embeddings on both end stages) to step 5: both parts against train_gpt's
 #                     uninterrupted dp 2 x tp 2
+#        batch_lr_resume  no --batch: dp 2 x tp 2 (batch 16) saves at step 3 of 3 (cosine to 0); resumed
+#                     as dp 4 with --steps 6: the global batch stays 16 (not 8 x 4), and step 4's
+#                     learning rate is the 6-step schedule's (train_gpt's), not the old run's last (0)
 set -uo pipefail
 
 PY=$1 TRAIN=$2 CASE=$3
@@ -73,6 +76,25 @@ EOF
     py resumed --pp 2 --tp 2 --checkpoint-dir "$WORK/ckpt"
     grep -q "resumed from $WORK/ckpt at step 3" "$OUT" || fail "the second run did not resume at step 3"
     compare ref resumed --steps 4-5
+    echo "PASS ($CASE)"
+    ;;
+  batch_lr_resume)
+    FLAGS=(--model llama-tiny --seq-len 32 --steps 6 --lr 1e-2 --lr-schedule cosine --warmup 1 --clip 0.3 --seed 7
+           --data "$DATA" --vocab 4096 --split 98,2 --eod-token 2)
+    gpt ref --dp 2 --tp 2
+    py cut --dp 2 --tp 2 --steps 3 --checkpoint-dir "$WORK/ckpt"
+    py resumed --dp 4 --checkpoint-dir "$WORK/ckpt"
+    grep -q "resumed from $WORK/ckpt at step 3" "$OUT" || fail "the second run did not resume at step 3"
+    grep -q "keeping the checkpoint's global batch of 16 sequences" "$OUT" || fail "the global batch was not kept"
+    grep -q "| batch 16 " "$OUT" || fail "the resumed run does not train with batch 16"
+    python3 - "$WORK/ref.jsonl" "$WORK/resumed.jsonl" <<'EOF' || fail "step 4's learning rate is not the schedule's"
+import json, sys
+ref, got = ({r["step"]: r for r in map(json.loads, open(p)) if r.get("event") == "step"} for p in sys.argv[1:])
+assert sorted(got) == [4, 5, 6], sorted(got)
+for s in (4, 5, 6):
+    assert got[s]["lr"] > 0 and abs(got[s]["lr"] - ref[s]["lr"]) <= 1e-9 * ref[s]["lr"], (s, got[s]["lr"], ref[s]["lr"])
+print("steps 4-6: the learning rates of the 6-step schedule", [got[s]["lr"] for s in (4, 5, 6)])
+EOF
     echo "PASS ($CASE)"
     ;;
   *) fail "unknown case $CASE" ;;
