@@ -21,7 +21,7 @@ Positions parsePositions(const std::string& s) { return kPositions.parse(s); }
 ModelConfig presetConfig(const std::string& name) {
   ModelConfig c;
   if (name == "tiny") {
-    c.d = 64, c.layers = 4, c.heads = 4, c.vocab = 256, c.seqLen = 32;
+    c.d = 64, c.layers = 4, c.heads = 4, c.vocab = 512, c.seqLen = 32;  // 512: tessera-prep's byte ids (0-257) fit
   } else if (name == "small") {
     c.d = 512, c.layers = 8, c.heads = 8, c.vocab = 8192, c.seqLen = 256;
   } else if (name == "735m") {

@@ -42,11 +42,12 @@ struct ModelConfig {
   std::string signature() const;
 };
 
-// Presets: GPT "tiny" (CPU tests), "small", "735m" (the anchors' GPT-735M, no positions, as the
-// anchor); Llama "llama-tiny" (CPU tests and the CPU main job), "llama3-1b" (Llama 3.2 1B:
-// d 2048, 16 layers, 32 heads, 8 kv heads, FFN 8192, vocab 128256, tied, rope theta 500000 with
-// Llama-3 scaling x32, seq 2048), "llama3-8b" (Llama 3 8B: d 4096, 32 layers, 32 heads, 8 kv
-// heads, FFN 14336, vocab 128256, untied, rope theta 500000, seq 8192). Unknown → tessera::Error.
+// Presets: GPT "tiny" (CPU tests; vocab 512, so tessera-prep's byte tokenizer's ids fit), "small",
+// "735m" (the anchors' GPT-735M, no positions, as the anchor); Llama "llama-tiny" (CPU tests and
+// the CPU main job), "llama3-1b" (Llama 3.2 1B: d 2048, 16 layers, 32 heads, 8 kv heads, FFN 8192,
+// vocab 128256, tied, rope theta 500000 with Llama-3 scaling x32, seq 2048), "llama3-8b" (Llama 3
+// 8B: d 4096, 32 layers, 32 heads, 8 kv heads, FFN 14336, vocab 128256, untied, rope theta
+// 500000, seq 8192). Unknown → tessera::Error.
 ModelConfig presetConfig(const std::string& name);
 std::vector<std::string> presetNames();
 // Checks the shape (d divisible by heads, heads by kv heads, a Llama FFN, positions the

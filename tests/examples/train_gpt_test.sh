@@ -17,6 +17,8 @@
 #        data_vocab                  (TESSERA_TRAIN_DATA) --vocab 256: every rank names the token's place
 #        bad_model                   heads / kv heads / FFN not fitting tp, layers not filling pp, an
 #                                    unknown preset, a checkpoint of another model: each refused by every rank
+#        byte_data                   (TESSERA_TRAIN_DATA) 20 Brown texts through tessera-prep's byte tokenizer
+#                                    (EOD 256) train on the default model (tiny: vocabulary 512) as prepared
 #        learn <steps> <bound>       (TESSERA_TRAIN_LLAMA, TESSERA_TRAIN_DATA) 2 ranks (dp) train <steps> steps:
 #                                    the validation loss ends below <bound>; with a learning rate of 1e-9
 #                                    (training broken) it must not
@@ -251,6 +253,18 @@ PY
     run_ranks first 2 --model llama-tiny --checkpoint-dir "$WORK/ckpt" --steps 2
     expect_refusal 2 "is of another model" --model llama-tiny --layers 2 --checkpoint-dir "$WORK/ckpt"
     echo "PASS ($CASE)"
+    ;;
+  byte_data)
+    [[ -n $DATA ]] || fail "byte_data needs TESSERA_TRAIN_DATA"
+    mkdir -p "$WORK/texts"
+    cp $(ls "$(dirname "$DATA")"/text/* | head -20) "$WORK/texts/"
+    prep=$(dirname "$0")/../../tools/tessera-prep
+    /usr/bin/python3 "$prep" prepare "$WORK/texts" --tokenizer byte --output "$WORK/bytes" >"$WORK/prep.txt" 2>&1 ||
+      { cat "$WORK/prep.txt"; fail "tessera-prep failed"; }
+    BASE=()  # the defaults: model tiny, as a new user runs it
+    run_ranks bytes 2 --data "$WORK/bytes" --steps 3
+    grep -q '"step": 3' "$WORK/bytes.jsonl" || fail "no step 3"
+    echo "PASS ($CASE): byte-tokenized data trains on the default model"
     ;;
   learn)  # learn <steps> <bound>
     steps=$1 bound=$2
