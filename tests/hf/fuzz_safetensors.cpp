@@ -18,12 +18,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "common/error.h"
 #include "hf/safetensors_format.h"
+#include "../data/fuzz_guard.h"
 
 namespace {
 
@@ -44,24 +45,9 @@ const std::string kFile = "fuzz.safetensors";
     if (!(cond)) fail(__VA_ARGS__); \
   } while (0)
 
-// Runs `f`; tessera::Error is fine (it must name the file), anything else is a finding.
 template <typename F>
-void guarded(const char* what, F&& f) {
-  try {
-    f();
-  } catch (const tessera::Error& e) {
-    if (std::string(e.what()).find(kFile) == std::string::npos) {
-      std::fprintf(stderr, "\n*** tessera fuzz_safetensors: %s threw a tessera::Error without '%s': %s\n", what,
-                   kFile.c_str(), e.what());
-      std::abort();
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "\n*** tessera fuzz_safetensors: %s threw a non-tessera exception: %s\n", what, e.what());
-    std::abort();
-  } catch (...) {
-    std::fprintf(stderr, "\n*** tessera fuzz_safetensors: %s threw an unknown exception\n", what);
-    std::abort();
-  }
+void guarded(const char* parser, F&& f) {
+  tessera::fuzz::guarded("fuzz_safetensors", parser, kFile, std::forward<F>(f));
 }
 
 // The promises of a returned Header over a file of `size` bytes.
