@@ -4,6 +4,15 @@ find_package(Threads REQUIRED)
 find_package(Torch REQUIRED)
 find_package(fmt REQUIRED)
 
+# nlohmann-json (header-only; src/hf's JSON): Debian's nlohmann-json3-dev, else the copy that
+# scripts/vendor-headers puts under .deps/include (images without the package). PATHS, not HINTS:
+# the system's copy wins where there is one.
+find_path(NLOHMANN_JSON_INCLUDE_DIR nlohmann/json.hpp PATHS ${PROJECT_SOURCE_DIR}/.deps/include)
+if(NOT NLOHMANN_JSON_INCLUDE_DIR)
+  message(FATAL_ERROR "tessera: nlohmann/json.hpp not found: install the Debian package nlohmann-json3-dev "
+                      "(scripts/setup does) or copy the headers into ${PROJECT_SOURCE_DIR}/.deps/include")
+endif()
+
 # LibTorch's own CUDA (torch_cuda) decides whether tessera can read the caller's current stream.
 set(TESSERA_TORCH_CUDA OFF)
 if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)

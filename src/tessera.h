@@ -17,6 +17,7 @@
 #include "common/sm_carveout.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "hf/safetensors.h"
 #include "kernels/activations.h"
 #include "kernels/adamw.h"
 #include "kernels/add_norm.h"

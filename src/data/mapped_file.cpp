@@ -13,7 +13,7 @@
 
 namespace tessera::data {
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
+MappedFile::MappedFile(const std::string& path, MapMode mode) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   TESSERA_CHECK(fd >= 0, "tessera data: cannot open '{}': {}", path, std::strerror(errno));
   struct stat st {};
@@ -25,7 +25,11 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+    // Copy-on-write reserves no swap for the pages it may copy (MAP_NORESERVE): a multi-GB file
+    // maps even where the kernel's overcommit heuristic would refuse an equal allocation.
+    const bool cow = mode == MapMode::CopyOnWrite;
+    void* p = ::mmap(nullptr, size_, cow ? PROT_READ | PROT_WRITE : PROT_READ,
+                     cow ? MAP_PRIVATE | MAP_NORESERVE : MAP_SHARED, fd, 0);
     const int err = errno;
     ::close(fd);
     TESSERA_CHECK(p != MAP_FAILED, "tessera data: cannot map '{}' ({} bytes): {}", path, size_, std::strerror(err));

@@ -1,6 +1,8 @@
 #pragma once
-// A read-only memory mapping of a whole file (local, no communication). The bytes stay mapped
-// for the object's lifetime; reads from several threads are safe. Move-only.
+// A memory mapping of a whole file (local, no communication), read-only by default. The bytes
+// stay mapped for the object's lifetime; reads from several threads are safe. Move-only.
+// CopyOnWrite maps it private and writable: writes through a const_cast of data() land in this
+// process's own pages and never reach the file (src/hf hands such pages out as tensors).
 // Errors: a missing, unreadable or non-regular file is a tessera::Error naming the path and the
 // system's reason. An empty file maps to size() 0 and data() nullptr (nothing to read).
 #include <cstddef>
@@ -9,9 +11,11 @@
 
 namespace tessera::data {
 
+enum class MapMode { ReadOnly, CopyOnWrite };
+
 class MappedFile {
  public:
-  explicit MappedFile(const std::string& path);
+  explicit MappedFile(const std::string& path, MapMode mode = MapMode::ReadOnly);
   ~MappedFile();
   MappedFile(MappedFile&& o) noexcept;
   MappedFile& operator=(MappedFile&& o) noexcept;

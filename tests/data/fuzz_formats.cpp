@@ -26,10 +26,12 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
 #include "data/formats.h"
+#include "fuzz_guard.h"
 
 namespace {
 
@@ -52,25 +54,9 @@ const std::string kBinFile = "fuzz.bin";
     if (!(cond)) fail(__VA_ARGS__); \
   } while (0)
 
-// Runs `f`; tessera::Error is fine (it must name `file`), anything else is a finding.
 template <typename F>
 void guarded(const char* parser, const std::string& file, F&& f) {
-  try {
-    f();
-  } catch (const tessera::Error& e) {
-    const std::string msg = e.what();
-    if (msg.find(file) == std::string::npos) {
-      std::fprintf(stderr, "\n*** tessera fuzz_formats: %s threw a tessera::Error that does not name '%s': %s\n",
-                   parser, file.c_str(), msg.c_str());
-      std::abort();
-    }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "\n*** tessera fuzz_formats: %s threw a non-tessera exception: %s\n", parser, e.what());
-    std::abort();
-  } catch (...) {
-    std::fprintf(stderr, "\n*** tessera fuzz_formats: %s threw an unknown exception\n", parser);
-    std::abort();
-  }
+  tessera::fuzz::guarded("fuzz_formats", parser, file, std::forward<F>(f));
 }
 
 // The checks every returned MegatronIndex must pass (formats.h), arithmetic only.

@@ -1,25 +1,53 @@
 #!/usr/bin/env bash
-# Fuzzes the token-format header parsers (src/data/formats.cpp) with libFuzzer + ASan + UBSan for a
-# bounded time; CTest runs it as data.fuzz. Exits non-zero on any finding (crash, sanitizer
-# report, broken promise, non-tessera exception, timeout, OOM), printing it.
+# Fuzzes a pure parser with libFuzzer + ASan + UBSan for a bounded time: by default the
+# token-format header parsers (src/data/formats.cpp; CTest: data.fuzz), or what the options name
+# (src/hf's safetensors header parser; CTest: hf.fuzz). Exits non-zero on any finding (crash,
+# sanitizer report, broken promise, non-tessera exception, timeout, OOM), printing it.
 #
-#   tests/data/run_fuzz.sh [REPO_ROOT]
+#   tests/data/run_fuzz.sh [REPO_ROOT] [--name NAME] [--target FUZZ.cpp] [--seeds SEEDS.py]
+#                          [--source PARSER.cpp]... [--include DIR]... [--seconds N]
+#
+# Paths are relative to REPO_ROOT unless absolute. Defaults: data, tests/data/fuzz_formats.cpp,
+# tests/data/fuzz_seeds.py, src/data/formats.cpp, 30 s. SEEDS.py is run as
+# `python3 SEEDS.py CORPUS_DIR DICT_FILE` and writes the seed corpus and a libFuzzer dictionary.
 #
 # Environment:
-#   TESSERA_FUZZ_SECONDS   fuzzing time (default 30)
+#   TESSERA_FUZZ_SECONDS   fuzzing time (default: --seconds, else 30)
 #   TESSERA_FUZZ_CXX       the clang++ to use (default: clang++, else clang++-14)
-#   TESSERA_FUZZ_FORMATS   the formats.cpp to fuzz (default REPO_ROOT/src/data/formats.cpp; for
-#                          checking that the fuzzer catches a planted bug in a copy)
+#   TESSERA_FUZZ_FORMATS   the parser source fuzzed in place of the first --source (for checking
+#                          that the fuzzer catches a planted bug in a copy)
 #   TESSERA_FUZZ_KEEP=1    keep the work directory (binary, corpus) after a clean run
 # Needs clang++ and libFuzzer's runtime: Debian packages clang and libclang-rt-14-dev
 # (scripts/setup installs them).
 set -uo pipefail
 
-repo=${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
-repo=$(cd "$repo" && pwd) || { echo "run_fuzz: no repository at '$1'" >&2; exit 2; }
-seconds=${TESSERA_FUZZ_SECONDS:-30}
-formats=${TESSERA_FUZZ_FORMATS:-$repo/src/data/formats.cpp}
-target=$repo/tests/data/fuzz_formats.cpp
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+if [[ $# -gt 0 && $1 != --* ]]; then
+  repo=$(cd "$1" && pwd) || { echo "run_fuzz: no repository at '$1'" >&2; exit 2; }
+  shift
+fi
+name=data target=tests/data/fuzz_formats.cpp seeds=tests/data/fuzz_seeds.py default_seconds=30
+sources=() includes=()
+while [[ $# -gt 0 ]]; do
+  [[ $# -ge 2 ]] || { echo "run_fuzz: '$1' needs a value" >&2; exit 2; }
+  case $1 in
+    --name) name=$2 ;;
+    --target) target=$2 ;;
+    --seeds) seeds=$2 ;;
+    --source) sources+=("$2") ;;
+    --include) includes+=("-I$2") ;;
+    --seconds) default_seconds=$2 ;;
+    *) echo "run_fuzz: unknown option '$1'" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+((${#sources[@]})) || sources=(src/data/formats.cpp)
+abs() { [[ $1 == /* ]] && echo "$1" || echo "$repo/$1"; }
+target=$(abs "$target")
+seeds=$(abs "$seeds")
+for i in "${!sources[@]}"; do sources[i]=$(abs "${sources[i]}"); done
+[[ -n ${TESSERA_FUZZ_FORMATS:-} ]] && sources[0]=$TESSERA_FUZZ_FORMATS
+seconds=${TESSERA_FUZZ_SECONDS:-$default_seconds}
 
 missing() {
   echo "run_fuzz: FAILED: $1" >&2
@@ -38,7 +66,7 @@ fi
 [[ -n $cxx ]] && command -v "$cxx" >/dev/null 2>&1 || missing "no clang++ found${cxx:+ ('$cxx' is not on PATH)}"
 command -v python3 >/dev/null 2>&1 || { echo "run_fuzz: FAILED: python3 is needed to write the seed corpus" >&2; exit 1; }
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/tessera-fuzz.XXXXXX")
+work=$(mktemp -d "${TMPDIR:-/tmp}/tessera-fuzz-$name.XXXXXX")
 keep=${TESSERA_FUZZ_KEEP:-0}
 cleanup() { [[ $keep == 1 ]] || rm -rf "$work"; }
 trap cleanup EXIT
@@ -52,10 +80,10 @@ if ! "$cxx" -std=c++17 "${sanitize[@]}" "$work/probe.cpp" -o "$work/probe" >"$wo
   missing "$cxx cannot link a libFuzzer target (-fsanitize=fuzzer,address,undefined)"
 fi
 
-echo "run_fuzz: building $target + $formats with $cxx"
+echo "run_fuzz: $name: building $target + ${sources[*]} with $cxx"
 t0=$SECONDS
 if ! "$cxx" -std=c++17 -O1 -g -fno-omit-frame-pointer "${sanitize[@]}" -DFMT_HEADER_ONLY=1 -I"$repo/src" \
-    "$formats" "$target" -o "$work/fuzz_formats"; then
+    "${includes[@]}" "${sources[@]}" "$target" -o "$work/fuzz"; then
   keep=1
   echo "run_fuzz: FAILED: the fuzz target does not build (work directory kept: $work)" >&2
   exit 1
@@ -64,67 +92,15 @@ echo "run_fuzz: built in $((SECONDS - t0)) s"
 
 # Seeds: valid structure for every parser, so the fuzzer starts from inputs that get deep.
 mkdir -p "$work/corpus" "$work/artifacts"
-python3 - "$work/corpus" "$work/formats.dict" <<'EOF'
-import os, struct, sys
-
-out, dictfile = sys.argv[1], sys.argv[2]
-
-def megatron(code, lengths, pointers, doc_indices, bin_bytes):
-    """The fuzz input: u64 .bin size, then the .idx (layout in src/data/formats.h)."""
-    idx = b"MMIDIDX\0\0" + struct.pack("<QBQQ", 1, code, len(lengths), len(doc_indices))
-    idx += struct.pack("<%di" % len(lengths), *lengths)
-    idx += struct.pack("<%dq" % len(pointers), *pointers)
-    idx += struct.pack("<%dq" % len(doc_indices), *doc_indices)
-    return struct.pack("<Q", bin_bytes) + idx
-
-def contiguous(code, lengths, doc_indices, slack=0):
-    size = 2 if code == 8 else 4
-    pointers, p = [], 0
-    for n in lengths:
-        pointers.append(p)
-        p += n * size
-    return megatron(code, lengths, pointers, doc_indices, p + slack)
-
-def llmc(tokens, wide):
-    header = [20240801 if wide else 20240520, 7 if wide else 1, len(tokens)] + [0] * 253
-    body = struct.pack("<%d%s" % (len(tokens), "I" if wide else "H"), *tokens)
-    return struct.pack("<256i", *header) + body
-
-seeds = {
-    "megatron_u16_3seq": contiguous(8, [3, 0, 5], [0, 1, 3]),
-    "megatron_u16_docs": contiguous(8, [1, 2, 3, 4], [0, 2, 2, 4], slack=6),
-    "megatron_i32_4seq": contiguous(4, [2, 1, 4, 0], [0, 2, 4]),
-    "megatron_i32_shared": megatron(4, [2, 2, 1], [0, 0, 4], [0, 3], 8),
-    "megatron_empty": megatron(8, [], [], [0], 0),
-    "llmc_u16": llmc([1, 2, 3, 50256, 65535], wide=False),
-    "llmc_u32": llmc([7, 100000, 4294967295], wide=True),
-    "llmc_u16_empty": llmc([], wide=False),
-    "llmc_u32_empty": llmc([], wide=True),
-    "raw_tokens": bytes(range(12)),
-}
-for name, data in seeds.items():
-    with open(os.path.join(out, name), "wb") as f:
-        f.write(data)
-
-def esc(b):
-    return "".join("\\x%02x" % c for c in b)
-
-with open(dictfile, "w") as f:
-    f.write('megatron_magic="%s"\n' % esc(b"MMIDIDX\0\0"))
-    f.write('megatron_v1="%s"\n' % esc(struct.pack("<Q", 1)))
-    f.write('llmc_magic16="%s"\n' % esc(struct.pack("<i", 20240520)))
-    f.write('llmc_magic32="%s"\n' % esc(struct.pack("<i", 20240801)))
-    f.write('llmc_v7="%s"\n' % esc(struct.pack("<i", 7)))
-print("run_fuzz: wrote %d seeds" % len(seeds))
-EOF
+python3 "$seeds" "$work/corpus" "$work/fuzz.dict"
 [[ $? == 0 ]] || { echo "run_fuzz: FAILED: could not write the seed corpus" >&2; exit 1; }
 
 echo "run_fuzz: fuzzing for ${seconds} s"
 log=$work/fuzz.log
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-"$work/fuzz_formats" "$work/corpus" \
-  -dict="$work/formats.dict" -max_len=8192 -max_total_time="$seconds" -rss_limit_mb=1024 -timeout=10 \
+"$work/fuzz" "$work/corpus" \
+  -dict="$work/fuzz.dict" -max_len=8192 -max_total_time="$seconds" -rss_limit_mb=1024 -timeout=10 \
   -print_final_stats=1 -artifact_prefix="$work/artifacts/" >"$log" 2>&1
 rc=$?
 
@@ -138,7 +114,7 @@ if [[ $rc != 0 || ${#artifacts[@]} -gt 0 ]] || grep -q -E 'ERROR: (AddressSaniti
   for a in "${artifacts[@]}"; do
     echo "run_fuzz: finding $(basename "$a") ($(stat -c %s "$a") bytes), hex:" >&2
     od -An -tx1 -v "$a" | head -n 64 >&2
-    echo "run_fuzz: reproduce: $work/fuzz_formats $a" >&2
+    echo "run_fuzz: reproduce: $work/fuzz $a" >&2
   done
   echo "run_fuzz: work directory kept: $work" >&2
   exit 1

@@ -1,0 +1,131 @@
+#pragma once
+// safetensors files and Hugging Face checkpoints of them, read and written by tessera (local, no
+// communication: every rank that calls reads or writes on its own). The format and its checks:
+// hf/safetensors_format.h.
+//
+// Reading maps the file (mmap, private copy-on-write) and reads only what is asked: get() and
+// slice() return CPU tensors over the mapping, without a copy, when the tensor's first byte is
+// aligned to its element size (always in files written by tessera or Hugging Face's library),
+// else a copy of just the rows asked for. Each tensor holds the mapping alive through its
+// deleter, so tensors outlive the reader. Writing into a returned tensor never changes the file
+// (copy-on-write), but may be seen by another read of the same tensor: clone() to own memory.
+// The file must not be truncated while mapped (the kernel's SIGBUS, as for any mapping). The
+// readers are immutable once constructed: reads from several threads are safe.
+//
+// Errors are tessera::Error naming the file (or directory) and the tensor: a malformed file (see
+// safetensors_format.h), a missing file, a tensor the file or checkpoint lacks, a slice outside
+// the tensor, BOOL bytes other than 0 and 1, an index inconsistent with its shards.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hf/safetensors_format.h"
+
+namespace tessera::data {
+class MappedFile;
+}
+
+namespace tessera::hf {
+
+// [begin, end) along one dimension; end = kAll: up to the dimension's size.
+struct Range {
+  static constexpr int64_t kAll = -1;
+  int64_t begin = 0;
+  int64_t end = kAll;
+};
+
+at::ScalarType scalarType(DType t);
+
+// One .safetensors file, mapped and its header checked when constructed.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  const Header& header() const { return header_; }
+  const Metadata& metadata() const { return header_.metadata; }
+  std::vector<std::string> names() const;  // in the file's data order
+  bool contains(const std::string& name) const { return index_.count(name) > 0; }
+  const TensorEntry& entry(const std::string& name) const;
+
+  // The whole tensor.
+  at::Tensor get(const std::string& name) const;
+  // Rows `rows` of dim 0 and columns `cols` of dim 1 (a tensor-parallel shard): a view of the
+  // rows narrowed to the columns (not contiguous when `cols` is a strict part).
+  at::Tensor slice(const std::string& name, Range rows, Range cols = {}) const;
+
+ private:
+  std::string path_;
+  std::shared_ptr<const data::MappedFile> map_;
+  Header header_;
+  std::map<std::string, size_t> index_;  // name -> header_.tensors[i]
+};
+
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+// A Hugging Face checkpoint: a directory with model.safetensors.index.json ({"metadata":
+// {"total_size": N}, "weight_map": {name: file}}) and its shards, or with one model.safetensors;
+// or `path` names one .safetensors file. Constructing it maps every file and checks that every
+// file the index names exists, every tensor of the index is in its file and every tensor of a
+// shard is in the index, mapped to that shard. (total_size is not checked: Hugging Face's own
+// writers disagree on what it counts.)
+class SafetensorsCheckpoint {
+ public:
+  explicit SafetensorsCheckpoint(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  const std::vector<SafetensorsFile>& files() const { return files_; }
+  std::vector<std::string> names() const;  // sorted
+  bool contains(const std::string& name) const { return where_.count(name) > 0; }
+  const SafetensorsFile& fileOf(const std::string& name) const;
+  const TensorEntry& entry(const std::string& name) const { return fileOf(name).entry(name); }
+  uint64_t tensorBytes() const;  // all tensors' bytes
+
+  at::Tensor get(const std::string& name) const { return fileOf(name).get(name); }
+  at::Tensor slice(const std::string& name, Range rows, Range cols = {}) const {
+    return fileOf(name).slice(name, rows, cols);
+  }
+  // Exactly `expected` (a model's parameter names): else an error listing the missing and the
+  // unexpected tensors, each with its file.
+  void expectNames(const std::vector<std::string>& expected) const;
+
+ private:
+  void addIndexed(const std::string& dir);
+  std::string path_;
+  std::vector<SafetensorsFile> files_;
+  std::map<std::string, size_t> where_;  // name -> files_[i]
+};
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+constexpr uint64_t kDefaultMaxShardBytes = 5'000'000'000;  // Hugging Face's "5GB"
+
+struct WriteOptions {
+  // Tensor bytes per file: a tensor that would take a file past it starts the next file (a
+  // tensor larger than the limit has a file of its own).
+  uint64_t maxShardBytes = kDefaultMaxShardBytes;
+};
+
+// Writes `tensors` (any device and dtype of DType, each copied to the CPU in turn) and
+// `metadata` (plus "format": "pt" unless given, which transformers expects) to one file at
+// `path`, atomically (hf/json_io.h: AtomicFile). Tensors are laid out by element size, largest
+// first, so every tensor is aligned. Errors: duplicate or "__metadata__" names, an undefined or
+// non-strided tensor, a dtype safetensors lacks, I/O failures; each names the file and tensor.
+void writeSafetensors(const std::string& path, const NamedTensors& tensors, const Metadata& metadata = {});
+
+// Writes a checkpoint into `dir` (created if needed) as Hugging Face does: model.safetensors when
+// the tensors fit in one file, else model-00001-of-0000N.safetensors, ... in the order given,
+// plus model.safetensors.index.json. Each file is replaced atomically; the index is written after
+// its shards; then the files of an earlier checkpoint in `dir` that are not part of this one
+// (model.safetensors, the index, model-*-of-*.safetensors) are removed. Returns the file names
+// written.
+std::vector<std::string> writeCheckpoint(const std::string& dir, const NamedTensors& tensors,
+                                         const Metadata& metadata = {}, const WriteOptions& options = {});
+
+}  // namespace tessera::hf
