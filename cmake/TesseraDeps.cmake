@@ -4,6 +4,14 @@ find_package(Threads REQUIRED)
 find_package(Torch REQUIRED)
 find_package(fmt REQUIRED)
 
+# nlohmann/json (header-only; models/config_json.cpp): Debian's nlohmann-json3-dev, else the copy
+# scripts/vendor-headers puts under .deps/include (the GPU image has no Debian package).
+find_path(NLOHMANN_JSON_INCLUDE_DIR nlohmann/json.hpp HINTS ${PROJECT_SOURCE_DIR}/.deps/include)
+if(NOT NLOHMANN_JSON_INCLUDE_DIR)
+  message(FATAL_ERROR "tessera: nlohmann/json.hpp not found: apt-get install nlohmann-json3-dev (scripts/setup), "
+                      "or scripts/vendor-headers (copies it under .deps/include)")
+endif()
+
 # LibTorch's own CUDA (torch_cuda) decides whether tessera can read the caller's current stream.
 set(TESSERA_TORCH_CUDA OFF)
 if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)

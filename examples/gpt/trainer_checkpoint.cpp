@@ -20,6 +20,7 @@
 #include "common/device.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "models/config_json.h"
 #include "trainer_state.h"
 
 namespace tessera::gpt {
@@ -156,6 +157,7 @@ void Trainer::State::saveCheckpoint(int64_t step) {
   checkpoint::save(o.checkpointDir, pieces, *ctx.world, step,
                    {{"layout", describe(o)},
                     {"model", o.cfg.signature()},
+                    {"model_config", models::configToJson(o.cfg)},
                     {"data_state", data::encodeDataState(batches->state())}});
   if (isLogger()) log::info("train_gpt: checkpoint of step {} saved to {}", step, o.checkpointDir);
 }
