@@ -20,6 +20,7 @@
 #include "common/device.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "models/config_json.h"
 #include "trainer_state.h"
 
 namespace tessera::gpt {
@@ -154,6 +155,7 @@ void Trainer::State::saveCheckpoint(int64_t step) {
   }
   const std::map<std::string, std::string> extra{{"layout", describe(o)},
                                                  {"model", o.cfg.signature()},
+                                                 {"model_config", models::configToJson(o.cfg)},
                                                  {"global_batch", std::to_string(o.batch)},
                                                  {"data_state", data::encodeDataState(batches->state())}};
   if (saver) {  // staged to host memory here; written and published on the saver's thread

@@ -5,6 +5,9 @@
 //   Llama-3 rotary scaling and tied embeddings in one variant, multi-head attention, plain rotary
 //   positions and an untied head in the other; each also with the fused ops (ChunkOptions::
 //   fusedKernels: the kernels' CPU references, and the fused cross-entropy).
+// - Generation golden: tessera's greedy continuation with the KV cache (models/generate.h) equals
+//   that of the PyTorch Llama rerunning the whole sequence each step (generate_golden.py), and
+//   so does every step's logits within fp32 tolerance, for both variants.
 // - Recompute: full and selective recomputation give the gradients of the run without
 //   (bitwise), and the activations alive between forward and backward, counted by a CPU
 //   allocator that tracks live bytes, shrink: full < selective < none.
@@ -27,6 +30,7 @@
 #include <unordered_map>
 
 #include "harness/multiprocess.h"
+#include "models/generate.h"
 #include "models/lm.h"
 
 using namespace tessera;
@@ -130,6 +134,44 @@ void expectGolden(const char* ops) {
 TEST(LlamaGolden, MatchesAnIndependentPyTorchLlama) { expectGolden("aten"); }
 
 TEST(LlamaGolden, FusedOpsMatchAnIndependentPyTorchLlama) { expectGolden("fused"); }
+
+// The weights by unsharded name (tp 1: whole tensors), the prompt, the greedy continuation and
+// each step's logits, for generate_golden.py.
+TESSERA_WORKER(llama_generate_golden_dump) {
+  auto ctx = initWorker(w);
+  const auto bar = w.arg.find('|');
+  const auto c = goldenConfig(std::stoi(w.arg.substr(bar + 1)));
+  auto m = wholeModel(c, ctx.world);
+  {  // the blocks' matrices x6: attention and the MLP, not the token's own embedding, pick the next token
+    at::NoGradGuard ng;
+    for (auto& p : m->params()) {
+      if (p.name.rfind("blocks.", 0) == 0 && p.tensor.dim() == 2) p.tensor.mul_(6);
+    }
+  }
+  const auto prompt = batch(c, 1, 9).first.narrow(1, 0, 4).contiguous();
+  GenerateOptions o;
+  o.maxNewTokens = c.seqLen - 4;
+  o.keepLogits = true;
+  const auto g = generate(*m, prompt, o);
+  c10::Dict<std::string, at::Tensor> d;
+  d.insert("prompt", prompt);
+  d.insert("tokens", at::tensor(g.tokens[0], at::kLong));
+  d.insert("logits", at::stack(g.logits).squeeze(1));  // [steps, V]
+  for (const auto& piece : m->pieces()) d.insert("param." + piece.name, piece.local.clone());
+  const auto bytes = torch::pickle_save(c10::IValue(d));
+  std::ofstream(w.arg.substr(0, bar), std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+TEST(LlamaGolden, GreedyGenerationMatchesAnIndependentPyTorchLlama) {
+  for (int variant : {0, 1}) {
+    const auto file = std::filesystem::temp_directory_path() / fmt::format("tessera-gen-golden-{}-{}.pt", ::getpid(), variant);
+    expectAllOk(runWorkers("llama_generate_golden_dump", {.ranks = 1, .arg = fmt::format("{}|{}", file.string(), variant)}));
+    const auto cmd = fmt::format("/usr/bin/python3 {}/tests/models/generate_golden.py {} {}", TESSERA_SOURCE_DIR,
+                                 file.string(), variant);
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::filesystem::remove(file);
+  }
+}
 
 // Live CPU bytes, counted by an allocator that replaces the default one (installed in a worker).
 struct CountingAllocator final : c10::Allocator {

@@ -1,0 +1,28 @@
+#pragma once
+// tessera_generate's command line (see tessera_generate.cpp). Every flag is --name value or
+// --name=value; --help prints them. Unknown flags and bad values are tessera::Error naming the
+// flag and the value.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/config.h"
+#include "models/generate.h"
+
+namespace tessera::generate {
+
+struct GenerateCli {
+  std::string modelDir;
+  std::vector<std::vector<int64_t>> prompts;  // --prompt-ids, once per prompt
+  models::GenerateOptions gen;                // --max-new-tokens, --temperature, --top-p, --seed, --eos-id
+  int tp = 0;                                 // 0: the world size
+  // --model PRESET and the shape flags (as train_gpt's): for checkpoints without a model config.
+  std::optional<models::ModelConfig> model;
+  bool help = false;
+};
+
+GenerateCli parseCli(int argc, char** argv);
+std::string usage();
+
+}  // namespace tessera::generate

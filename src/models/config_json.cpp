@@ -1,0 +1,116 @@
+#include "models/config_json.h"
+
+#include <nlohmann/json.hpp>
+
+#include <set>
+
+#include "common/error.h"
+
+namespace tessera::models {
+
+using nlohmann::json;
+
+std::string configToJson(const ModelConfig& c) {
+  json j = json::object();
+  j["arch"] = toString(c.arch);
+  j["d"] = c.d;
+  j["layers"] = c.layers;
+  j["heads"] = c.heads;
+  j["kvHeads"] = c.kvHeads;
+  j["ffn"] = c.ffn;
+  j["vocab"] = c.vocab;
+  j["seqLen"] = c.seqLen;
+  j["positions"] = toString(c.positions);
+  j["ropeTheta"] = c.ropeTheta;
+  if (c.ropeScaling.enabled) {
+    const auto& s = c.ropeScaling;
+    j["ropeScaling"] = {{"factor", s.factor},
+                        {"lowFreqFactor", s.lowFreqFactor},
+                        {"highFreqFactor", s.highFreqFactor},
+                        {"originalMaxPositions", s.originalMaxPositions}};
+  } else {
+    j["ropeScaling"] = nullptr;
+  }
+  j["tiedEmbeddings"] = c.tiedEmbeddings;
+  j["normEps"] = c.normEps;
+  return j.dump();
+}
+
+namespace {
+
+// j[key] read as T (integer, number, bool or string) into `out`; absent: `out` kept unless required.
+template <typename T>
+void read(const json& j, const char* key, T& out, bool required, const char* where) {
+  const auto it = j.find(key);
+  if (it == j.end()) {
+    TESSERA_CHECK(!required, "model config JSON: {}field '{}' is missing", where, key);
+    return;
+  }
+  bool ok = false;
+  if constexpr (std::is_same_v<T, bool>) {
+    ok = it->is_boolean();
+  } else if constexpr (std::is_integral_v<T>) {
+    ok = it->is_number_integer();
+  } else if constexpr (std::is_floating_point_v<T>) {
+    ok = it->is_number();
+  } else {
+    ok = it->is_string();
+  }
+  TESSERA_CHECK(ok, "model config JSON: {}field '{}' has the wrong type: {}", where, key, it->dump());
+  out = it->get<T>();
+}
+
+void onlyKnown(const json& j, const std::set<std::string>& known, const char* where) {
+  for (const auto& [k, v] : j.items()) {
+    TESSERA_CHECK(known.count(k), "model config JSON: unknown {}field '{}'", where, k);
+  }
+}
+
+}  // namespace
+
+ModelConfig configFromJson(const std::string& text) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("model config JSON: not JSON ({}): '{}'", e.what(), text.substr(0, 200)));
+  }
+  TESSERA_CHECK(j.is_object(), "model config JSON: expected an object, got '{}'", text.substr(0, 200));
+  onlyKnown(j,
+            {"arch", "d", "layers", "heads", "kvHeads", "ffn", "vocab", "seqLen", "positions", "ropeTheta",
+             "ropeScaling", "tiedEmbeddings", "normEps"},
+            "");
+  ModelConfig c;
+  std::string arch, positions;
+  read(j, "arch", arch, true, "");
+  TESSERA_CHECK(arch == "gpt" || arch == "llama", "model config JSON: field 'arch' is '{}' (allowed: gpt, llama)",
+                arch);
+  c.arch = arch == "gpt" ? Arch::Gpt : Arch::Llama;
+  read(j, "d", c.d, true, "");
+  read(j, "layers", c.layers, true, "");
+  read(j, "heads", c.heads, true, "");
+  read(j, "kvHeads", c.kvHeads, false, "");
+  read(j, "ffn", c.ffn, false, "");
+  read(j, "vocab", c.vocab, true, "");
+  read(j, "seqLen", c.seqLen, true, "");
+  read(j, "positions", positions, true, "");
+  c.positions = parsePositions(positions);
+  read(j, "ropeTheta", c.ropeTheta, false, "");
+  if (const auto it = j.find("ropeScaling"); it != j.end() && !it->is_null()) {
+    TESSERA_CHECK(it->is_object(), "model config JSON: field 'ropeScaling' must be null or an object, got {}",
+                  it->dump());
+    auto& s = c.ropeScaling;
+    s.enabled = true;
+    onlyKnown(*it, {"factor", "lowFreqFactor", "highFreqFactor", "originalMaxPositions"}, "ropeScaling ");
+    read(*it, "factor", s.factor, true, "ropeScaling ");
+    read(*it, "lowFreqFactor", s.lowFreqFactor, true, "ropeScaling ");
+    read(*it, "highFreqFactor", s.highFreqFactor, true, "ropeScaling ");
+    read(*it, "originalMaxPositions", s.originalMaxPositions, true, "ropeScaling ");
+  }
+  read(j, "tiedEmbeddings", c.tiedEmbeddings, false, "");
+  read(j, "normEps", c.normEps, false, "");
+  validate(c);
+  return c;
+}
+
+}  // namespace tessera::models
