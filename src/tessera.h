@@ -3,6 +3,7 @@
 // its own contract; start with comm/bootstrap/init.h (tessera::init), then the data-parallel
 // wrappers (parallel/ddp/ddp.h, sharding/fsdp/fsdp.h), the tensor-parallel layers
 // (parallel/tensor/linear.h), the pipeline (pipeline/executor.h) and the models (models/lm.h).
+#include "checkpoint/async_save.h"
 #include "checkpoint/checkpoint.h"
 #include "comm/backends.h"
 #include "comm/bootstrap/init.h"
@@ -26,7 +27,12 @@
 #include "kernels/norm.h"
 #include "kernels/rotary.h"
 #include "models/config.h"
+#include "models/config_json.h"
+#include "models/generate.h"
+#include "models/kv_cache.h"
 #include "models/lm.h"
+#include "models/model_source.h"
+#include "models/sample.h"
 #include "nn/accum_embedding.h"
 #include "nn/accum_linear.h"
 #include "nn/fused_activations.h"
