@@ -71,7 +71,7 @@ std::string usage() {
          "  [--eval-every N] [--eval-batches K] [--precision fp32|bf16] [--seed S]\n"
          "  [--data synthetic|PATH|'W1 PATH1 W2 PATH2 ...'] [--data-format auto|megatron|llmc|raw-uint16|raw-uint32]\n"
          "  [--split TRAIN,VALID[,TEST]] [--valid-data SPEC] [--eod-token ID]\n"
-         "  [--fsdp-prefetch-mib N] [--checkpoint-dir DIR] [--checkpoint-every K]\n"
+         "  [--fsdp-prefetch-mib N] [--checkpoint-dir DIR] [--checkpoint-every K] [--async-checkpoint on|off]\n"
          "  [--log-jsonl FILE] [--breakdown] [--peak-tflops X] [--no-fused-wgrad]\n"
          "  [--tp-forward-chunks N] [--sm-carveout SMS] [--tp-ring] [--profile PATH[:FIRST[:COUNT]]]\n"
          "  [--fused-kernels on|off|auto]\n"
@@ -180,6 +180,10 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu, const Settings& env
   i64("--fsdp-prefetch-mib", o.fsdpPrefetchMiB);
   str("--checkpoint-dir", o.checkpointDir);
   i32("--checkpoint-every", o.checkpointEvery);
+  take("--async-checkpoint", [&](const std::string& v) {
+    TESSERA_CHECK(v == "on" || v == "off", "train_gpt: --async-checkpoint takes on or off, got '{}'", v);
+    o.asyncCheckpoint = v == "on";
+  });
   str("--log-jsonl", o.logJsonl);
   dbl("--peak-tflops", o.peakTflops);
   i32("--tp-forward-chunks", o.overlap.forwardChunks);

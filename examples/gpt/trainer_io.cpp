@@ -121,10 +121,11 @@ void Trainer::State::logStep(const StepReport& r) {
                "\"grad_norm\": {:.9g}, \"step_ms\": {:.3f}, "
                "\"tokens_per_s\": {:.1f}, \"mfu\": {}, \"peak_mem_gib\": {:.4f}, \"pipeline_ms\": {:.3f}, "
                "\"optimizer_ms\": {:.3f}, \"compute_ms_est\": {:.3f}, \"dp_sync_ms_est\": {}, "
-               "\"bubble_ms_est\": {:.3f}}}",
+               "\"bubble_ms_est\": {:.3f}, \"wall_s\": {:.3f}}}",
                r.step, r.loss, r.validLoss >= 0 ? fmt::format("{:.9g}", r.validLoss) : "null", r.lr, r.gradNorm,
                r.stepMs, r.tokensPerS, jsonNumber(r.mfu), r.peakMemGiB, r.pipelineMs,
-               r.optimizerMs, r.computeMsEst, jsonNumber(r.dpSyncMsEst), r.bubbleMsEst)
+               r.optimizerMs, r.computeMsEst, jsonNumber(r.dpSyncMsEst), r.bubbleMsEst,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - runStart).count())
         << std::endl;
 }
 

@@ -45,6 +45,7 @@ struct Trainer::State {
   std::vector<double> backwardMs;
   double lastBackwardMs = 0;
   std::ofstream jsonl;
+  std::chrono::steady_clock::time_point runStart = std::chrono::steady_clock::now();
   int64_t startStep = 0;
   std::string resumedFrom;  // the checkpoint directory a resumed run loaded (else empty)
   std::unique_ptr<checkpoint::AsyncSaver> saver;  // --async-checkpoint

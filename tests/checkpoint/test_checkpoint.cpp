@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <torch/cuda.h>
 #include <torch/optim/sgd.h>
 
 #include <filesystem>
@@ -469,4 +470,32 @@ TEST(Checkpoint, AsyncSavesWriteTheValuesOfTheirCall) {
   EXPECT_TRUE(all[0].local.equal(fullA() * 2));
   fs::remove_all(dir);
   fs::remove_all(dir.string() + ".tmp");
+}
+
+// CUDA tensors (GPU machine; skipped elsewhere): the host copies run on a side stream while the
+// caller goes on; beforeUpdate() orders the caller's next kernels after them, so a tensor changed
+// right after it is saved with the values of the save's call.
+TESSERA_WORKER(ckpt_async_cuda) {
+  auto ctx = initWorker(w);
+  checkpoint::AsyncSaver saver(ctx.world, ctx.store, std::chrono::seconds(60));
+  auto gen = at::detail::createCPUGenerator(3);
+  auto a = at::randn({4096, 4096}, gen).to(at::kCUDA);  // 64 MiB: the copy takes a while
+  auto b = at::randn({1000}, gen).to(at::kCUDA).to(at::kBFloat16);
+  const auto wantA = a.cpu(), wantB = b.cpu();
+  saver.save(w.arg, {ckpt::whole("A", a), ckpt::whole("B", b)}, 1);
+  saver.beforeUpdate();
+  for (int k = 0; k < 8; ++k) a.mul_(1.5);  // the "optimizer step", queued at once
+  b.zero_();
+  saver.wait();
+  std::vector<ckpt::Piece> got{ckpt::whole("A", at::empty({4096, 4096})), ckpt::whole("B", at::empty({1000}, at::kBFloat16))};
+  ckpt::load(w.arg, got);
+  WCHECK(got[0].local.equal(wantA) && got[1].local.equal(wantB), "the saved values are not those of the call");
+}
+
+TEST(Checkpoint, AsyncSaveOfCudaTensors) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto dir = freshDir("async-cuda");
+  RunOptions o = withArg(1, dir.string());
+  expectAllOk(runWorkers("ckpt_async_cuda", o));
+  fs::remove_all(dir);
 }
