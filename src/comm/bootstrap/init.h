@@ -23,6 +23,12 @@
 // A failure to reach or start the store, or to form the world communicator, is raised with
 // "tessera::init (<launcher>, <store>)" in front: which launcher was detected and which store
 // (server on a port, client of host:port, or the given store, and the prefix) was tried.
+// Two jobs on one port (job.h): rank 0 that cannot bind the port says what holds it (another
+// tessera job: its rank 0's host, pid, launcher, run id, world); a rank that reached another
+// job's store fails at once naming both, before it writes a key there.
+// Error board (comm/watchdog/board.h): init() opens it on the world store (claiming this rank:
+// an error when another process holds it), so a failing rank's error and the ranks that died
+// or stalled are named by every rank; programs call board::publishFatal() in their last catch.
 // Device: local rank modulo the visible CUDA devices (after CUDA_VISIBLE_DEVICES), or CPU.
 // Settings: InitOptions::settings, else Settings::fromEnvironment() (the TESSERA_* variables,
 // comm/settings.h), applied with configure() before anything else; Context::settings holds them.
@@ -31,7 +37,7 @@
 // Uncaught exceptions: the first init() installs a std::terminate handler that prints the
 // exception's message ("tessera: fatal: ...") and exits 1 instead of aborting, so a library
 // thread that dies of a lost connection ends the rank with a clear error (the previous handler
-// still runs for std::terminate without an exception).
+// still runs for std::terminate without an exception); the error goes to the board first.
 // Signals: SIGPIPE is ignored when it has its default action, so a write to a dead peer's
 // socket raises a clear error instead of killing the process.
 #include <ATen/core/Tensor.h>
@@ -75,6 +81,12 @@ struct LaunchInfo {
   std::string storePrefix;    // namespace inside the store
   StorePtr store;             // set when the detector had to make the store itself (PMIx)
   std::string storeName;      // with `store`: how messages name it
+  // Rank 0 of this job runs the store (not a launcher's agent, a test harness or a given store):
+  // rank 0 announces the job there and the others check it (job.h).
+  bool ownStore = false;
+  // The launcher's id for this job, alike on its ranks: TORCHELASTIC_RUN_ID, the PMIx namespace,
+  // SLURM's "job.step"; "" when the launcher gives none (explicit).
+  std::string jobId;
 };
 
 // "server on port P", "client of H:P" or the given store's name, with the prefix.
