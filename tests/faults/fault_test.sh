@@ -159,6 +159,28 @@ row_stop_rank() {
   pass "ranks 0 and 2 named rank 1 (pid $victim) as stopped"
 }
 
+# SIGSTOP of rank 0, the store's host: the others' collective times out and the store does not
+# answer them either; every store call of theirs is bounded, and they name rank 0 as stopped.
+row_stop_rank0() {
+  export TESSERA_TIMEOUT_S=8
+  start 3
+  wait_for "step 2/"
+  local victim
+  victim=$(pid_of 0)
+  kill -STOP "$victim"
+  wait_for "rank 1 exit status" 60
+  wait_for "rank 2 exit status" 30
+  kill -CONT "$victim"
+  finish
+  for r in 1 2; do
+    expect_status "$r" 1
+    expect_says "$r" "train_gpt: rank $r: error: .*([Tt]imed out)" \
+      "cause: the job's store, run by rank 0 \(host $HOST, pid $victim\), is unreachable \(no answer within [0-9.]+ s\): rank 0 is probably stalled .*its process is stopped"
+  done
+  expect_status 0 "1|3"
+  pass "ranks 1 and 2 named rank 0 (pid $victim), the store's host, as stopped"
+}
+
 # saved_checkpoint: dp 2 x tp 2 trains 2 steps and saves to $WORK/ckpt (rank 1 writes rank-1.pt,
 # read back by ranks 1 and 3 on resume; ranks 0 and 2 read only rank-0.pt).
 saved_checkpoint() {

@@ -13,7 +13,8 @@
 //      (RANK >= WORLD_SIZE, LOCAL_RANK >= LOCAL_WORLD_SIZE > WORLD_SIZE) are errors naming them;
 //   3. PMIx (only when PMIX_NAMESPACE is set: srun --mpi=pmix, mpirun): rank 0 starts the
 //      store (port TESSERA_STORE_PORT, else ephemeral) and publishes "<host>:<port>" (host:
-//      TESSERA_STORE_HOST, else its host name) with PMIx_Put/Commit/Fence; peers PMIx_Get it.
+//      TESSERA_STORE_HOST, else its host name) with PMIx_Put/Commit/Fence; peers PMIx_Get it
+//      (when rank 0 cannot start the store, its error instead: every rank fails with it at once).
 //      PMIx is finalized before detectPmix() returns;
 //   4. SLURM's environment inside a job step (srun): SLURM_PROCID, SLURM_NTASKS,
 //      SLURM_LOCALID, SLURM_NODEID + SLURM_STEP_TASKS_PER_NODE (local world); rank 0 runs the
