@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "comm/bootstrap/init.h"
-#include "comm/watchdog/board.h"
 #include "common/error.h"
 #include "parallel/process_mesh.h"
 
@@ -153,7 +152,7 @@ int main() {
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "collectives_demo failed on rank %d: %s\n", rank, e.what());
-    tessera::board::publishFatal(e);  // the other ranks name this rank and its error as the cause
+    tessera::publishFatal(e);  // the other ranks name this rank and its error as the cause
     return 1;
   }
 }

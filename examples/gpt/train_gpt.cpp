@@ -15,7 +15,6 @@
 #include <iostream>
 
 #include "comm/bootstrap/init.h"
-#include "comm/watchdog/board.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "gpt/options.h"
@@ -63,7 +62,7 @@ int main(int argc, char** argv) {
     // The job's error board: the other ranks name this error as the cause (the store's host
     // waits a moment for them to read it). The communicators are gone by now, so the peers'
     // collectives fail at once rather than at their timeout.
-    tessera::board::publishFatal(e);
+    tessera::publishFatal(e);
     return 1;
   }
 }

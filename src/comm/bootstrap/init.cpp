@@ -122,6 +122,8 @@ std::terminate_handler previousTerminate = nullptr;
 }
 }  // namespace
 
+void publishFatal(const std::exception& e) { board::publishFatal(e); }
+
 Context init(const InitOptions& o) {
   // A peer that dies leaves sockets (store, Gloo) that fail on write; with SIGPIPE's default
   // action that write would kill this process silently instead of raising a clear error.

@@ -29,7 +29,7 @@
 // job's store fails at once naming both, before it writes a key there.
 // Error board (comm/watchdog/board.h): init() opens it on the world store (claiming this rank:
 // an error when another process holds it), so a failing rank's error and the ranks that died
-// or stalled are named by every rank; programs call board::publishFatal() in their last catch.
+// or stalled are named by every rank; programs call publishFatal() (below) in their last catch.
 // Device: local rank modulo the visible CUDA devices (after CUDA_VISIBLE_DEVICES), or CPU.
 // Settings: InitOptions::settings, else Settings::fromEnvironment() (the TESSERA_* variables,
 // comm/settings.h), applied with configure() before anything else; Context::settings holds them.
@@ -43,6 +43,7 @@
 // socket raises a clear error instead of killing the process.
 #include <ATen/core/Tensor.h>
 
+#include <exception>
 #include <optional>
 #include <string>
 
@@ -104,6 +105,13 @@ struct Context {
 };
 
 Context init(const InitOptions& opts = {});
+
+// Local: what a program's last catch calls before it exits with an error (train_gpt's main does).
+// Publishes `e` to the job's error board (comm/watchdog/board.h): the other ranks' failed
+// collectives then name this rank, its host and `e` as the cause; a CommError is this rank's view
+// of a failure elsewhere, never a cause. On the rank that runs the store, waits (at most 4 s)
+// until the others have read it. Bounded; never throws; nothing before init().
+void publishFatal(const std::exception& e);
 
 // Detectors, each returns nullopt when its launcher is not present. Exposed for tests.
 std::optional<LaunchInfo> detectTorchrun();
