@@ -152,6 +152,7 @@ int main() {
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "collectives_demo failed on rank %d: %s\n", rank, e.what());
+    tessera::publishFatal(e);  // the other ranks name this rank and its error as the cause
     return 1;
   }
 }

@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "downstream_train: rank %d: error: %s\n", rank, e.what());
+    tessera::publishFatal(e);  // the other ranks name this rank and its error as the cause
     return 1;
   }
 }

@@ -5,7 +5,8 @@
 //   srun --mpi=pmix -n 8 build/examples/train_gpt --pp 2 --tp 2
 // Flags: train_gpt --help (examples/gpt/options.h). Rank 0 prints each step (loss, tokens/s,
 // MFU, step-time breakdown, peak memory) and writes the JSONL log (--log-jsonl).
-// Exit status: 0 on success, 1 on an error (printed with the rank), 2 on bad flags.
+// Exit status: 0 on success, 1 on an error (printed with the rank, and published to the other
+// ranks: comm/watchdog/board.h), 2 on bad flags; 3 when the watchdog ends a stuck rank.
 #include <fmt/format.h>
 #include <torch/cuda.h>
 
@@ -15,6 +16,7 @@
 
 #include "comm/bootstrap/init.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "gpt/options.h"
 #include "gpt/trainer.h"
 
@@ -37,11 +39,9 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "{}\n", e.what());
     return 2;
   }
-  int rank = -1;
   try {
     {
       auto ctx = tessera::init(init);
-      rank = ctx.world->rank();
       gpt::resolveLayout(opts, ctx.world->size());
       gpt::Trainer trainer(opts, ctx);
       trainer.run();
@@ -54,9 +54,15 @@ int main(int argc, char** argv) {
     std::_Exit(0);
   } catch (const std::exception& e) {
     // One write per line (the text and its newline together): the ranks share stderr, and
-    // a line written in two pieces can be split by another rank's line.
-    fmt::print(stderr, "train_gpt: rank {}: error: {}\n", rank, e.what());
+    // a line written in two pieces can be split by another rank's line. The rank once the
+    // bootstrap knows it (before, init's message says what it knew).
+    const int rank = tessera::log::rank();
+    fmt::print(stderr, "train_gpt: {}error: {}\n", rank >= 0 ? fmt::format("rank {}: ", rank) : "", e.what());
     std::fflush(stderr);
+    // The job's error board: the other ranks name this error as the cause (the store's host
+    // waits a moment for them to read it). The communicators are gone by now, so the peers'
+    // collectives fail at once rather than at their timeout.
+    tessera::publishFatal(e);
     return 1;
   }
 }

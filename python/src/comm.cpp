@@ -11,6 +11,7 @@
 
 #include "bindings.h"
 #include "comm/bootstrap/init.h"
+#include "comm/watchdog/board.h"
 #include "parallel/process_mesh.h"
 
 namespace tessera::py {
@@ -225,6 +226,15 @@ void bindComm(pb::module_& m) {
       pb::arg("store_port") = pb::none(), pb::arg("rank0_hosts_store") = true, pb::arg("backend") = pb::none(),
       pb::arg("timeout") = pb::none(), pb::arg("store") = pb::none(), pb::arg("store_prefix") = "tessera",
       pb::arg("launcher") = "explicit", pb::arg("store_name") = "");
+  m.def(
+      "_publish_fatal",
+      [](const std::string& message, bool commFailure) {
+        pb::gil_scoped_release nogil;
+        board::publishError(message, commFailure);
+      },
+      pb::arg("message"), pb::arg("comm_failure"),
+      "The job's error board (comm/watchdog/board.h): this process dies of `message`; the other ranks name it as "
+      "the cause. tessera.init()'s excepthook calls it. Bounded; never raises.");
   m.def(
       "can_use_torch_store", [](const pb::object& s) { return bool(torchStore(s)); }, pb::arg("store"),
       "Whether a torch.distributed Store object can be handed to tessera.init(store=...) by this build");

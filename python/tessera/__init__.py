@@ -78,6 +78,8 @@ def init(*, backend=None, timeout=None, rank=None, world_size=None, local_rank=N
     default that :func:`tessera.mesh` uses when no ``world`` is given. Call it once per process
     (a second call raises :class:`tessera.Error`); more groups come from ``world.split`` or a
     mesh. Failures to reach the store or form the world name the launcher and the store tried.
+    An uncaught exception that ends this rank is published to the job's error board first, so the
+    other ranks' failed collectives name it as the cause (docs/design.md, Failures).
     """
     global _default_context
     if _default_context is not None:
@@ -106,9 +108,30 @@ def init(*, backend=None, timeout=None, rank=None, world_size=None, local_rank=N
         ctx = _C.init(rank=rank, world_size=world_size, store_host=store_host, store_port=store_port,
                       rank0_hosts_store=rank0_hosts_store, **kw)
     _default_context = ctx
+    _publish_uncaught_exceptions()
     if init_torch_distributed and not _torch_dist_initialized():
         _init_torch_distributed(ctx)
     return ctx
+
+
+def _publish_uncaught_exceptions():
+    """An exception that ends this rank goes to the job's error board before Python prints it and
+    exits, so the other ranks' failed collectives name it (and this rank) as the cause. Installed
+    once, in front of the excepthook in place."""
+    import sys
+    previous = sys.excepthook
+    if getattr(previous, "_tessera", False):
+        return
+
+    def hook(kind, value, tb):
+        try:
+            _C._publish_fatal(f"{kind.__name__}: {value}", issubclass(kind, CommError))
+        except Exception:  # noqa: BLE001  (never in the way of the traceback)
+            pass
+        previous(kind, value, tb)
+
+    hook._tessera = True
+    sys.excepthook = hook
 
 
 def _torch_dist_initialized():

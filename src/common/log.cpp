@@ -15,6 +15,7 @@ Level level() { return static_cast<Level>(g_level.load(std::memory_order_relaxed
 void setLevel(Level lvl) { g_level = static_cast<int>(lvl); }
 
 void setRank(int rank) { g_rank = rank; }
+int rank() { return g_rank.load(); }
 
 void write(Level lvl, const std::string& msg) {
   static const char* names[] = {"debug", "info", "warn", "error"};

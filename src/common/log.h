@@ -13,6 +13,7 @@ Level level();
 void setLevel(Level lvl);
 // Rank shown in the prefix; -1 (the default) until bootstrap knows it.
 void setRank(int rank);
+int rank();
 void write(Level lvl, const std::string& msg);
 
 template <typename... A>

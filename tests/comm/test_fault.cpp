@@ -1,12 +1,13 @@
 // Fault tests: one rank is SIGKILLed in the middle of an all-reduce or an all-gather, or hangs
 // (sleeps) inside a step; every other rank must exit non-zero with a clear error naming the op
-// within the timeout + 10 s (never hang).
+// and the rank that never reported, within the timeout + 10 s (never hang).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <thread>
 
+#include "common/host.h"
 #include "harness/multiprocess.h"
 #include "pipeline/p2p.h"
 
@@ -74,6 +75,19 @@ TEST_P(Fault, EveryOtherRankEndsWithAClearErrorWithinTheTimeout) {
     EXPECT_NE(res[r].output.find("group 'world'"), std::string::npos) << res[r].output;
     EXPECT_NE(res[r].output.find(fmt::format("rank {} of 3", r)), std::string::npos) << res[r].output;
     EXPECT_NE(res[r].output.find("flight recorder"), std::string::npos) << res[r].output;
+    // The error board (comm/watchdog/board.h) names the rank that never reported, and what this
+    // host sees of it: gone when killed, alive when it hangs.
+    EXPECT_NE(res[r].output.find(fmt::format("cause: no rank published an error; rank 2 (host {}, pid ", hostName())),
+              std::string::npos)
+        << res[r].output;
+    const auto& out = res[r].output;
+    if (kind == "hang") {
+      EXPECT_NE(out.find("its process is alive but did not report"), std::string::npos) << out;
+    } else {  // gone, or a zombie the harness has not reaped yet
+      EXPECT_TRUE(out.find("its process is gone") != std::string::npos ||
+                  out.find("its process has exited") != std::string::npos)
+          << out;
+    }
   }
 }
 

@@ -6,8 +6,11 @@
 #include <mutex>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include "comm/backends.h"
+#include "comm/bootstrap/job.h"
+#include "comm/watchdog/board.h"
 #include "common/host.h"
 #include "common/error.h"
 #include "common/log.h"
@@ -23,6 +26,7 @@ LaunchInfo explicitLaunch(const InitOptions& o) {
   l.localRank = o.localRank.value_or(l.rank);
   l.localWorldSize = o.localWorldSize.value_or(l.worldSize);
   l.storePrefix = o.storePrefix;
+  l.ownStore = !o.store && o.rank0HostsStore;
   if (o.store) {
     l.store = o.store;
     l.storeName = o.storeName.empty() ? "the given store" : o.storeName;
@@ -105,6 +109,8 @@ std::terminate_handler previousTerminate = nullptr;
     } catch (const std::exception& ex) {
       std::fprintf(stderr, "tessera: fatal: uncaught exception in a thread (a peer or the rendezvous store may have "
                            "gone away): %s\n", ex.what());
+      std::fflush(stderr);
+      board::publishFatal(ex);
     } catch (...) {
       std::fprintf(stderr, "tessera: fatal: uncaught exception of an unknown type in a thread\n");
     }
@@ -116,6 +122,8 @@ std::terminate_handler previousTerminate = nullptr;
 }
 }  // namespace
 
+void publishFatal(const std::exception& e) { board::publishFatal(e); }
+
 Context init(const InitOptions& o) {
   // A peer that dies leaves sockets (store, Gloo) that fail on write; with SIGPIPE's default
   // action that write would kill this process silently instead of raising a clear error.
@@ -123,6 +131,7 @@ Context init(const InitOptions& o) {
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
   static std::once_flag terminateOnce;
   std::call_once(terminateOnce, [] { previousTerminate = std::set_terminate(terminateWithMessage); });
+  board::close();  // a previous init's store goes when its context does
   Context c;
   c.settings = o.settings ? *o.settings : Settings::fromEnvironment();
   configure(c.settings);
@@ -137,13 +146,26 @@ Context init(const InitOptions& o) {
   const std::string where = fmt::format("tessera::init ({} launch, rank {} of {}, {}): ", l.launcher, l.rank,
                                         l.worldSize, describeStore(l));
   StorePtr base = l.store;
-  if (!base) {
-    try {
-      base = l.hostsStore ? startStoreServer(l.storePort, timeout)
-                          : connectStore(l.storeHost, l.storePort, timeout);
-    } catch (...) {
-      rethrowWith(where);
+  // Who runs the store, for the board's message when it is gone.
+  std::string storeOwner = l.hostsStore ? fmt::format("rank {} (host {}, pid {})", l.rank, c.hostname, ::getpid())
+                           : l.store    ? l.storeName
+                                        : fmt::format("the server at {}:{}", l.storeHost, l.storePort);
+  try {
+    if (!base && l.hostsStore) {
+      try {
+        base = startStoreServer(l.storePort, timeout);
+      } catch (const std::exception& e) {  // a port in use: whose (job.h)
+        const auto holder = describePortHolder(l.storePort, e.what());
+        throw Error(holder.empty() ? e.what() : fmt::format("{}. {}", holder, e.what()));
+      }
+    } else if (!base) {
+      base = connectStore(l.storeHost, l.storePort, timeout);
     }
+    // Before any other key: whose store this is (job.h).
+    if (l.ownStore && l.hostsStore) announceJob(*base, l);
+    if (l.ownStore && !l.hostsStore) storeOwner = checkJob(*base, l, timeout);
+  } catch (...) {
+    rethrowWith(where);
   }
   // Fault injection for the tests (the store's host dying during start-up):
   // TESSERA_FAULT_INJECT=bootstrap-after-store:<rank>.
@@ -152,6 +174,11 @@ Context init(const InitOptions& o) {
     ::raise(SIGKILL);
   }
   c.store = prefixStore(l.storePrefix, base);
+  try {
+    board::open(c.store, l.rank, l.worldSize, storeOwner, l.hostsStore);
+  } catch (...) {
+    rethrowWith(where);
+  }
 
   int devices = cudaDeviceCount();
   Backend backend = chooseBackend(o, c.settings, devices);

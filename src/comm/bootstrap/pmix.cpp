@@ -5,7 +5,9 @@
 // wildcard rank); local rank = PMIX_LOCAL_RANK. Rank 0 starts the TCPStore server (port
 // TESSERA_STORE_PORT, else an ephemeral one) and publishes "tessera.store" = "<host>:<port>"
 // (host: TESSERA_STORE_HOST, else this host's name) with PMIx_Put + PMIx_Commit; everyone
-// fences with PMIX_COLLECT_DATA, then peers PMIx_Get rank 0's key.
+// fences with PMIX_COLLECT_DATA, then peers PMIx_Get rank 0's key. When rank 0 cannot start
+// the store (a fixed port another job holds) it publishes its error instead, and every rank
+// fails with it at once.
 //
 // Finalize: tessera needs PMIx only for this exchange, so detectPmix() ends with a data-less
 // fence (nobody disconnects while a peer may still be reading rank 0's key) and PMIx_Finalize.
@@ -24,6 +26,7 @@
 #include <cstring>
 #include <tuple>
 
+#include "comm/bootstrap/job.h"
 #include "common/env.h"
 #include "common/host.h"
 #include "common/error.h"
@@ -118,15 +121,33 @@ LaunchInfo exchange(const pmix_proc_t& me, int timeoutS) {
   l.localWorldSize = static_cast<int>(getInt(job, PMIX_LOCAL_SIZE, l.rank, timeoutS));
   l.localRank = static_cast<int>(getInt(me, PMIX_LOCAL_RANK, l.rank, timeoutS));
   l.storePrefix = fmt::format("tessera/{}", me.nspace);
+  l.jobId = me.nspace;
+  l.ownStore = true;
 
+  // Rank 0 publishes the store's address, or why it has none ("!" + its error, e.g. a fixed
+  // port another job holds): then every rank fails at once with rank 0's error instead of
+  // waiting in the fence for a rank that left.
+  std::string failed;
   if (l.rank == 0) {
     auto port = env::getInt("TESSERA_STORE_PORT").value_or(0);
-    TESSERA_CHECK(port >= 0 && port < 65536, "tessera PMIx bootstrap: TESSERA_STORE_PORT={} is not a TCP port", port);
-    l.store = startStoreServer(static_cast<uint16_t>(port), settings().timeout);
-    l.hostsStore = true;
-    l.storeHost = env::get("TESSERA_STORE_HOST").value_or(hostName());
-    l.storePort = storePort(l.store);
-    std::string addr = fmt::format("{}:{}", l.storeHost, l.storePort);
+    std::string addr;
+    try {
+      TESSERA_CHECK(port >= 0 && port < 65536, "tessera PMIx bootstrap: TESSERA_STORE_PORT={} is not a TCP port",
+                    port);
+      try {
+        l.store = startStoreServer(static_cast<uint16_t>(port), settings().timeout);
+      } catch (const Error& e) {  // a fixed port in use: whose (job.h)
+        const auto holder = describePortHolder(static_cast<uint16_t>(port), e.what());
+        throw Error(holder.empty() ? e.what() : fmt::format("{}. {}", holder, e.what()));
+      }
+      l.hostsStore = true;
+      l.storeHost = env::get("TESSERA_STORE_HOST").value_or(hostName());
+      l.storePort = storePort(l.store);
+      addr = fmt::format("{}:{}", l.storeHost, l.storePort);
+    } catch (const std::exception& e) {
+      failed = e.what();
+      addr = "!" + failed;
+    }
     pmix_value_t v;
     PMIX_VALUE_CONSTRUCT(&v);
     v.type = PMIX_STRING;
@@ -147,12 +168,18 @@ LaunchInfo exchange(const pmix_proc_t& me, int timeoutS) {
     PMIX_CHECK(l.rank, PMIx_Get(&root, kStoreKey, info.info, info.n, &val.v));
     TESSERA_CHECK(val.v && val.v->type == PMIX_STRING && val.v->data.string,
                   "tessera PMIx bootstrap: rank {}: rank 0's key {} is not a string", l.rank, kStoreKey);
-    std::tie(l.storeHost, l.storePort) = splitAddress(val.v->data.string, l.rank);
+    const std::string addr = val.v->data.string;
+    if (addr.rfind('!', 0) == 0) {
+      failed = fmt::format("rank 0 could not start the store: {}", addr.substr(1));
+    } else {
+      std::tie(l.storeHost, l.storePort) = splitAddress(addr, l.rank);
+    }
   }
   {  // Nobody finalizes while a peer may still be reading rank 0's key.
     FenceInfo info(timeoutS, false);
     PMIX_CHECK(l.rank, PMIx_Fence(&job, 1, info.info, info.n));
   }
+  if (!failed.empty()) throw Error(fmt::format("tessera PMIx bootstrap: rank {} of {}: {}", l.rank, l.worldSize, failed));
   return l;
 }
 

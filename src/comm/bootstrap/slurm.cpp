@@ -90,8 +90,10 @@ std::optional<LaunchInfo> detectSlurm() {
   }
   l.storePort = storePortFromEnv();
   l.hostsStore = l.rank == 0;
-  l.storePrefix = fmt::format("tessera/slurm/{}.{}", env::get("SLURM_JOB_ID").value_or("0"),
-                              env::get("SLURM_STEP_ID").value_or(env::get("SLURM_STEPID").value_or("0")));
+  l.ownStore = true;
+  l.jobId = fmt::format("{}.{}", env::get("SLURM_JOB_ID").value_or("0"),
+                        env::get("SLURM_STEP_ID").value_or(env::get("SLURM_STEPID").value_or("0")));
+  l.storePrefix = "tessera/slurm/" + l.jobId;
   log::debug("SLURM bootstrap: rank {}/{} local {}/{} store {}:{} ({} nodes in {})", l.rank, l.worldSize, l.localRank,
              l.localWorldSize, l.storeHost, l.storePort, hosts.size(), nlVar);
   return l;

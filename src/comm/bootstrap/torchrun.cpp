@@ -52,8 +52,11 @@ std::optional<LaunchInfo> detectTorchrun() {
         fmt::format("/worker/attempt_{}/tessera", env::getInt("TORCHELASTIC_RESTART_COUNT").value_or(0));
   } else {
     l.hostsStore = l.rank == 0;
+    l.ownStore = true;
     l.storePrefix = "tessera";
   }
+  // torchrun's rendezvous id ("none" unless given or --standalone); absent in hand-made launches.
+  l.jobId = env::get("TORCHELASTIC_RUN_ID").value_or("");
   return l;
 }
 

@@ -14,6 +14,7 @@
 
 #include "comm/backends.h"
 #include "comm/gloo/gloo_ops.h"
+#include "comm/watchdog/board.h"
 #include "comm/watchdog/watchdog.h"
 #include "common/host.h"
 #include "common/error.h"
@@ -123,11 +124,14 @@ class GlooWork : public Work {
   void wait() override { synchronize(); }
   void synchronize() override {
     std::unique_lock<std::mutex> l(mu_);
-    // The op itself carries the timeout; the extra second lets its own error arrive first.
-    auto deadline = start_ + timeout_ + std::chrono::seconds(1);
+    // The op itself carries the timeout; the margin lets its own error (and its cause) arrive first.
+    auto deadline = start_ + timeout_ + board::explainBound();
     if (!cv_.wait_until(l, deadline, [&] { return done_; })) {
-      throw CommError(fmt::format("tessera: {} timed out after {:.1f} s (timeout {:.1f} s): a peer did not take part",
-                                  info_.describe(), secondsSince(start_), timeout_.count() / 1000.0));
+      l.unlock();
+      throw CommError(
+          watchdog::withCause(fmt::format("tessera: {} timed out after {:.1f} s (timeout {:.1f} s): a peer did not "
+                                          "take part",
+                                          info_.describe(), secondsSince(start_), timeout_.count() / 1000.0)));
     }
     if (!error_.empty()) throw CommError(error_);
   }
@@ -197,8 +201,8 @@ class GlooWorker {
         try {
           fn();
         } catch (const std::exception& e) {
-          err = fmt::format("tessera: {} failed after {:.1f} s: {}", w->info().describe(), secondsSince(w->start()),
-                            e.what());
+          err = watchdog::withCause(fmt::format("tessera: {} failed after {:.1f} s: {}", w->info().describe(),
+                                                secondsSince(w->start()), e.what()));
           breakWith(err);
           watchdog::onCommFailure(err, nullptr);
         }

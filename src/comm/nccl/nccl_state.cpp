@@ -192,6 +192,7 @@ void NcclState::watchdogLoop() {
     l.unlock();
     done.clear();  // may destroy Works, which return their event under mu_
     if (!failure.empty()) {
+      failure = watchdog::withCause(failure);
       fail(failure);
       watchdog::onCommFailure(failure, nullptr);
     }

@@ -6,6 +6,8 @@
 #include "comm/nccl/cuda_glue.h"
 #include "comm/nccl/nccl_check.h"
 #include "comm/nccl/nccl_state.h"
+#include "comm/watchdog/board.h"
+#include "comm/watchdog/watchdog.h"
 #include "common/error.h"
 
 namespace tessera::nccl_detail {
@@ -85,11 +87,12 @@ void NcclWork::synchronize() {
       return;
     }
     if (s < 0) {
+      err = watchdog::withCause(err);
       st_->fail(err);
       throw CommError(err);
     }
     // The watchdog fails timed-out ops; this is the backstop should it be stuck.
-    if (Clock::now() - start_ > timeout_ + std::chrono::seconds(5)) {
+    if (Clock::now() - start_ > timeout_ + std::chrono::seconds(5) + board::explainBound()) {
       auto msg = fmt::format("tessera: {} timed out after {:.1f} s (timeout {:.1f} s) on device cuda:{}",
                              info_.describe(), secondsSince(start_), timeout_.count() / 1000.0, st_->device);
       st_->fail(msg);

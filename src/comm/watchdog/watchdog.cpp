@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/watchdog/board.h"
 #include "comm/watchdog/flight_recorder.h"
 #include "common/log.h"
 
@@ -45,6 +46,11 @@ void setExitPolicy(bool exitOnError, std::chrono::milliseconds grace) {
   std::lock_guard<std::mutex> l(r.mu);
   r.exitOnError = exitOnError;
   r.grace = grace;
+}
+
+std::string withCause(const std::string& reason) {
+  const std::string cause = board::explainCommFailure(reason);
+  return cause.empty() ? reason : fmt::format("{}\n  cause: {}", reason, cause);
 }
 
 void onCommFailure(const std::string& reason, const void* from) {

@@ -3,8 +3,9 @@
 // backends detect; this decides what the process does).
 //
 // When a backend finds that an op failed in transit — a timeout, a lost peer, an NCCL
-// asynchronous error (never for bad input, which throws at the call) — it calls
-// onCommFailure(). The first such call in a process:
+// asynchronous error (never for bad input, which throws at the call) — it adds the cause with
+// withCause(), fails the op with that text and calls onCommFailure(). The first such call in a
+// process:
 //   1. logs the failure and the flight record (flight_recorder.h) of every group;
 //   2. aborts every other live communicator of the process, so no rank blocks on a group
 //      whose peer is gone (their pending and later ops fail with a message naming the cause);
@@ -25,6 +26,12 @@ class Communicator;
 
 namespace watchdog {
 
+// `reason` (the op, group, rank and what failed) followed by "\n  cause: " and what the job's
+// error board (board.h) says: the first error another rank published, else the ranks that
+// never reported (dead or stalled) by rank, host and pid, or that the store is unreachable;
+// `reason` alone before tessera::init opened the board. The first call of a process asks the
+// board (at most board::explainBound()); later calls reuse its answer.
+std::string withCause(const std::string& reason);
 // Registers a communicator so a failure elsewhere in the process can abort it. Idempotent;
 // held weakly (the registry never keeps a communicator alive).
 void track(const std::shared_ptr<Communicator>& comm);
