@@ -11,30 +11,32 @@ void refuse(const std::string& flag, const std::string& v, const std::string& wh
   throw UsageError(fmt::format("train_gpt: {} expects {}, got '{}'", flag, what, v));
 }
 
+namespace {
+// The whole of `v` as read by `read` (std::stoll, std::stod), else refused.
+template <typename T, typename Read>
+T whole(const std::string& flag, const std::string& v, const std::string& what, Read read) {
+  try {
+    size_t n = 0;
+    const T x = read(v, &n);
+    if (n == v.size()) return x;
+  } catch (const std::exception&) {
+  }
+  refuse(flag, v, what);
+}
+}  // namespace
+
 int64_t integer(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
   const std::string what = hi == kNoMax || hi == INT_MAX ? fmt::format("an integer >= {}", lo)
                                                          : fmt::format("an integer in [{}, {}]", lo, hi);
-  size_t n = 0;
-  int64_t x = 0;
-  try {
-    x = std::stoll(v, &n);
-  } catch (const std::exception&) {
-    refuse(flag, v, what);
-  }
-  if (n != v.size() || x < lo || x > hi) refuse(flag, v, what);
+  const auto x = whole<int64_t>(flag, v, what, [](const std::string& s, size_t* n) { return std::stoll(s, n); });
+  if (x < lo || x > hi) refuse(flag, v, what);
   return x;
 }
 
 double number(const std::string& flag, const std::string& v, double lo, bool open) {
   const std::string what = std::isnan(lo) ? "a number" : fmt::format("a number {} {}", open ? ">" : ">=", lo);
-  size_t n = 0;
-  double x = 0;
-  try {
-    x = std::stod(v, &n);
-  } catch (const std::exception&) {
-    refuse(flag, v, what);
-  }
-  if (n != v.size() || !std::isfinite(x) || (!std::isnan(lo) && (open ? x <= lo : x < lo))) refuse(flag, v, what);
+  const auto x = whole<double>(flag, v, what, [](const std::string& s, size_t* n) { return std::stod(s, n); });
+  if (!std::isfinite(x) || (!std::isnan(lo) && (open ? x <= lo : x < lo))) refuse(flag, v, what);
   return x;
 }
 
