@@ -68,3 +68,7 @@ if(TESSERA_WITH_PMIX)
     endif()
   endif()
 endif()
+
+# CLI11 (header-only; train_gpt's command line): Debian's libcli11-dev, else the copy that
+# scripts/vendor-headers puts in .deps/include (git-ignored) for machines without the package.
+find_path(CLI11_INCLUDE_DIR CLI/CLI.hpp PATHS ${PROJECT_SOURCE_DIR}/.deps/include)

@@ -1,254 +1,256 @@
-// train_gpt's flags; see options.h.
+// train_gpt's command line on CLI11; the flags themselves are options_flags.cpp's table.
 #include "options.h"
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
-#include <functional>
-#include <map>
+#include <filesystem>
+#include <memory>
 #include <sstream>
 
-#include "common/choice.h"
-#include "common/error.h"
-#include "data/token_source.h"
-#include "models/config.h"
+#include "options_flags.h"
+
+// USAGE_CHECK(cond, "fmt {}", args...): throws UsageError with the formatted message.
+#define USAGE_CHECK(cond, ...)                                               \
+  do {                                                                       \
+    if (!(cond)) throw ::tessera::gpt::UsageError(fmt::format(__VA_ARGS__)); \
+  } while (0)
 
 namespace tessera::gpt {
 
 namespace {
-constexpr Choices<DpMode, 2> kDpMode{"--dp-mode value", {{{DpMode::Ddp, "ddp"}, {DpMode::Fsdp, "fsdp"}}}};
-enum class Switch { On, Off, Auto };
-constexpr Choices<Switch, 3> kSwitch{"--fused-kernels value",
-                                     {{{Switch::On, "on"}, {Switch::Off, "off"}, {Switch::Auto, "auto"}}}};
-constexpr Choices<Precision, 2> kPrecision{"--precision value", {{{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}}}};
+namespace fs = std::filesystem;
 
-// The whole of `v` read by `read` (std::stoll / std::stod), else an error naming the flag.
-template <typename T, typename Read>
-T parseWhole(const std::string& flag, const std::string& v, const char* what, Read read) {
-  try {
-    size_t n = 0;
-    const T x = read(v, &n);
-    if (n == v.size()) return x;
-  } catch (const std::exception&) {
-  }
-  throw Error(fmt::format("train_gpt: {} expects {}, got '{}'", flag, what, v));
+// The options before any flag: this machine's defaults (GPU or CPU) and the environment's.
+TrainOptions defaults(bool onGpu, const Settings& env) {
+  TrainOptions o;
+  o.overlap = tp::LinearOverlap::fromSettings(env);
+  o.profile = env.profile;
+  o.profileCpu = env.profileCpu;
+  o.model = onGpu ? "735m" : "tiny";
+  o.cfg = models::presetConfig(o.model);
+  o.precision = onGpu ? Precision::Bf16 : Precision::Fp32;
+  o.fusedKernels = onGpu;  // auto: the CUDA kernels on GPUs; CPU runs keep ATen's ops
+  o.peakTflops = onGpu ? 989 : 0;
+  return o;
 }
-int64_t toInt(const std::string& flag, const std::string& v) {
-  return parseWhole<int64_t>(flag, v, "an integer", [](const std::string& s, size_t* n) { return std::stoll(s, n); });
-}
-double toDouble(const std::string& flag, const std::string& v) {
-  return parseWhole<double>(flag, v, "a number", [](const std::string& s, size_t* n) { return std::stod(s, n); });
-}
-bool isSwitch(const std::string& flag) {
-  for (const char* s : {"--sp", "--breakdown", "--no-fused-wgrad", "--tie-embeddings", "--untie-embeddings",
-                        "--no-decay-embeddings", "--tp-ring"}) {
-    if (flag == s) return true;
-  }
-  return false;
-}
-std::vector<int> toList(const std::string& flag, const std::string& v) {
-  std::vector<int> out;
-  std::stringstream ss(v);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(static_cast<int>(toInt(flag, item)));
-  return out;
-}
-}  // namespace
 
-const char* toString(DpMode m) { return kDpMode.name(m); }
-const char* toString(Precision p) { return kPrecision.name(p); }
-
-std::string usage() {
+std::string footer() {
   std::string presets;
   for (const auto& name : models::presetNames()) {
-    const auto c = models::presetConfig(name);
-    presets += fmt::format("  {:<11} {}\n", name, c.describe());
+    presets += fmt::format("  {:<11} {}\n", name, models::presetConfig(name).describe());
   }
-  return "usage: train_gpt [--layout DPxPPxTP | --dp N --pp N --tp N] [--dp-mode ddp|fsdp] [--micro-batches M]\n"
-         "  [--schedule 1f1b|gpipe|interleaved] [--chunks V] [--extra-warmup K] [--layers-per-stage a,b,...] [--sp]\n"
-         "  [--model PRESET] [--d D] [--layers L] [--heads H] [--kv-heads K] [--ffn F] [--vocab V] [--seq-len T]\n"
-         "  [--positions none|learned|rope] [--rope-theta X] [--tie-embeddings | --untie-embeddings]\n"
-         "  [--batch B] [--steps S] [--lr X] [--lr-schedule constant|cosine|linear|wsd] [--min-lr X] [--warmup N]\n"
-         "  [--decay-steps N] [--clip X] [--weight-decay X] [--no-decay-embeddings] [--recompute none|full|selective]\n"
-         "  [--eval-every N] [--eval-batches K] [--precision fp32|bf16] [--seed S]\n"
-         "  [--data synthetic|PATH|'W1 PATH1 W2 PATH2 ...'] [--data-format auto|megatron|llmc|raw-uint16|raw-uint32]\n"
-         "  [--split TRAIN,VALID[,TEST]] [--valid-data SPEC] [--eod-token ID]\n"
-         "  [--fsdp-prefetch-mib N] [--checkpoint-dir DIR] [--checkpoint-every K] [--async-checkpoint on|off]\n"
-         "  [--log-jsonl FILE] [--breakdown] [--peak-tflops X] [--no-fused-wgrad]\n"
-         "  [--tp-forward-chunks N] [--sm-carveout SMS] [--tp-ring] [--profile PATH[:FIRST[:COUNT]]]\n"
-         "  [--fused-kernels on|off|auto]\n"
-         "Defaults: dp = world / (pp·tp); micro-batches 1 without pp (more: gradient accumulation), else 2·pp;\n"
-         "model tiny on CPU, 735m on GPU; precision fp32 on CPU, bf16 on GPU; fused kernels on GPU;\n"
-         "batch 8·dp sequences; data synthetic; constant lr 1e-3; weight decay 0.01 (never on norms and\n"
-         "biases); --tp-forward-chunks, --sm-carveout, --tp-ring, --profile: TESSERA_TP_FORWARD_CHUNKS,\n"
-         "TESSERA_OVERLAP_SM_CARVEOUT, TESSERA_TP_RING, TESSERA_PROFILE, else 1, 0, off, none.\n"
+  return "Switches: --name, or --name=on|off (true|false, yes|no, 1|0). Given twice, the last value wins.\n"
+         "--config FILE: `name = value` lines (TOML, strings quoted) naming any flag above without its dashes;\n"
+         "flags on the command line win. Rank 0 prints the run's resolved config in this form at the start.\n"
+         "GPU defaults (a CUDA device visible, TESSERA_BACKEND unset): model 735m, bf16, fused kernels, MFU of\n"
+         "989 TFLOP/s per GPU; CPU: tiny, fp32, no MFU.\n"
          "--data PATH: a Megatron dataset (PREFIX of PREFIX.bin/.idx), llm.c shards (a glob) or a raw token\n"
          "file (with --data-format raw-uint16|raw-uint32); a blend weighs several (Megatron's syntax).\n"
          "Model presets (any dimension can follow):\n" +
          presets;
 }
 
-TrainOptions parseOptions(int argc, char** argv, bool onGpu, const Settings& env) {
-  TrainOptions o;
-  o.overlap = tp::LinearOverlap::fromSettings(env);
-  o.profile = env.profile;
-  o.profileCpu = env.profileCpu;
-  std::map<std::string, std::string> kv;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--help" || a == "-h") {
-      o.model = "help";
-      return o;
-    }
-    TESSERA_CHECK(a.rfind("--", 0) == 0, "train_gpt: unexpected argument '{}'\n{}", a, usage());
-    std::string name = a, value;
-    if (auto eq = a.find('='); eq != std::string::npos) {
-      name = a.substr(0, eq);
-      value = a.substr(eq + 1);
-    } else if (!isSwitch(name)) {
-      TESSERA_CHECK(i + 1 < argc, "train_gpt: {} needs a value", name);
-      value = argv[++i];
-    }
-    kv[name] = value;
+// CLI11's parser over the flag table: options[i] parses flags[i].
+struct Cli {
+  CLI::App app{"train_gpt: a GPT or Llama trained in any dp x pp x tp layout (docs/training.md)", "train_gpt"};
+  std::vector<Flag> flags;
+  std::vector<CLI::Option*> options;
+  CLI::Option* config = nullptr;
+};
+
+std::unique_ptr<Cli> makeCli(bool onGpu, const Settings& env) {
+  auto cli = std::make_unique<Cli>();
+  auto& app = cli->app;
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.allow_extras();  // parseOptions names the first one
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  app.get_formatter()->column_width(40);
+  app.get_help_ptr()->group("General");
+  cli->config = app.set_config("--config", "", "TOML file of flags, `name = value` a line (flags given here win)");
+  cli->config->type_name("FILE")->group("General");
+  const TrainOptions dflt = defaults(onGpu, env);
+  cli->flags = flagTable(onGpu);
+  for (const auto& f : cli->flags) {
+    std::string shown = f.shown;
+    if (shown.empty() && f.get) shown = f.get(dflt);
+    if (f.value.empty() && !shown.empty()) shown = shown == "true" ? "on" : "off";
+    if (shown.size() >= 2 && (shown.front() == '"' || shown.front() == '\'')) shown = shown.substr(1, shown.size() - 2);
+    const std::string help =
+        f.help + (f.get || !f.shown.empty() ? fmt::format(" [{}]", shown.empty() ? "none" : shown) : "");
+    CLI::Option* opt = f.value.empty() ? app.add_flag(f.names, help) : app.add_option(f.names, help);
+    if (!f.value.empty()) opt->type_name(f.value);
+    opt->group(f.group);
+    cli->options.push_back(opt);
   }
-  auto take = [&](const std::string& n, const std::function<void(const std::string&)>& f) {
-    if (auto it = kv.find(n); it != kv.end()) {
-      f(it->second);
-      kv.erase(it);
+  app.footer(footer());
+  return cli;
+}
+
+// CLI11's error as train_gpt's, naming the flag or the config file.
+std::string message(const Cli& cli, const CLI::ParseError& e) {
+  const std::string file = cli.config->empty() ? "" : cli.config->results().back();
+  const std::string what = e.what();
+  if (e.get_name() == "FileError") {
+    std::error_code ec;
+    if (fs::is_directory(file, ec)) {
+      return fmt::format("train_gpt: --config '{}' is a directory, not a TOML file", file);
+    }
+    return fmt::format("train_gpt: --config '{}': cannot read it (missing?)", file);
+  }
+  if (e.get_name() == "ConfigError") {
+    if (const auto at = what.rfind(' '); what.rfind("INI was not able to parse", 0) == 0 && at != std::string::npos) {
+      return fmt::format(
+          "train_gpt: --config '{}': unknown key '{}' (keys are the flags' long names without "
+          "dashes; train_gpt --help lists them)",
+          file, what.substr(at + 1));
+    }
+    return fmt::format("train_gpt: --config '{}': {}", file, what);
+  }
+  if (e.get_name() == "ArgumentMismatch" && what.size() > 7 && what.compare(what.size() - 7, 7, "missing") == 0) {
+    return fmt::format("train_gpt: {} needs a value", what.substr(0, what.find(": ")));  // "--batch: 1 required B missing"
+  }
+  return fmt::format("train_gpt: {} (train_gpt --help lists the flags)", what);
+}
+
+// A directory where data, a log file or a checkpoint directory is expected: said now, by name.
+void checkPaths(const TrainOptions& o) {
+  std::error_code ec;
+  auto data = [&](const char* flag, const std::string& spec) {
+    std::istringstream words(spec);
+    for (std::string w; words >> w;) {
+      USAGE_CHECK(!fs::is_directory(w, ec) || fs::exists(w + ".idx", ec),
+                  "train_gpt: {} '{}' is a directory; expected a Megatron PREFIX (of PREFIX.bin and PREFIX.idx), "
+                  "llm.c shards (a glob such as '{}/*.bin') or a token file",
+                  flag, w, w);
     }
   };
-  o.model = onGpu ? "735m" : "tiny";
-  take("--model", [&](const std::string& v) { o.model = v; });
-  o.cfg = models::presetConfig(o.model);
-  auto i64 = [&](const char* n, int64_t& x) { take(n, [&](const std::string& v) { x = toInt(n, v); }); };
-  auto i32 = [&](const char* n, int& x) { take(n, [&](const std::string& v) { x = static_cast<int>(toInt(n, v)); }); };
-  auto dbl = [&](const char* n, double& x) { take(n, [&](const std::string& v) { x = toDouble(n, v); }); };
-  auto str = [&](const char* n, std::string& x) { take(n, [&](const std::string& v) { x = v; }); };
-  take("--layout", [&](const std::string& v) {
-    int d = 0, p = 0, t = 0;
-    char x1 = 0, x2 = 0;
-    std::stringstream ss(v);
-    TESSERA_CHECK((ss >> d >> x1 >> p >> x2 >> t) && x1 == 'x' && x2 == 'x' && ss.eof(),
-                  "train_gpt: --layout expects DPxPPxTP (e.g. 2x2x2), got '{}'", v);
-    o.dp = d;
-    o.pp = p;
-    o.tp = t;
-  });
-  i32("--dp", o.dp);
-  i32("--pp", o.pp);
-  i32("--tp", o.tp);
-  take("--dp-mode", [&](const std::string& v) { o.dpMode = kDpMode.parse(v); });
-  i32("--micro-batches", o.microBatches);
-  take("--schedule", [&](const std::string& v) { o.schedule = pipeline::parseScheduleKind(v); });
-  i32("--chunks", o.chunks);
-  i32("--extra-warmup", o.extraWarmup);
-  take("--layers-per-stage", [&](const std::string& v) { o.layersPerStage = toList("--layers-per-stage", v); });
-  i64("--d", o.cfg.d);
-  i64("--layers", o.cfg.layers);
-  i64("--heads", o.cfg.heads);
-  i64("--kv-heads", o.cfg.kvHeads);
-  i64("--ffn", o.cfg.ffn);
-  i64("--vocab", o.cfg.vocab);
-  i64("--seq-len", o.cfg.seqLen);
-  take("--positions", [&](const std::string& v) { o.cfg.positions = models::parsePositions(v); });
-  dbl("--rope-theta", o.cfg.ropeTheta);
-  take("--tie-embeddings", [&](const std::string&) { o.cfg.tiedEmbeddings = true; });
-  take("--untie-embeddings", [&](const std::string&) { o.cfg.tiedEmbeddings = false; });
-  o.batchGiven = kv.count("--batch") > 0;
-  i64("--batch", o.batch);
-  i32("--steps", o.steps);
-  dbl("--lr", o.lr.lr);
-  take("--lr-schedule", [&](const std::string& v) { o.lr.kind = optim::parseLrKind(v); });
-  dbl("--min-lr", o.lr.minLr);
-  i64("--warmup", o.lr.warmup);
-  i64("--decay-steps", o.lr.decay);
-  dbl("--clip", o.clip);
-  dbl("--weight-decay", o.weightDecay);
-  take("--no-decay-embeddings", [&](const std::string&) { o.decayEmbeddings = false; });
-  take("--recompute", [&](const std::string& v) { o.recompute = nn::parseRecompute(v); });
-  i32("--eval-every", o.evalEvery);
-  i32("--eval-batches", o.evalBatches);
-  o.precision = onGpu ? Precision::Bf16 : Precision::Fp32;
-  take("--precision", [&](const std::string& v) { o.precision = kPrecision.parse(v); });
-  take("--seed", [&](const std::string& v) { o.seed = static_cast<uint64_t>(toInt("--seed", v)); });
-  str("--data", o.data);
-  str("--valid-data", o.validData);
-  str("--split", o.split);
-  take("--data-format", [&](const std::string& v) { o.dataFormat = data::parseFormat(v); });
-  i64("--eod-token", o.eodToken);
-  take("--sp", [&](const std::string&) { o.sequenceParallel = true; });
-  take("--breakdown", [&](const std::string&) { o.breakdown = true; });
-  take("--no-fused-wgrad", [&](const std::string&) { o.fusedWgrad = false; });
-  i64("--fsdp-prefetch-mib", o.fsdpPrefetchMiB);
-  str("--checkpoint-dir", o.checkpointDir);
-  i32("--checkpoint-every", o.checkpointEvery);
-  take("--async-checkpoint", [&](const std::string& v) {
-    TESSERA_CHECK(v == "on" || v == "off", "train_gpt: --async-checkpoint takes on or off, got '{}'", v);
-    o.asyncCheckpoint = v == "on";
-  });
-  str("--log-jsonl", o.logJsonl);
-  dbl("--peak-tflops", o.peakTflops);
-  i32("--tp-forward-chunks", o.overlap.forwardChunks);
-  i32("--sm-carveout", o.overlap.smCarveout);
-  take("--tp-ring", [&](const std::string&) { o.overlap.ring = true; });
-  str("--profile", o.profile);
-  o.fusedKernels = onGpu;  // auto: the CUDA kernels on GPUs; CPU runs keep ATen's ops
-  take("--fused-kernels", [&](const std::string& v) {
-    const auto s = kSwitch.parse(v);
-    o.fusedKernels = s == Switch::On || (s == Switch::Auto && onGpu);
-  });
-  if (o.peakTflops == 0 && onGpu) o.peakTflops = 989;
-  TESSERA_CHECK(kv.empty(), "train_gpt: unknown flag '{}'\n{}", kv.begin()->first, usage());
-  TESSERA_CHECK(o.precision == Precision::Fp32 || onGpu, "train_gpt: --precision bf16 needs GPUs (CPU runs are fp32)");
-  TESSERA_CHECK(o.steps >= 1, "train_gpt: --steps must be >= 1, got {}", o.steps);
-  TESSERA_CHECK(o.extraWarmup >= 0 && (o.extraWarmup == 0 || o.schedule == pipeline::ScheduleKind::OneFOneB),
-                "train_gpt: --extra-warmup {} needs --schedule 1f1b and a count >= 0 (schedule: {})", o.extraWarmup,
-                pipeline::scheduleName(o.schedule));
-  TESSERA_CHECK(o.overlap.forwardChunks >= 1 && o.overlap.forwardChunks <= 64,
-                "train_gpt: --tp-forward-chunks must be 1 to 64, got {}", o.overlap.forwardChunks);
-  TESSERA_CHECK(o.overlap.smCarveout >= 0 && o.overlap.smCarveout < 1024,
-                "train_gpt: --sm-carveout must be 0 to 1023 SMs, got {}", o.overlap.smCarveout);
-  models::validate(o.cfg);
+  if (o.data != "synthetic") data("--data", o.data);
+  data("--valid-data", o.validData);
+  USAGE_CHECK(o.logJsonl.empty() || !fs::is_directory(o.logJsonl, ec),
+              "train_gpt: --log-jsonl '{}' is a directory; expected a file name", o.logJsonl);
+  USAGE_CHECK(o.checkpointDir.empty() || !fs::exists(o.checkpointDir, ec) || fs::is_directory(o.checkpointDir, ec),
+              "train_gpt: --checkpoint-dir '{}' is a file; expected a directory", o.checkpointDir);
+}
+
+// The checks across flags, once every value is in.
+void check(TrainOptions& o, bool onGpu) {
+  USAGE_CHECK(o.precision == Precision::Fp32 || onGpu, "train_gpt: --precision bf16 needs GPUs (CPU runs are fp32)");
+  USAGE_CHECK(o.extraWarmup == 0 || o.schedule == pipeline::ScheduleKind::OneFOneB,
+              "train_gpt: --extra-warmup {} needs --schedule 1f1b (schedule: {})", o.extraWarmup,
+              pipeline::scheduleName(o.schedule));
+  USAGE_CHECK(o.evalEvery == 0 || o.data != "synthetic",
+              "train_gpt: --eval-every needs validation data (--data PATH with --split or --valid-data)");
+  USAGE_CHECK(!o.data.empty(), "train_gpt: --data needs 'synthetic' or a dataset");
+  USAGE_CHECK(o.data != "synthetic" || o.validData.empty(),
+              "train_gpt: --valid-data needs --data PATH (not synthetic)");
+  checkPaths(o);
   o.lr.total = o.steps;
-  optim::validate(o.lr);
-  TESSERA_CHECK(o.evalEvery >= 0 && o.evalBatches >= 1, "train_gpt: --eval-every {} must be >= 0, --eval-batches {} >= 1",
-                o.evalEvery, o.evalBatches);
-  TESSERA_CHECK(!o.data.empty(), "train_gpt: --data needs 'synthetic' or a dataset");
-  TESSERA_CHECK(o.evalEvery == 0 || o.data != "synthetic",
-                "train_gpt: --eval-every needs validation data (--data PATH with --split or --valid-data)");
-  TESSERA_CHECK(o.data != "synthetic" || o.validData.empty(), "train_gpt: --valid-data needs --data PATH (not synthetic)");
+  try {
+    models::validate(o.cfg);
+    optim::validate(o.lr);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw UsageError(fmt::format("train_gpt: {}", e.what()));
+  }
   if (o.schedule != pipeline::ScheduleKind::Interleaved1F1B) o.chunks = 1;
+}
+}  // namespace
+
+std::string usage(bool onGpu, const Settings& env) { return makeCli(onGpu, env)->app.help(); }
+
+TrainOptions parseOptions(int argc, char** argv, bool onGpu, const Settings& env) {
+  auto cli = makeCli(onGpu, env);
+  TrainOptions o = defaults(onGpu, env);
+  // CLI11 reads "--name=" as "--name" and takes the next argument; train_gpt: the empty value.
+  std::vector<std::string> args;  // reversed, as CLI11 takes them
+  for (int i = argc - 1; i >= 1; --i) {
+    const std::string a = argv[i];
+    if (a.size() > 3 && a.rfind("--", 0) == 0 && a.back() == '=') {
+      args.push_back("");
+      args.push_back(a.substr(0, a.size() - 1));
+    } else {
+      args.push_back(a);
+    }
+  }
+  try {
+    cli->app.parse(args);
+  } catch (const CLI::CallForHelp&) {
+    o.model = "help";
+    return o;
+  } catch (const CLI::ParseError& e) {
+    throw UsageError(message(*cli, e));
+  }
+  if (const auto extra = cli->app.remaining(); !extra.empty()) {
+    const std::string& a = extra.front();
+    const std::string name = a.substr(0, a.find('='));
+    USAGE_CHECK(name != "--d",
+                "train_gpt: unknown flag '--d': the width is --hidden-size (torchrun 2.x would take --d "
+                "for an abbreviation of its --duplicate-* options)");
+    USAGE_CHECK(a.rfind('-', 0) != 0, "train_gpt: unknown flag '{}' (train_gpt --help lists the flags)", name);
+    throw UsageError(
+        fmt::format("train_gpt: unexpected argument '{}' (flags are --name VALUE or --name=VALUE; "
+                    "switches take no value, or --name=on|off)",
+                    a));
+  }
+  for (size_t i = 0; i < cli->flags.size(); ++i) {
+    if (cli->options[i]->count() > 0) cli->flags[i].set(o, cli->options[i]->results().back());
+  }
+  check(o, onGpu);
   return o;
 }
 
 void resolveLayout(TrainOptions& o, int world) {
-  TESSERA_CHECK(o.pp >= 1 && o.tp >= 1, "train_gpt: --pp and --tp must be >= 1 (pp {}, tp {})", o.pp, o.tp);
+  USAGE_CHECK(o.pp >= 1 && o.tp >= 1, "train_gpt: --pp and --tp must be >= 1 (pp {}, tp {})", o.pp, o.tp);
   if (o.dp == 0) {
-    TESSERA_CHECK(world % (o.pp * o.tp) == 0, "train_gpt: the world of {} ranks is not divisible by pp {} x tp {}",
-                  world, o.pp, o.tp);
+    USAGE_CHECK(world % (o.pp * o.tp) == 0, "train_gpt: the world of {} ranks is not divisible by pp {} x tp {}",
+                world, o.pp, o.tp);
     o.dp = world / (o.pp * o.tp);
   }
-  TESSERA_CHECK(o.dp * o.pp * o.tp == world, "train_gpt: dp {} x pp {} x tp {} = {} ranks, but the world has {}", o.dp,
-                o.pp, o.tp, o.dp * o.pp * o.tp, world);
+  USAGE_CHECK(o.dp * o.pp * o.tp == world, "train_gpt: dp {} x pp {} x tp {} = {} ranks, but the world has {}", o.dp,
+              o.pp, o.tp, o.dp * o.pp * o.tp, world);
   if (o.microBatches == 0) o.microBatches = o.pp > 1 ? 2 * o.pp : 1;
   if (o.batch == 0) o.batch = 8 * o.dp;
-  TESSERA_CHECK(o.batch % o.dp == 0, "train_gpt: --batch {} is not divisible by dp {}", o.batch, o.dp);
-  TESSERA_CHECK((o.batch / o.dp) % o.microBatches == 0,
-                "train_gpt: the per-replica batch {} (batch {} / dp {}) is not divisible into {} micro-batches",
-                o.batch / o.dp, o.batch, o.dp, o.microBatches);
+  USAGE_CHECK(o.batch % o.dp == 0, "train_gpt: --batch {} is not divisible by dp {}", o.batch, o.dp);
+  USAGE_CHECK((o.batch / o.dp) % o.microBatches == 0,
+              "train_gpt: the per-replica batch {} (batch {} / dp {}) is not divisible into {} micro-batches",
+              o.batch / o.dp, o.batch, o.dp, o.microBatches);
   const auto& c = o.cfg;
-  TESSERA_CHECK(c.heads % o.tp == 0, "train_gpt: heads = {} is not divisible by tp = {}", c.heads, o.tp);
-  TESSERA_CHECK(c.arch != models::Arch::Llama || c.kvH() % o.tp == 0 || o.tp % c.kvH() == 0,
-                "train_gpt: kv heads = {} and tp = {}: one must divide the other (kv heads split over tp, or each "
-                "replicated on tp / kv heads ranks)",
-                c.kvH(), o.tp);
-  TESSERA_CHECK(c.ffnSize() % o.tp == 0, "train_gpt: the FFN size {} is not divisible by tp = {}", c.ffnSize(), o.tp);
-  TESSERA_CHECK(c.vocab % o.tp == 0, "train_gpt: the vocabulary {} is not divisible by tp = {} (vocab-parallel)",
-                c.vocab, o.tp);
-  TESSERA_CHECK(c.layers >= o.pp * o.chunks, "train_gpt: {} layers cannot fill pp {} x {} chunk(s) = {} stages",
-                c.layers, o.pp, o.chunks, o.pp * o.chunks);
-  TESSERA_CHECK(!(o.dpMode == DpMode::Fsdp && o.schedule == pipeline::ScheduleKind::Interleaved1F1B),
-                "train_gpt: --dp-mode fsdp with --schedule interleaved is not supported (FSDP reduces a unit's "
-                "gradients in the last backward that runs it, which interleaving splits across chunks); use 1f1b or "
-                "gpipe");
+  USAGE_CHECK(c.heads % o.tp == 0, "train_gpt: heads = {} is not divisible by tp = {}", c.heads, o.tp);
+  USAGE_CHECK(c.arch != models::Arch::Llama || c.kvH() % o.tp == 0 || o.tp % c.kvH() == 0,
+              "train_gpt: kv heads = {} and tp = {}: one must divide the other (kv heads split over tp, or each "
+              "replicated on tp / kv heads ranks)",
+              c.kvH(), o.tp);
+  USAGE_CHECK(c.ffnSize() % o.tp == 0, "train_gpt: the FFN size {} is not divisible by tp = {}", c.ffnSize(), o.tp);
+  USAGE_CHECK(c.vocab % o.tp == 0, "train_gpt: the vocabulary {} is not divisible by tp = {} (vocab-parallel)",
+              c.vocab, o.tp);
+  USAGE_CHECK(c.layers >= o.pp * o.chunks, "train_gpt: {} layers cannot fill pp {} x {} chunk(s) = {} stages",
+              c.layers, o.pp, o.chunks, o.pp * o.chunks);
+  if (!o.layersPerStage.empty()) {
+    int64_t sum = 0;
+    for (const int n : o.layersPerStage) sum += n;
+    USAGE_CHECK(static_cast<int>(o.layersPerStage.size()) == o.pp * o.chunks && sum == c.layers,
+                "train_gpt: --layers-per-stage {} needs pp {} x {} chunk(s) = {} entries summing to the {} layers",
+                fmt::join(o.layersPerStage, ","), o.pp, o.chunks, o.pp * o.chunks, c.layers);
+  }
+  USAGE_CHECK(!(o.dpMode == DpMode::Fsdp && o.schedule == pipeline::ScheduleKind::Interleaved1F1B),
+              "train_gpt: --dp-mode fsdp with --schedule interleaved is not supported (FSDP reduces a unit's "
+              "gradients in the last backward that runs it, which interleaving splits across chunks); use 1f1b or "
+              "gpipe");
+}
+
+std::string configToml(const TrainOptions& o) {
+  std::string out = "# train_gpt's options: train_gpt --config FILE runs them again (flags given beside it win)\n";
+  std::string group;
+  for (const auto& f : flagTable(false)) {
+    const std::string v = f.get ? f.get(o) : "";
+    if (v.empty()) continue;
+    if (f.group != group) out += fmt::format("# {}\n", group = f.group);
+    out += fmt::format("{} = {}\n", f.key(), v);
+  }
+  return out;
 }
 
 bool usesFusedWgrad(const TrainOptions& o) { return o.fusedWgrad && o.dpMode == DpMode::Ddp; }

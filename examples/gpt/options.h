@@ -1,12 +1,14 @@
 #pragma once
-// train_gpt's command line. Every flag is --name value or --name=value; --help prints them.
-// Unknown flags, bad values and layouts that do not fit the world are tessera::Error naming
-// the flag and the value.
+// train_gpt's command line (CLI11): --name value or --name=value, switches --name or
+// --name=on|off; --config FILE.toml gives any flag as `name = value` (flags on the command line
+// win); --help prints every flag with its default. Bad flags, values, config files and layouts
+// are UsageError naming the flag and the value (train_gpt exits 2 on them).
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "comm/settings.h"
+#include "common/error.h"
 #include "data/token_source.h"
 #include "models/config.h"
 #include "nn/recompute.h"
@@ -21,6 +23,12 @@ enum class Precision { Fp32, Bf16 };
 const char* toString(DpMode m);     // "ddp" | "fsdp"
 const char* toString(Precision p);  // "fp32" | "bf16"
 
+// A bad flag, value, config file or layout: what the user asked for cannot run.
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
 struct TrainOptions {
   int dp = 0, pp = 1, tp = 1;     // dp 0: world / (pp · tp)
   DpMode dpMode = DpMode::Ddp;
@@ -32,7 +40,7 @@ struct TrainOptions {
   std::string model;              // preset (models/config.h); empty: tiny on CPU, 735m on GPU
   models::ModelConfig cfg;        // the preset, then the shape flags
   int64_t batch = 0;              // global batch (sequences per step); 0: 8 · dp (a resumed run: the checkpoint's)
-  bool batchGiven = false;        // --batch given: a resumed run takes it over the checkpoint's
+  bool batchGiven = false;        // --batch was given (command line or --config): a resume takes it over the checkpoint's
   int steps = 5;
   double clip = 1.0, weightDecay = 0.01;
   optim::LrSchedule lr;           // --lr, --lr-schedule, --min-lr, --warmup, --decay-steps (total: steps)
@@ -58,7 +66,7 @@ struct TrainOptions {
   // Weight gradients summed in fp32 by the GEMM into .grad (nn/accum_linear.h) where that applies:
   // DDP, at any tp (FSDP's bf16 parameters keep autograd's). --no-fused-wgrad: off.
   bool fusedWgrad = true;
-  double peakTflops = 0;          // 0: 989 on CUDA (H100/H200 bf16 dense), none on CPU
+  double peakTflops = 0;          // per-GPU peak for MFU; 0: no MFU (default 989 on GPUs: H100/H200 bf16 dense)
   // Overlap of the TP layers' collectives with their GEMMs (--tp-forward-chunks, --sm-carveout,
   // --tp-ring; defaults from the environment, Settings); the carveout also serves DDP.
   tp::LinearOverlap overlap;
@@ -70,12 +78,21 @@ struct TrainOptions {
   bool fusedKernels = false;
 };
 
-// Parses argv; `onGpu` picks the defaults, `env` (Settings::fromEnvironment()) the defaults of
-// the flags that have a variable. Throws on bad input; "--help" → TrainOptions::model == "help".
+// Parses argv (and the --config file it names); `onGpu` picks the defaults, `env`
+// (Settings::fromEnvironment()) the defaults of the flags that have a variable. Local. Throws
+// UsageError naming the flag and the value; "--help" → TrainOptions::model == "help".
 TrainOptions parseOptions(int argc, char** argv, bool onGpu, const Settings& env = {});
-std::string usage();
-// Fills dp, microBatches, batch from the world size; checks that everything fits.
+// --help's text: every flag with its default on this machine, the presets.
+std::string usage(bool onGpu = false, const Settings& env = {});
+// Fills dp, microBatches, batch from the world size; checks that everything fits (UsageError).
 void resolveLayout(TrainOptions& o, int world);
+// The options as a TOML file that --config reads back: every flag's value, one `name = value`
+// a line, under the flags' canonical names. For resolved options (after resolveLayout), feeding
+// it back with `--config` on a machine of the same kind (GPU or CPU) gives equal options: dp,
+// micro-batches and batch as resolved, the environment's defaults (TESSERA_TP_*, TESSERA_PROFILE)
+// as they were (TESSERA_PROFILE_CPU has no flag). Strings must not hold '#', a newline, or both
+// kinds of quote (CLI11's TOML reader has no escapes). Local, pure.
+std::string configToml(const TrainOptions& o);
 std::string describe(const TrainOptions& o);
 // Whether the linears sum their weight gradients in the GEMM: fusedWgrad where it applies
 // (DDP, any tp).

@@ -158,13 +158,15 @@ void Trainer::State::saveCheckpoint(int64_t step) {
                                                  {"model_config", models::configToJson(o.cfg)},
                                                  {"global_batch", std::to_string(o.batch)},
                                                  {"data_state", data::encodeDataState(batches->state())}};
+  // The run's resolved config beside the tensors: `train_gpt --config <dir>/config.toml` runs it again.
+  const std::map<std::string, std::string> files{{"config.toml", configToml(o)}};
   if (saver) {  // staged to host memory here; written and published on the saver's thread
-    saver->save(o.checkpointDir, pieces, step, extra);
+    saver->save(o.checkpointDir, pieces, step, extra, files);
     if (isLogger()) log::info("train_gpt: checkpoint of step {} staged; writing it to {}", step, o.checkpointDir);
     return;
   }
   synchronizeDevice(device);
-  checkpoint::save(o.checkpointDir, pieces, *ctx.world, step, extra);
+  checkpoint::save(o.checkpointDir, pieces, *ctx.world, step, extra, files);
   if (isLogger()) log::info("train_gpt: checkpoint of step {} saved to {}", step, o.checkpointDir);
 }
 

@@ -33,8 +33,12 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     a = ap.add_argument
     a("--model", default="llama-tiny", help="a Llama preset of train_gpt (llama-tiny, llama3-1b, llama3-8b)")
-    for f in ("d", "layers", "heads", "kv-heads", "ffn", "vocab", "seq-len"):
-        a(f"--{f}", type=int, help="override the preset's field")
+    # train_gpt's shape flags: Megatron's names, the old ones where no torchrun option starts with them
+    for names, dest in ((("--hidden-size",), "d"), (("--num-layers", "--layers"), "layers"),
+                        (("--num-attention-heads", "--heads"), "heads"), (("--num-query-groups", "--kv-heads"), "kv_heads"),
+                        (("--ffn-hidden-size", "--ffn"), "ffn"), (("--vocab-size", "--vocab"), "vocab"),
+                        (("--seq-length", "--seq-len"), "seq_len")):
+        a(*names, dest=dest, type=int, help="override the preset's field")
     a("--tie-embeddings", dest="tied", action="store_const", const=True)
     a("--untie-embeddings", dest="tied", action="store_const", const=False)
     a("--dp", type=int, default=0, help="data-parallel size (0: what pp and tp leave of the world)")

@@ -35,7 +35,7 @@ AsyncSaver::~AsyncSaver() {
 }
 
 void AsyncSaver::save(const std::string& dir, const std::vector<Piece>& pieces, int64_t step,
-                      const std::map<std::string, std::string>& extra) {
+                      const std::map<std::string, std::string>& extra, const std::map<std::string, std::string>& files) {
   wait();  // one save in flight; rank 0's previous publication is done before its next plan
   auto pending = std::make_unique<Pending>();
   pending->plan = detail::plan(dir, pieces, *comm_);
@@ -48,10 +48,11 @@ void AsyncSaver::save(const std::string& dir, const std::vector<Piece>& pieces, 
   for (size_t k = 0; k < pending->host.size(); ++k) pending->plan.owned[k].local = pending->host[k];
   pending_ = std::move(pending);
   done_ = std::make_shared<std::atomic<bool>>(false);
-  writer_ = std::thread(&AsyncSaver::write, this, dir, step, extra, seq_++);
+  writer_ = std::thread(&AsyncSaver::write, this, dir, step, extra, files, seq_++);
 }
 
-void AsyncSaver::write(std::string dir, int64_t step, std::map<std::string, std::string> extra, uint64_t seq) {
+void AsyncSaver::write(std::string dir, int64_t step, std::map<std::string, std::string> extra,
+                       std::map<std::string, std::string> files, uint64_t seq) {
   auto done = done_;
   try {
     stage_->waitCopies();
@@ -75,7 +76,7 @@ void AsyncSaver::write(std::string dir, int64_t step, std::map<std::string, std:
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
-      detail::publish(dir, world, step, extra);
+      detail::publish(dir, world, step, extra, files);
       for (const auto& k : keys) store_->deleteKey(k);
     }
   } catch (...) {

@@ -54,13 +54,14 @@ class AsyncSaver {
   AsyncSaver& operator=(const AsyncSaver&) = delete;
 
   void save(const std::string& dir, const std::vector<Piece>& pieces, int64_t step,
-            const std::map<std::string, std::string>& extra = {});
+            const std::map<std::string, std::string>& extra = {}, const std::map<std::string, std::string>& files = {});
   void beforeUpdate();
   void poll();
   void wait();
 
  private:
-  void write(std::string dir, int64_t step, std::map<std::string, std::string> extra, uint64_t seq);
+  void write(std::string dir, int64_t step, std::map<std::string, std::string> extra,
+             std::map<std::string, std::string> files, uint64_t seq);
 
   CommPtr comm_;
   StorePtr store_;

@@ -51,13 +51,13 @@ Piece chunkOf(const std::string& name, const at::Tensor& local, const std::vecto
 }
 
 void save(const std::string& dir, const std::vector<Piece>& pieces, Communicator& comm, int64_t step,
-          const std::map<std::string, std::string>& extra) {
+          const std::map<std::string, std::string>& extra, const std::map<std::string, std::string>& files) {
   auto p = detail::plan(dir, pieces, comm);
   std::vector<at::Tensor> host;
   for (const auto& piece : p.owned) host.push_back(piece.local.detach().to(at::kCPU).contiguous().clone());
   detail::writeShard(p, host);
   comm.barrier()->synchronize();
-  if (comm.rank() == 0) detail::publish(dir, comm.size(), step, extra);
+  if (comm.rank() == 0) detail::publish(dir, comm.size(), step, extra, files);
   comm.barrier()->synchronize();
 }
 

@@ -59,9 +59,10 @@ struct Metadata {
   std::map<std::string, std::vector<int64_t>> shapes;
 };
 
-// Collective over `comm`. `extra` is taken from rank 0.
+// Collective over `comm`. `extra` and `files` (more files of the checkpoint, name -> text, e.g. the
+// run's config; plain names, not the checkpoint's own) are taken from rank 0.
 void save(const std::string& dir, const std::vector<Piece>& pieces, Communicator& comm, int64_t step,
-          const std::map<std::string, std::string>& extra = {});
+          const std::map<std::string, std::string>& extra = {}, const std::map<std::string, std::string>& files = {});
 // Fills every piece's `local` (shape = the box's sizes) in place from <dir>; returns metadata.
 Metadata load(const std::string& dir, std::vector<Piece>& pieces);
 // Reads and checks <dir>/metadata.pt only.

@@ -131,7 +131,8 @@ void writeShard(const ShardPlan& p, const std::vector<at::Tensor>& host) {
   faultPoint("checkpoint-after-write", p.rank);
 }
 
-void publish(const std::string& dirName, int world, int64_t step, const std::map<std::string, std::string>& extra) {
+void publish(const std::string& dirName, int world, int64_t step, const std::map<std::string, std::string>& extra,
+             const std::map<std::string, std::string>& files) {
   const fs::path dir(dirName), tmp(dirName + ".tmp"), old(dirName + ".old");
   auto tens = newDict();  // name -> {shape, dtype, pieces}
   auto fileTable = newDict();
@@ -181,6 +182,12 @@ void publish(const std::string& dirName, int world, int64_t step, const std::map
   writeDurably(tmp / "metadata.pt", metaBytes);
   const auto sum = sumLine(metaBytes);
   writeDurably(tmp / "metadata.sum", std::vector<char>(sum.begin(), sum.end()));
+  for (const auto& [name, text] : files) {
+    TESSERA_CHECK(!name.empty() && name.find('/') == std::string::npos && name != "metadata.pt" &&
+                      name != "metadata.sum" && name.rfind("rank-", 0) != 0,
+                  "checkpoint save: '{}' cannot be a file of the checkpoint", name);
+    writeDurably(tmp / name, std::vector<char>(text.begin(), text.end()));
+  }
   syncDir(tmp);
   faultPoint("checkpoint-after-metadata", 0);
   // A complete checkpoint stays at <dir> or <dir>.old at every instant. <dir> exists only as a

@@ -6,7 +6,8 @@
 //   2. writeShard (local): rank r's pieces, already in host memory, pickled into
 //      <dir>.tmp/rank-r.pt and the index of its boxes into rank-r.index.pt, both fsynced;
 //   3. publish (rank 0, once every rank's writeShard is done): the index files merged into
-//      metadata.pt (+ metadata.sum, its checksum), then renames: <dir> → <dir>.old, <dir>.tmp →
+//      metadata.pt (+ metadata.sum, its checksum), `files` (name -> text) written beside them, then
+//      renames: <dir> → <dir>.old, <dir>.tmp →
 //      <dir>, <dir>.old removed. At every instant a complete checkpoint is at <dir> or <dir>.old.
 #include <ATen/core/Tensor.h>
 
@@ -27,6 +28,7 @@ struct ShardPlan {
 ShardPlan plan(const std::string& dir, const std::vector<Piece>& pieces, Communicator& comm);
 // `host[k]`: owned[k].local's values in host memory.
 void writeShard(const ShardPlan& p, const std::vector<at::Tensor>& host);
-void publish(const std::string& dir, int world, int64_t step, const std::map<std::string, std::string>& extra);
+void publish(const std::string& dir, int world, int64_t step, const std::map<std::string, std::string>& extra,
+             const std::map<std::string, std::string>& files);
 
 }  // namespace tessera::checkpoint::detail

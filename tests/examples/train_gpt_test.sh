@@ -10,11 +10,15 @@
 #                                    Slurm has as many CPUs as the machine)
 #        resume <nproc> <flags>      3 steps, then resumed to 5 = 5 straight, bitwise
 #        reshard <n> <flags> -- <n> <flags>   saved by one layout after 3 steps, resumed by another
-#        bad_layout                  --dp 3 on 4 ranks: every rank fails naming the numbers
+#        bad_layout                  --dp 3 on 4 ranks: every rank fails naming the numbers (mpirun: exit 2)
+#        bad_flags                   bad values, flags and config files: refused before any launch, exit 2,
+#                                    naming the flag and the value
+#        config <nproc> <flags>      the flags, the same values in a --config file, and the resolved config
+#                                    the first run printed: three runs, bitwise the same losses
 #        data_formats                (TESSERA_TRAIN_DATA) the dataset rewritten as llm.c shards and as a
 #                                    raw token file trains bitwise like the Megatron original
 #        data_mismatch               (TESSERA_TRAIN_DATA) resuming with another split: every rank refuses
-#        data_vocab                  (TESSERA_TRAIN_DATA) --vocab 256: every rank names the token's place
+#        data_vocab                  (TESSERA_TRAIN_DATA) --vocab-size 256: every rank names the token's place
 #        bad_model                   heads / kv heads / FFN not fitting tp, layers not filling pp, an
 #                                    unknown preset, a checkpoint of another model: each refused by every rank
 #        byte_data                   (TESSERA_TRAIN_DATA) 20 Brown texts through tessera-prep's byte tokenizer
@@ -45,11 +49,11 @@ source "$(dirname "$0")/../launch/lib.sh"
 COMPARE=$(dirname "$0")/compare_losses.py
 RTOL=1e-5
 # 8 heads: tp 8 divides them (the tiny preset has 4).
-BASE=(--model tiny --heads 8 --batch 16 --steps 5 --lr 1e-2 --clip 0.3 --seed 7)
+BASE=(--model tiny --num-attention-heads 8 --batch 16 --steps 5 --lr 1e-2 --clip 0.3 --seed 7)
 # TESSERA_TRAIN_LLAMA=1: the small Llama instead (4 heads, 2 kv heads: tp 4 replicates each kv head
 # on 2 ranks; tied embeddings), T 32, with a cosine schedule after a warm-up (needs the data below).
 if [[ ${TESSERA_TRAIN_LLAMA:-0} == 1 ]]; then
-  BASE=(--model llama-tiny --seq-len 32 --batch 16 --steps 5 --lr 1e-2 --lr-schedule cosine --warmup 2 --min-lr 1e-3
+  BASE=(--model llama-tiny --seq-length 32 --batch 16 --steps 5 --lr 1e-2 --lr-schedule cosine --warmup 2 --min-lr 1e-3
         --clip 0.3 --seed 7)
 fi
 # TESSERA_TRAIN_DATA=PREFIX: every run trains on that Megatron dataset (the Brown corpus of
@@ -62,7 +66,7 @@ fi
 DATA=${TESSERA_TRAIN_DATA:-}
 if [[ -n $DATA ]]; then
   [[ -f $DATA.idx && -f $DATA.bin ]] || { echo "FAIL: $DATA.idx/.bin missing: run scripts/setup (it prepares the Brown corpus)"; exit 1; }
-  BASE+=(--data "$DATA" --vocab 4096 --split 98,2 --eod-token 2)
+  BASE+=(--data "$DATA" --vocab-size 4096 --split 98,2 --eod-token 2)
 fi
 
 LAUNCHER=${TESSERA_TRAIN_LAUNCHER:-torchrun}
@@ -127,8 +131,8 @@ expect_refusal() {
       launch mpirun --allow-run-as-root --oversubscribe -np "$n" \
         sh -c '"$0" "$@"; echo "train_gpt exit status $?"' "$TRAIN" "${BASE[@]}" --log-jsonl "" "$@"
       local failed
-      failed=$(grep -cE "^train_gpt exit status [1-9]" "$OUT")
-      ((failed == n)) || fail "train_gpt failed on $failed of $n ranks with $*"
+      failed=$(grep -cE "^train_gpt exit status ${EXPECT_STATUS:-[1-9]}$" "$OUT")
+      ((failed == n)) || fail "train_gpt failed${EXPECT_STATUS:+ with exit status $EXPECT_STATUS} on $failed of $n ranks with $*"
       ;;
     *)
       launch torchrun -r 1 -t 1 --master_port="$(free_port)" --nproc_per_node="$n" --no_python "$TRAIN" "${BASE[@]}" \
@@ -140,6 +144,32 @@ expect_refusal() {
   k=$(grep -oE "$text" "$OUT" | wc -l)
   ((k == n)) || fail "$k of $n ranks said '$text' for $*"
   echo "refused by all $n ranks: $* ('$text')"
+}
+
+# to_toml <flags...>: the flags as a --config file (values quoted, switches true).
+to_toml() {
+  local name
+  while (($# > 0)); do
+    name=${1#--}
+    shift
+    if [[ $name == *=* ]]; then
+      printf '%s = "%s"\n' "${name%%=*}" "${name#*=}"
+    elif (($# == 0)) || [[ $1 == --* ]]; then
+      printf '%s = true\n' "$name"
+    else
+      printf '%s = "%s"\n' "$name" "$1"
+      shift
+    fi
+  done
+}
+
+# rank0_config <file>: the resolved config rank 0 printed at the start (in $OUT) into <file>.
+rank0_config() {
+  # torchrun's tee prefixes each line with its rank ("[default0]:"); mpirun's output has none.
+  sed -n 's/^\[default0\]://; /^\[default[1-9][0-9]*\]:/d; p' "$OUT" |
+    sed -n '/train_gpt: the resolved config/,/^profile = /p' | tail -n +2 >"$1"
+  grep -q '^num-attention-heads = ' "$1" && grep -q '^profile = ' "$1" ||
+    fail "no resolved config in the output of rank 0"
 }
 
 compare() {  # compare <log> [compare_losses options]
@@ -204,8 +234,50 @@ PY
     compare got --rtol "$RTOL" --steps 4-5
     ;;
   bad_layout)
-    expect_refusal 4 "error: train_gpt: dp 3 x pp 1 x tp 1 = 3 ranks, but the world has 4" --dp 3
+    EXPECT_STATUS=2 expect_refusal 4 "error: train_gpt: dp 3 x pp 1 x tp 1 = 3 ranks, but the world has 4" --dp 3
     echo "PASS ($CASE): every rank failed with the layout's numbers"
+    ;;
+  bad_flags)  # (test_gpt_options checks every flag's refusal without starting a process)
+    refused() {  # refused <text> <flags...>: train_gpt exits 2 saying <text>, before any launch
+      local text=$1
+      shift
+      "$TRAIN" "$@" >"$OUT" 2>&1
+      local rc=$?
+      ((rc == 2)) || fail "train_gpt $* exited with $rc, not 2: $(cat "$OUT")"
+      grep -qF -- "$text" "$OUT" || fail "train_gpt $* did not say \"$text\": $(cat "$OUT")"
+      echo "refused, exit 2: $* ($text)"
+    }
+    refused "train_gpt: --batch expects an integer >= 1, got '0'" --batch 0
+    refused "train_gpt: --data '$WORK' is a directory" --data "$WORK"
+    refused "train_gpt: --dp-mode: unknown dp mode 'zero'; allowed: ddp, fsdp" --dp-mode zero
+    refused "train_gpt: --sp expects no value (a switch) or one of on, off" --sp=maybe
+    refused "train_gpt: unknown flag '--d': the width is --hidden-size" --d 64
+    printf 'stesp = 3\n' >"$WORK/typo.toml"
+    refused "train_gpt: --config '$WORK/typo.toml': unknown key 'stesp'" --config "$WORK/typo.toml"
+    echo "PASS ($CASE)"
+    ;;
+  config)  # config <nproc> <flags...>
+    n=$1
+    shift
+    run_ranks flags "$n" "$@"
+    rank0_config "$WORK/resolved.toml"
+    to_toml "${BASE[@]}" "$@" >"$WORK/same.toml"
+    base=("${BASE[@]}")
+    BASE=()  # every value from the file
+    run_ranks file "$n" --config "$WORK/same.toml"
+    run_ranks resolved "$n" --config "$WORK/resolved.toml"
+    BASE=("${base[@]}")
+    python3 "$COMPARE" "$WORK/flags.jsonl" "$WORK/file.jsonl" --bitwise || fail "--config of the flags trains otherwise"
+    python3 "$COMPARE" "$WORK/flags.jsonl" "$WORK/resolved.jsonl" --bitwise ||
+      fail "the resolved config trains otherwise"
+    # The config written beside a checkpoint runs it again (elsewhere: no checkpoint, its own log).
+    run_ranks saved "$n" "$@" --checkpoint-dir "$WORK/ck"
+    [[ -f $WORK/ck/config.toml ]] || fail "no config.toml beside the checkpoint"
+    BASE=()
+    run_ranks again "$n" --config "$WORK/ck/config.toml" --checkpoint-dir ""
+    BASE=("${base[@]}")
+    python3 "$COMPARE" "$WORK/flags.jsonl" "$WORK/again.jsonl" --bitwise || fail "the checkpoint's config.toml trains otherwise"
+    echo "PASS ($CASE): flags, --config, the resolved config and the checkpoint's config.toml: the same losses"
     ;;
   data_formats)
     [[ -n $DATA ]] || fail "data_formats needs TESSERA_TRAIN_DATA"
@@ -240,14 +312,15 @@ PY
   data_vocab)
     [[ -n $DATA ]] || fail "data_vocab needs TESSERA_TRAIN_DATA"
     expect_refusal 2 "outside the model's vocabulary \[0, 256\): '[^']*\.bin' sequence [0-9]+ position [0-9]+" \
-      --vocab 256
+      --vocab-size 256
     echo "PASS ($CASE): every rank named the out-of-vocabulary token"
     ;;
   bad_model)
-    expect_refusal 4 "heads = 6 is not divisible by tp = 4" --model llama-tiny --d 96 --heads 6 --kv-heads 2 --tp 4
-    expect_refusal 2 "kv heads = 3 and tp = 2: one must divide the other" --model llama-tiny --d 96 --heads 6 \
+    expect_refusal 4 "heads = 6 is not divisible by tp = 4" --model llama-tiny --hidden-size 96 \
+      --num-attention-heads 6 --num-query-groups 2 --tp 4
+    expect_refusal 2 "kv heads = 3 and tp = 2: one must divide the other" --model llama-tiny --hidden-size 96 --heads 6 \
       --kv-heads 3 --tp 2
-    expect_refusal 4 "the FFN size 190 is not divisible by tp = 4" --model llama-tiny --ffn 190 --tp 4
+    expect_refusal 4 "the FFN size 190 is not divisible by tp = 4" --model llama-tiny --ffn-hidden-size 190 --tp 4
     expect_refusal 4 "3 layers cannot fill pp 4" --model llama-tiny --layers 3 --pp 4
     expect_refusal 2 "unknown preset 'llama4'" --model llama4
     run_ranks first 2 --model llama-tiny --checkpoint-dir "$WORK/ckpt" --steps 2

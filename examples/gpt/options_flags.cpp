@@ -1,0 +1,230 @@
+// train_gpt's flag table; see options_flags.h. The shape flags take Megatron-LM's names
+// (--hidden-size, --num-layers, ...) with the old ones as aliases where safe: no flag or alias may
+// be a prefix of a torchrun option, as torchrun's argparse takes abbreviations (--d is ambiguous
+// under torch 2.11; tests/examples/test_torchrun_prefixes.py).
+#include "options_flags.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <utility>
+
+#include "common/choice.h"
+#include "options_kinds.h"
+
+namespace tessera::gpt {
+
+namespace {
+constexpr Choices<DpMode, 2> kDpMode{"dp mode", {{{DpMode::Ddp, "ddp"}, {DpMode::Fsdp, "fsdp"}}}};
+constexpr Choices<Precision, 2> kPrecision{"precision", {{{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}}}};
+enum class Switch { On, Off, Auto };
+constexpr Choices<Switch, 3> kAuto{"value", {{{Switch::On, "on"}, {Switch::Off, "off"}, {Switch::Auto, "auto"}}}};
+
+struct Table {
+  std::vector<Flag> flags;
+  std::string group;
+  void add(Flag f) {
+    f.group = group;
+    flags.push_back(std::move(f));
+  }
+};
+
+Flag layoutFlag() {
+  Flag f = make("--layout", "DPxPPxTP", "dp, pp and tp at once, e.g. 2x2x2");
+  f.set = [](TrainOptions& o, const std::string& v) {
+    int d = 0, p = 0, t = 0;
+    char x1 = 0, x2 = 0;
+    std::stringstream ss(v);
+    if (!((ss >> d >> x1 >> p >> x2 >> t) && x1 == 'x' && x2 == 'x' && ss.eof() && d >= 1 && p >= 1 && t >= 1)) {
+      refuse("--layout", v, "DPxPPxTP with each >= 1 (e.g. 2x2x2)");
+    }
+    o.dp = d, o.pp = p, o.tp = t;
+  };
+  return f;  // no get: the config gives dp, pp and tp
+}
+
+Flag layersPerStageFlag() {
+  Flag f = make("--layers-per-stage", "A,B,...", "blocks of each stage (pp * chunks entries)");
+  f.shown = "balanced by compute";
+  f.set = [](TrainOptions& o, const std::string& v) {
+    const char* what = "a comma-separated list of block counts >= 1";
+    o.layersPerStage.clear();
+    std::stringstream ss(v);
+    for (std::string item; std::getline(ss, item, ',');) {
+      try {
+        o.layersPerStage.push_back(static_cast<int>(integer("--layers-per-stage", item, 1, INT_MAX)));
+      } catch (const UsageError&) {
+        refuse("--layers-per-stage", v, what);
+      }
+    }
+    if (o.layersPerStage.empty()) refuse("--layers-per-stage", v, what);
+  };
+  f.get = [](const TrainOptions& o) {
+    return o.layersPerStage.empty() ? std::string() : quoted(fmt::format("{}", fmt::join(o.layersPerStage, ",")));
+  };
+  return f;
+}
+
+Flag modelFlag() {
+  Flag f = make("--model", "PRESET", "model preset (listed below)");
+  f.set = [](TrainOptions& o, const std::string& v) {
+    const auto names = models::presetNames();
+    if (std::find(names.begin(), names.end(), v) == names.end()) {
+      throw UsageError(fmt::format("train_gpt: --model: unknown preset '{}'; allowed: {}", v, fmt::join(names, ", ")));
+    }
+    o.model = v;
+    o.cfg = models::presetConfig(v);
+  };
+  f.get = [](const TrainOptions& o) { return quoted(o.model); };
+  return f;
+}
+
+Flag fusedKernelsFlag(bool onGpu) {
+  Flag f = make("--fused-kernels", "on|off|auto", "tessera's fused kernels and multi-tensor AdamW (auto: on GPUs)");
+  f.shown = "auto";
+  f.set = [onGpu](TrainOptions& o, const std::string& v) {
+    const auto s = choice("--fused-kernels", v, [](auto& x) { return kAuto.parse(x); });
+    o.fusedKernels = s == Switch::On || (s == Switch::Auto && onGpu);
+  };
+  f.get = [](const TrainOptions& o) { return quoted(o.fusedKernels ? "on" : "off"); };
+  return f;
+}
+}  // namespace
+
+const char* toString(DpMode m) { return kDpMode.name(m); }
+const char* toString(Precision p) { return kPrecision.name(p); }
+
+std::vector<Flag> flagTable(bool onGpu) {
+  Table t;
+  t.group = "Layout";
+  t.add(layoutFlag());
+  t.add(autoFlag(integerFlag("--dp", "N", "data-parallel size", 1, INT_MAX, FIELD(dp)), "world / (pp * tp)", 0,
+                 FIELD(dp)));
+  t.add(integerFlag("--pp", "N", "pipeline stages (layers >= pp * chunks)", 1, INT_MAX, FIELD(pp)));
+  t.add(integerFlag("--tp", "N", "tensor-parallel size (divides heads, FFN, vocabulary)", 1, INT_MAX, FIELD(tp)));
+  t.add(choiceFlag(
+      "--dp-mode", "ddp|fsdp", "DDP or FSDP on the data axis", [](auto& v) { return kDpMode.parse(v); },
+      [](DpMode m) { return toString(m); }, FIELD(dpMode)));
+  t.add(autoFlag(integerFlag("--micro-batches", "M", "micro-batches per step (gradient accumulation without pp)", 1,
+                             INT_MAX, FIELD(microBatches)),
+                 "1, with pp 2 * pp", 0, FIELD(microBatches)));
+  t.add(choiceFlag(
+      "--schedule", "1f1b|gpipe|interleaved", "pipeline schedule", pipeline::parseScheduleKind,
+      [](pipeline::ScheduleKind k) { return pipeline::scheduleName(k); }, FIELD(schedule)));
+  Flag chunks = integerFlag("--chunks", "V", "virtual stages per rank (interleaved only)", 1, INT_MAX, FIELD(chunks));
+  chunks.shown = "2 with interleaved, else 1";
+  t.add(chunks);
+  t.add(
+      integerFlag("--extra-warmup", "K", "1F1B's extra warm-up forwards (1f1b only)", 0, INT_MAX, FIELD(extraWarmup)));
+  t.add(layersPerStageFlag());
+  t.add(switchFlag("--sp", "sequence parallel: norms and residuals on T / tp tokens", false, FIELD(sequenceParallel)));
+
+  t.group = "Model (the preset, then any dimension)";
+  t.add(modelFlag());
+  t.add(integerFlag("--hidden-size", "D", "model width (divisible by the heads)", 1, kNoMax, FIELD(cfg.d)));
+  t.add(integerFlag("--num-layers,--layers", "L", "transformer blocks", 1, kNoMax, FIELD(cfg.layers)));
+  t.add(integerFlag("--num-attention-heads,--heads", "H", "attention heads", 1, kNoMax, FIELD(cfg.heads)));
+  t.add(autoFlag(integerFlag("--num-query-groups,--kv-heads", "K", "key/value heads (grouped-query attention; Llama)",
+                             1, kNoMax, FIELD(cfg.kvHeads)),
+                 "the preset's (GPT: = heads)", 0, FIELD(cfg.kvHeads)));
+  t.add(autoFlag(integerFlag("--ffn-hidden-size,--ffn", "F", "MLP width", 1, kNoMax, FIELD(cfg.ffn)),
+                 "the preset's (GPT: 4 * D)", 0, FIELD(cfg.ffn)));
+  t.add(integerFlag("--vocab-size,--vocab", "V", "vocabulary (every data token < V)", 1, kNoMax, FIELD(cfg.vocab)));
+  t.add(integerFlag("--seq-length,--seq-len", "T", "sequence length", 1, kNoMax, FIELD(cfg.seqLen)));
+  t.add(choiceFlag(
+      "--positions", "none|learned|rope", "position encoding (Llama: rope)", models::parsePositions,
+      [](models::Positions p) { return models::toString(p); }, FIELD(cfg.positions)));
+  t.add(numberFlag("--rope-theta", "X", "rotary base", 0, true, FIELD(cfg.ropeTheta)));
+  t.add(switchFlag("--tie-embeddings", "the head shares the embedding table", false, FIELD(cfg.tiedEmbeddings)));
+  Flag untie = switchFlag("--untie-embeddings", "the head has its own table", true, FIELD(cfg.tiedEmbeddings));
+  untie.get = nullptr;  // --tie-embeddings carries it
+  t.add(untie);
+
+  t.group = "Data";
+  t.add(textFlag("--data", "SPEC",
+                 "synthetic, a Megatron PREFIX, llm.c shards (a glob), a token file, or a blend 'W1 P1 W2 P2'",
+                 FIELD(data)));
+  t.add(choiceFlag(
+      "--data-format", "auto|megatron|llmc|raw-uint16|raw-uint32", "how to read --data", data::parseFormat,
+      [](data::Format f) { return data::formatName(f); }, FIELD(dataFormat)));
+  t.add(textFlag("--split", "TRAIN,VALID[,TEST]", "shares of the documents", FIELD(split)));
+  Flag valid = textFlag("--valid-data", "SPEC", "separate validation data (as --data)", FIELD(validData));
+  valid.shown = "the split's validation share";
+  t.add(valid);
+  t.add(integerFlag("--eod-token", "ID", "end-of-document token: appended where missing, ends stream documents", -1,
+                    kNoMax, FIELD(eodToken)));
+  t.add(integerFlag("--seed", "S", "seed of the weights and the data order", 0, kNoMax, FIELD(seed)));
+
+  t.group = "Optimisation";
+  Flag batch = autoFlag(integerFlag("--batch", "B", "global batch in sequences (divisible by dp, then micro-batches)",
+                                    1, kNoMax, FIELD(batch)),
+                        "8 * dp", 0, FIELD(batch));
+  batch.set = [set = batch.set](TrainOptions& o, const std::string& v) {
+    set(o, v);
+    o.batchGiven = true;
+  };
+  t.add(batch);
+  t.add(integerFlag("--steps", "S", "training steps (the LR schedule spans them)", 1, INT_MAX, FIELD(steps)));
+  t.add(numberFlag("--lr", "X", "peak learning rate", 0, true, FIELD(lr.lr)));
+  t.add(choiceFlag(
+      "--lr-schedule", "constant|cosine|linear|wsd", "shape after the warm-up", optim::parseLrKind,
+      [](optim::LrKind k) { return optim::toString(k); }, FIELD(lr.kind)));
+  t.add(numberFlag("--min-lr", "X", "final learning rate (<= lr)", 0, false, FIELD(lr.minLr)));
+  t.add(integerFlag("--warmup", "N", "linear warm-up steps (<= steps)", 0, kNoMax, FIELD(lr.warmup)));
+  t.add(integerFlag("--decay-steps", "N", "WSD: steps of the final decay (0: steps / 5)", 0, kNoMax, FIELD(lr.decay)));
+  t.add(numberFlag("--clip", "X", "gradient-norm clip over dp, pp and tp (<= 0: none)", std::nan(""), false,
+                   FIELD(clip)));
+  t.add(numberFlag("--weight-decay", "X", "AdamW weight decay (never on norms and biases)", 0, false,
+                   FIELD(weightDecay)));
+  t.add(switchFlag("--no-decay-embeddings", "no weight decay on the embedding tables", true, FIELD(decayEmbeddings)));
+  t.add(choiceFlag(
+      "--recompute", "none|selective|full", "activation recomputation", nn::parseRecompute,
+      [](nn::Recompute r) { return nn::toString(r); }, FIELD(recompute)));
+  t.add(integerFlag("--eval-every", "N", "validation loss every N steps and at the end (0: never; needs real data)", 0,
+                    INT_MAX, FIELD(evalEvery)));
+  t.add(integerFlag("--eval-batches", "K", "global batches per evaluation", 1, INT_MAX, FIELD(evalBatches)));
+
+  t.group = "Precision and kernels";
+  t.add(choiceFlag(
+      "--precision", "fp32|bf16", "compute precision (bf16: GPUs)", [](auto& v) { return kPrecision.parse(v); },
+      [](Precision p) { return toString(p); }, FIELD(precision)));
+  t.add(fusedKernelsFlag(onGpu));
+  t.add(switchFlag("--no-fused-wgrad", "weight gradients by autograd, not summed in fp32 by the GEMM", true,
+                   FIELD(fusedWgrad)));
+  t.add(integerFlag("--fsdp-prefetch-mib", "N", "FSDP: MiB of unsharded parameters alive at once (0: no prefetch)", 0,
+                    kNoMax, FIELD(fsdpPrefetchMiB)));
+  t.add(numberFlag("--peak-tflops", "X", "per-GPU peak TFLOP/s for the MFU column (0: no MFU)", 0, false,
+                   FIELD(peakTflops)));
+
+  t.group = "Checkpoints and logging";
+  t.add(textFlag("--checkpoint-dir", "DIR", "save there; resume from it when it holds a checkpoint",
+                 FIELD(checkpointDir)));
+  t.add(integerFlag("--checkpoint-every", "K", "save every K steps and at the end (0: only at the end)", 0, INT_MAX,
+                    FIELD(checkpointEvery)));
+  t.add(choiceFlag(
+      "--async-checkpoint", "on|off", "save from host copies on a writer thread while training goes on",
+      [](const std::string& v) {
+        if (v == "on" || v == "off") return v == "on";
+        throw UsageError(fmt::format("train_gpt: --async-checkpoint takes on or off, got '{}'", v));
+      },
+      [](bool on) { return on ? "on" : "off"; }, FIELD(asyncCheckpoint)));
+  t.add(textFlag("--log-jsonl", "FILE", "rank 0's JSONL log (empty: none)", FIELD(logJsonl)));
+  t.add(switchFlag("--breakdown", "time each backward (device syncs) for the step breakdown on GPUs", false,
+                   FIELD(breakdown)));
+
+  t.group = "Overlap and profiling (defaults: TESSERA_* variables)";
+  t.add(integerFlag("--tp-forward-chunks", "N", "TP layers' forward in N pieces beside their collectives", 1, 64,
+                    FIELD(overlap.forwardChunks)));
+  t.add(integerFlag("--sm-carveout", "SMS", "SMs kept free of GEMMs beside collectives", 0, 1023,
+                    FIELD(overlap.smCarveout)));
+  t.add(switchFlag("--tp-ring", "row-parallel forward reduced by a ring of point-to-point transfers", false,
+                   FIELD(overlap.ring)));
+  t.add(
+      textFlag("--profile", "PATH[:FIRST[:COUNT]]", "Kineto trace of COUNT (2) steps from FIRST (3)", FIELD(profile)));
+  return t.flags;
+}
+
+}  // namespace tessera::gpt

@@ -1,0 +1,297 @@
+// train_gpt's command line (examples/gpt/options.h): the defaults of GPU and CPU runs and of the
+// environment, switch values, errors that name the flag and the value, --config under the flags,
+// the resolved config read back into equal options, layout errors as UsageError.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gpt/options.h"
+
+namespace {
+using namespace tessera::gpt;
+namespace fs = std::filesystem;
+
+TrainOptions parse(std::vector<std::string> args, bool onGpu = false, const tessera::Settings& env = {}) {
+  std::vector<char*> argv{const_cast<char*>("train_gpt")};
+  for (auto& a : args) argv.push_back(a.data());
+  return parseOptions(static_cast<int>(argv.size()), argv.data(), onGpu, env);
+}
+
+// The UsageError of these flags; "" when they parse.
+std::string refusal(std::vector<std::string> args, bool onGpu = false) {
+  try {
+    parse(std::move(args), onGpu);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+class Options : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/tessera_options_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+  }
+  void TearDown() override { fs::remove_all(dir); }
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string path = dir + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::string dir;
+};
+
+TEST(OptionsTest, MachineDefaults) {
+  const auto cpu = parse({});
+  EXPECT_EQ(cpu.model, "tiny");
+  EXPECT_EQ(cpu.precision, Precision::Fp32);
+  EXPECT_FALSE(cpu.fusedKernels);
+  EXPECT_EQ(cpu.peakTflops, 0);
+  const auto gpu = parse({}, true);
+  EXPECT_EQ(gpu.model, "735m");
+  EXPECT_EQ(gpu.cfg.d, 2048);
+  EXPECT_EQ(gpu.precision, Precision::Bf16);
+  EXPECT_TRUE(gpu.fusedKernels);
+  EXPECT_EQ(gpu.peakTflops, 989);
+  EXPECT_EQ(parse({"--peak-tflops", "0"}, true).peakTflops, 0);  // no MFU, also on GPUs
+  EXPECT_EQ(parse({"--peak-tflops=312"}, true).peakTflops, 312);
+  EXPECT_FALSE(parse({"--fused-kernels", "auto"}).fusedKernels);
+  EXPECT_TRUE(parse({"--fused-kernels", "on"}).fusedKernels);
+  EXPECT_FALSE(parse({"--fused-kernels", "off"}, true).fusedKernels);
+}
+
+TEST(OptionsTest, EnvironmentDefaultsAndSwitchesTurnThemOff) {
+  tessera::Settings env;
+  env.tpForwardChunks = 4;
+  env.smCarveout = 8;
+  env.tpRing = true;
+  env.profile = "trace.json:4:2";
+  const auto o = parse({}, false, env);
+  EXPECT_EQ(o.overlap.forwardChunks, 4);
+  EXPECT_EQ(o.overlap.smCarveout, 8);
+  EXPECT_TRUE(o.overlap.ring);
+  EXPECT_EQ(o.profile, "trace.json:4:2");
+  const auto off = parse({"--tp-ring=off", "--tp-forward-chunks", "1", "--profile="}, false, env);
+  EXPECT_FALSE(off.overlap.ring);
+  EXPECT_EQ(off.overlap.forwardChunks, 1);
+  EXPECT_EQ(off.profile, "");
+}
+
+TEST(OptionsTest, SwitchValues) {
+  EXPECT_FALSE(parse({}).sequenceParallel);
+  EXPECT_TRUE(parse({"--sp"}).sequenceParallel);
+  for (const char* off : {"--sp=0", "--sp=false", "--sp=off", "--sp=no"})
+    EXPECT_FALSE(parse({off}).sequenceParallel) << off;
+  for (const char* on : {"--sp=1", "--sp=true", "--sp=on", "--sp=yes"}) EXPECT_TRUE(parse({on}).sequenceParallel) << on;
+  EXPECT_FALSE(parse({"--no-fused-wgrad"}).fusedWgrad);
+  EXPECT_TRUE(parse({"--no-fused-wgrad=off"}).fusedWgrad);
+  EXPECT_FALSE(parse({"--model", "llama-tiny", "--untie-embeddings"}).cfg.tiedEmbeddings);
+  EXPECT_TRUE(parse({"--tie-embeddings"}).cfg.tiedEmbeddings);
+  EXPECT_TRUE(parse({"--sp", "--sp=off", "--sp"}).sequenceParallel);  // the last wins
+  const auto e = refusal({"--sp=maybe"});
+  EXPECT_NE(e.find("--sp"), std::string::npos) << e;
+  EXPECT_NE(e.find("'maybe'"), std::string::npos) << e;
+  EXPECT_NE(refusal({"--sp", "1"}).find("unexpected argument '1'"), std::string::npos);
+}
+
+TEST(OptionsTest, ShapeFlagsMegatronNamesAndAliases) {
+  const auto a =
+      parse({"--model", "llama-tiny", "--hidden-size", "96", "--num-layers", "3", "--num-attention-heads", "6",
+             "--num-query-groups", "3", "--ffn-hidden-size", "256", "--vocab-size", "512", "--seq-length", "48"});
+  const auto b = parse({"--model", "llama-tiny", "--hidden-size=96", "--layers", "3", "--heads", "6", "--kv-heads", "3",
+                        "--ffn", "256", "--vocab", "512", "--seq-len=48"});
+  EXPECT_EQ(a.cfg.signature(), b.cfg.signature());
+  EXPECT_EQ(a.cfg.d, 96);
+  EXPECT_EQ(a.cfg.layers, 3);
+  EXPECT_EQ(a.cfg.heads, 6);
+  EXPECT_EQ(a.cfg.kvHeads, 3);
+  EXPECT_EQ(a.cfg.ffn, 256);
+  EXPECT_EQ(a.cfg.vocab, 512);
+  EXPECT_EQ(a.cfg.seqLen, 48);
+  // --d was ambiguous under torchrun 2.11; its refusal names the new flag.
+  EXPECT_NE(refusal({"--d", "64"}).find("--hidden-size"), std::string::npos);
+}
+
+TEST_F(Options, BadValuesNameTheFlagAndTheValue) {
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
+      {{"--batch", "0"}, {"--batch", "'0'", ">= 1"}},
+      {{"--batch", "-8"}, {"--batch", "'-8'"}},
+      {{"--micro-batches", "0"}, {"--micro-batches", "'0'"}},
+      {{"--checkpoint-every", "-1"}, {"--checkpoint-every", "'-1'", ">= 0"}},
+      {{"--steps", "0"}, {"--steps", "'0'"}},
+      {{"--lr", "-1e-3"}, {"--lr", "'-1e-3'", "> 0"}},
+      {{"--lr", "fast"}, {"--lr", "'fast'"}},
+      {{"--min-lr=-1"}, {"--min-lr", "'-1'"}},
+      {{"--weight-decay", "-0.1"}, {"--weight-decay", "'-0.1'"}},
+      {{"--hidden-size", "0"}, {"--hidden-size", "'0'"}},
+      {{"--heads", "x"}, {"--num-attention-heads", "'x'"}},
+      {{"--tp-forward-chunks", "65"}, {"--tp-forward-chunks", "'65'", "[1, 64]"}},
+      {{"--sm-carveout", "2000"}, {"--sm-carveout", "'2000'"}},
+      {{"--layout", "2x2"}, {"--layout", "'2x2'"}},
+      {{"--layers-per-stage", "3,0"}, {"--layers-per-stage", "'3,0'"}},
+      {{"--dp-mode", "zero"}, {"--dp-mode", "'zero'", "ddp, fsdp"}},
+      {{"--schedule", "zb"}, {"--schedule", "'zb'", "1f1b, gpipe, interleaved"}},
+      {{"--lr-schedule", "exp"}, {"--lr-schedule", "'exp'", "constant, cosine, linear, wsd"}},
+      {{"--fused-kernels", "yes"}, {"--fused-kernels", "'yes'", "on, off, auto"}},
+      {{"--model", "llama4"}, {"--model", "'llama4'", "llama3-1b"}},
+      {{"--data", dir}, {"--data", "'" + dir + "'", "is a directory"}},
+      {{"--data", "0.5 " + dir + " 0.5 x"}, {"--data", "is a directory"}},
+      {{"--log-jsonl", dir}, {"--log-jsonl", "is a directory"}},
+      {{"--precision", "bf16"}, {"--precision bf16", "GPUs"}},
+      {{"--batch"}, {"--batch needs a value"}},
+      {{"--bogus", "3"}, {"unknown flag '--bogus'"}},
+      {{"--bogus=3"}, {"unknown flag '--bogus'"}},
+      {{"--warmup", "9"}, {"warm-up of 9 steps in a run of 5"}},
+  };
+  for (const auto& [args, says] : cases) {
+    const std::string e = refusal(args);
+    ASSERT_FALSE(e.empty()) << "accepted: " << args.front();
+    for (const auto& s : says) EXPECT_NE(e.find(s), std::string::npos) << "'" << e << "' lacks " << s;
+  }
+}
+
+TEST_F(Options, ConfigFileUnderTheFlags) {
+  const auto file = write("run.toml",
+                          "# a run\nsteps = 3\nbatch = 8\nsp = true\ndata-format = \"megatron\"\n"
+                          "layers-per-stage = \"3,1\"\nnum-layers = 4\npp = 2\n");
+  const auto o = parse({"--config", file, "--steps", "4", "--sp=off"});
+  EXPECT_EQ(o.steps, 4);  // the command line wins
+  EXPECT_EQ(o.batch, 8);
+  EXPECT_TRUE(o.batchGiven);
+  EXPECT_FALSE(o.sequenceParallel);
+  EXPECT_EQ(o.dataFormat, tessera::data::Format::Megatron);
+  EXPECT_EQ(o.layersPerStage, (std::vector<int>{3, 1}));
+  EXPECT_FALSE(parse({"--config", write("b.toml", "steps = 3\n")}).batchGiven);
+  EXPECT_FALSE(parse({}).batchGiven);
+  EXPECT_TRUE(parse({"--batch", "16"}).batchGiven);
+
+  std::string e = refusal({"--config", write("bad.toml", "stesp = 3\n")});
+  EXPECT_NE(e.find("unknown key 'stesp'"), std::string::npos) << e;
+  EXPECT_NE(e.find("bad.toml"), std::string::npos) << e;
+  e = refusal({"--config", write("neg.toml", "batch = -8\n")});
+  EXPECT_NE(e.find("--batch expects an integer >= 1, got '-8'"), std::string::npos) << e;
+  e = refusal({"--config", dir});
+  EXPECT_NE(e.find("is a directory"), std::string::npos) << e;
+  e = refusal({"--config", dir + "/missing.toml"});
+  EXPECT_NE(e.find("missing.toml"), std::string::npos) << e;
+}
+
+// Resolved options → configToml → --config → resolved again: the same options, every field that
+// has a flag included (the TOML says them all) and the model's whole shape.
+TEST_F(Options, ResolvedConfigReadsBackIntoEqualOptions) {
+  struct Run {
+    std::vector<std::string> args;
+    int world;
+    bool onGpu;
+  };
+  const std::vector<Run> runs = {
+      {{}, 1, false},
+      {{"--model",
+        "llama-tiny",
+        "--tp",
+        "2",
+        "--sp",
+        "--pp",
+        "2",
+        "--layers-per-stage",
+        "3,1",
+        "--schedule",
+        "gpipe",
+        "--data",
+        "0.7 a/b_text_document 0.3 'c'",
+        "--split",
+        "98,2",
+        "--lr",
+        "3e-3",
+        "--min-lr",
+        "3e-4",
+        "--lr-schedule",
+        "wsd",
+        "--warmup",
+        "1",
+        "--decay-steps",
+        "2",
+        "--clip",
+        "0.3",
+        "--seed",
+        "7",
+        "--eod-token",
+        "2",
+        "--log-jsonl",
+        "",
+        "--untie-embeddings",
+        "--no-decay-embeddings",
+        "--recompute",
+        "selective",
+        "--tp-ring",
+        "--profile",
+        "p.json:1:1",
+        "--rope-theta",
+        "123.456",
+        "--weight-decay",
+        "0.125"},
+       8,
+       false},
+      {{"--layout", "1x2x1", "--schedule", "interleaved", "--chunks", "2", "--micro-batches", "4", "--batch", "12",
+        "--dp-mode", "ddp", "--checkpoint-dir", "ckpt", "--checkpoint-every", "2", "--fused-kernels", "on"},
+       2,
+       false},
+      {{"--model", "llama3-1b", "--vocab-size", "32000", "--tp", "4", "--peak-tflops", "0", "--breakdown"}, 8, true},
+  };
+  for (const auto& r : runs) {
+    auto first = parse(r.args, r.onGpu);
+    resolveLayout(first, r.world);
+    const std::string toml = configToml(first);
+    auto again = parse({"--config", write("resolved.toml", toml)}, r.onGpu);
+    resolveLayout(again, r.world);
+    EXPECT_EQ(configToml(again), toml);
+    EXPECT_EQ(describe(again), describe(first));
+    EXPECT_EQ(again.cfg.signature(), first.cfg.signature());
+    EXPECT_EQ(again.cfg.describe(), first.cfg.describe());
+    EXPECT_EQ(again.data, first.data);
+    EXPECT_EQ(again.layersPerStage, first.layersPerStage);
+    EXPECT_EQ(again.logJsonl, first.logJsonl);
+    EXPECT_EQ(again.peakTflops, first.peakTflops);
+    EXPECT_TRUE(again.batchGiven);  // the resolved config gives the batch
+  }
+}
+
+TEST(OptionsTest, LayoutErrorsAreUsageErrors) {
+  auto o = parse({"--dp", "3"});
+  EXPECT_THROW(resolveLayout(o, 4), UsageError);
+  o = parse({"--batch", "6"});
+  EXPECT_THROW(resolveLayout(o, 4), UsageError);
+  o = parse({"--pp", "2", "--layers-per-stage", "3,3"});
+  try {
+    resolveLayout(o, 2);
+    FAIL() << "layers per stage summing to 6 of 4 layers accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--layers-per-stage 3,3"), std::string::npos) << e.what();
+  }
+  o = parse({"--heads", "8", "--tp", "2"});
+  EXPECT_NO_THROW(resolveLayout(o, 4));
+  EXPECT_EQ(o.dp, 2);
+  EXPECT_EQ(o.batch, 16);
+  EXPECT_FALSE(o.batchGiven);  // filled in, not given
+}
+
+TEST(OptionsTest, HelpListsEveryFlagWithItsDefault) {
+  EXPECT_EQ(parse({"--batch", "8", "--help"}).model, "help");
+  const std::string cpu = usage(false), gpu = usage(true);
+  for (const char* f : {"--hidden-size", "--num-layers,--layers", "--num-attention-heads,--heads", "--config FILE",
+                        "--seq-length,--seq-len", "--vocab-size,--vocab", "--peak-tflops"}) {
+    EXPECT_NE(cpu.find(f), std::string::npos) << f;
+  }
+  EXPECT_NE(cpu.find("model preset (listed below) [tiny]"), std::string::npos);
+  EXPECT_NE(gpu.find("model preset (listed below) [735m]"), std::string::npos);
+  EXPECT_NE(gpu.find("(0: no MFU) [989]"), std::string::npos);
+}
+
+}  // namespace
