@@ -77,6 +77,32 @@ every_rank_says() {
   fi
   echo "every rank refused: '$text'"
 }
+# reference <log> <n> <flags...>: an unbroken run's log, from TESSERA_TRAIN_REF_CACHE when it holds
+# the run of these flags (keyed by train_gpt's and libtessera's bytes, the flags and the data): the
+# killed_* rows share one.
+reference() {
+  local log=$1 n=$2 cache=${TESSERA_TRAIN_REF_CACHE:-} key lib
+  shift 2
+  if [[ -n $cache ]]; then
+    mkdir -p "$cache" || fail "cannot create the reference cache $cache"
+    lib=$(ldd "$TRAIN" | awk '/libtessera/ {print $3}')
+    key=$( { sha256sum "$TRAIN" ${lib:+"$lib"} | cut -d' ' -f1; printf '%s\n' "$n" "${BASE[@]}" "$@" "$LAUNCHER"
+             stat -c '%n %s %Y' "$DATA.idx" "$DATA.bin"; } | sha256sum | cut -c1-32)
+    exec {lock}>"$cache/.lock"
+    flock "$lock"
+    if [[ -s $cache/$key.jsonl ]]; then
+      cp "$cache/$key.jsonl" "$log"
+      echo "reference: the unbroken run of these flags from $cache/$key.jsonl"
+      exec {lock}>&-
+      return
+    fi
+  fi
+  ok_ranks "$n" "$@" --log-jsonl "$log"
+  if [[ -n $cache ]]; then
+    cp "$log" "$cache/$key.jsonl.tmp" && mv "$cache/$key.jsonl.tmp" "$cache/$key.jsonl"
+    exec {lock}>&-
+  fi
+}
 # one_record_per_step <log> <steps>: steps 1..<steps> each exactly once, nothing else numbered.
 one_record_per_step() {
   python3 - "$1" "$2" <<'PY' || fail "the log $1 does not hold each step once"
@@ -119,7 +145,7 @@ case $CASE in
       *) fail "unknown point $point" ;;
     esac
     F=(--batch 8 --checkpoint-every 2 --steps 6)
-    ok_ranks 2 "${F[@]}" --log-jsonl "$WORK/ref.jsonl"
+    reference "$WORK/ref.jsonl" 2 "${F[@]}"
     ok_ranks 2 "${F[@]}" --steps 2 --checkpoint-dir "$WORK/ck" --log-jsonl "$WORK/log.jsonl"
     # Resumed at 2, the save of step 4 killed at the point.
     TESSERA_FAULT_INJECT=$inject ranks 2 "${F[@]}" --checkpoint-dir "$WORK/ck" --log-jsonl "$WORK/log.jsonl"
@@ -155,7 +181,7 @@ b[at] ^= 1; open(p, "wb").write(b)' "$WORK/ck/metadata.pt" "$at"
     echo "PASS ($CASE)"
     ;;
   layout_batch)
-    ok_ranks 4 --tp 2 --steps 6 --log-jsonl "$WORK/ref.jsonl"
+    reference "$WORK/ref.jsonl" 4 --tp 2 --steps 6
     ok_ranks 4 --tp 2 --steps 3 --checkpoint-dir "$WORK/ck" --log-jsonl "$WORK/log.jsonl"
     cp -r "$WORK/ck" "$WORK/ck2"
     ok_ranks 4 --steps 6 --checkpoint-dir "$WORK/ck" --log-jsonl "$WORK/log.jsonl"
@@ -170,7 +196,7 @@ b[at] ^= 1; open(p, "wb").write(b)' "$WORK/ck/metadata.pt" "$at"
     ;;
   log_resume)
     F=(--batch 8 --checkpoint-every 3 --steps 8)
-    ok_ranks 2 "${F[@]}" --log-jsonl "$WORK/ref.jsonl"
+    reference "$WORK/ref.jsonl" 2 "${F[@]}"
     TESSERA_FAULT_INJECT=kill-after-step-5:0 ranks 2 "${F[@]}" --checkpoint-dir "$WORK/ck" --log-jsonl "$WORK/log.jsonl"
     job_failed || fail "the job survived the kill of rank 0"
     python3 -c 'import json,sys; s=[json.loads(l)["step"] for l in open(sys.argv[1]) if "\"step\"" in l]
