@@ -72,6 +72,7 @@ std::string usage() {
          "  [--data synthetic|PATH|'W1 PATH1 W2 PATH2 ...'] [--data-format auto|megatron|llmc|raw-uint16|raw-uint32]\n"
          "  [--split TRAIN,VALID[,TEST]] [--valid-data SPEC] [--eod-token ID]\n"
          "  [--fsdp-prefetch-mib N] [--checkpoint-dir DIR] [--checkpoint-every K]\n"
+         "  [--init-from-hf HF_DIR] [--save-hf-every N --save-hf-dir DIR] [--save-hf-at-end DIR] [--save-hf-dtype bf16|fp32]\n"
          "  [--log-jsonl FILE] [--breakdown] [--peak-tflops X] [--no-fused-wgrad]\n"
          "  [--tp-forward-chunks N] [--sm-carveout SMS] [--tp-ring] [--profile PATH[:FIRST[:COUNT]]]\n"
          "  [--fused-kernels on|off|auto]\n"
@@ -80,6 +81,7 @@ std::string usage() {
          "batch 8·dp sequences; data synthetic; constant lr 1e-3; weight decay 0.01 (never on norms and\n"
          "biases); --tp-forward-chunks, --sm-carveout, --tp-ring, --profile: TESSERA_TP_FORWARD_CHUNKS,\n"
          "TESSERA_OVERLAP_SM_CARVEOUT, TESSERA_TP_RING, TESSERA_PROFILE, else 1, 0, off, none.\n"
+         "Without --model the model is --init-from-hf's (config.json), else the checkpoint's in --checkpoint-dir.\n"
          "--data PATH: a Megatron dataset (PREFIX of PREFIX.bin/.idx), llm.c shards (a glob) or a raw token\n"
          "file (with --data-format raw-uint16|raw-uint32); a blend weighs several (Megatron's syntax).\n"
          "Model presets (any dimension can follow):\n" +
@@ -116,8 +118,15 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu, const Settings& env
     }
   };
   o.model = onGpu ? "735m" : "tiny";
+  const bool modelGiven = kv.count("--model") > 0;
   take("--model", [&](const std::string& v) { o.model = v; });
   o.cfg = models::presetConfig(o.model);
+  take("--init-from-hf", [&](const std::string& v) { o.initFromHf = v; });
+  take("--checkpoint-dir", [&](const std::string& v) { o.checkpointDir = v; });
+  if (auto saved = modelGiven ? std::nullopt : savedModelConfig(o.initFromHf, o.checkpointDir)) {
+    o.cfg = *saved;  // the shape flags below still apply
+    o.model = o.initFromHf.empty() ? "checkpoint" : "hf";
+  }
   auto i64 = [&](const char* n, int64_t& x) { take(n, [&](const std::string& v) { x = toInt(n, v); }); };
   auto i32 = [&](const char* n, int& x) { take(n, [&](const std::string& v) { x = static_cast<int>(toInt(n, v)); }); };
   auto dbl = [&](const char* n, double& x) { take(n, [&](const std::string& v) { x = toDouble(n, v); }); };
@@ -178,8 +187,11 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu, const Settings& env
   take("--breakdown", [&](const std::string&) { o.breakdown = true; });
   take("--no-fused-wgrad", [&](const std::string&) { o.fusedWgrad = false; });
   i64("--fsdp-prefetch-mib", o.fsdpPrefetchMiB);
-  str("--checkpoint-dir", o.checkpointDir);
   i32("--checkpoint-every", o.checkpointEvery);
+  i32("--save-hf-every", o.saveHfEvery);
+  str("--save-hf-dir", o.saveHfDir);
+  str("--save-hf-at-end", o.saveHfAtEnd);
+  str("--save-hf-dtype", o.saveHfDtype);
   str("--log-jsonl", o.logJsonl);
   dbl("--peak-tflops", o.peakTflops);
   i32("--tp-forward-chunks", o.overlap.forwardChunks);
@@ -203,6 +215,12 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu, const Settings& env
   TESSERA_CHECK(o.overlap.smCarveout >= 0 && o.overlap.smCarveout < 1024,
                 "train_gpt: --sm-carveout must be 0 to 1023 SMs, got {}", o.overlap.smCarveout);
   models::validate(o.cfg);
+  TESSERA_CHECK(o.saveHfEvery >= 0 && (o.saveHfEvery == 0 || !o.saveHfDir.empty()),
+                "train_gpt: --save-hf-every {} needs --save-hf-dir DIR (each export goes to DIR/step-<s>)", o.saveHfEvery);
+  TESSERA_CHECK(o.saveHfDtype == "bf16" || o.saveHfDtype == "fp32", "train_gpt: --save-hf-dtype expects bf16 or fp32, "
+                "got '{}'", o.saveHfDtype);
+  TESSERA_CHECK((o.saveHfEvery == 0 && o.saveHfAtEnd.empty() && o.initFromHf.empty()) || o.cfg.arch == models::Arch::Llama,
+                "train_gpt: --init-from-hf and --save-hf-* take a Llama (--model llama-*), not {}", o.cfg.describe());
   o.lr.total = o.steps;
   optim::validate(o.lr);
   TESSERA_CHECK(o.evalEvery >= 0 && o.evalBatches >= 1, "train_gpt: --eval-every {} must be >= 0, --eval-batches {} >= 1",

@@ -3,6 +3,7 @@
 // Unknown flags, bad values and layouts that do not fit the world are tessera::Error naming
 // the flag and the value.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,12 @@ struct TrainOptions {
   std::string checkpointDir;      // empty: no checkpoints
   int checkpointEvery = 0;        // 0: only at the end (when a directory is given)
   bool asyncCheckpoint = true;    // save on a writer thread from host copies (checkpoint/async_save.h)
+  // Hugging Face (src/hf): weights from an HF Llama directory with a fresh optimizer and data
+  // position (fine-tuning; without --model the model is the directory's); exports of the model
+  // every N steps to <saveHfDir>/step-<s> and at the end to saveHfAtEnd (--save-hf-dtype).
+  std::string initFromHf;
+  int saveHfEvery = 0;
+  std::string saveHfDir, saveHfAtEnd, saveHfDtype = "bf16";
   std::string logJsonl = "train_gpt.jsonl";  // empty: none
   bool breakdown = false;         // time each backward (device syncs) for the step breakdown
   // Weight gradients summed in fp32 by the GEMM into .grad (nn/accum_linear.h) where that applies:
@@ -74,6 +81,9 @@ struct TrainOptions {
 // the flags that have a variable. Throws on bad input; "--help" → TrainOptions::model == "help".
 TrainOptions parseOptions(int argc, char** argv, bool onGpu, const Settings& env = {});
 std::string usage();
+// The model a run without --model takes (trainer_hf.cpp): the config of --init-from-hf's
+// directory, else of the checkpoint at --checkpoint-dir when it holds one; nullopt otherwise.
+std::optional<models::ModelConfig> savedModelConfig(const std::string& initFromHf, const std::string& checkpointDir);
 // Fills dp, microBatches, batch from the world size; checks that everything fits.
 void resolveLayout(TrainOptions& o, int world);
 std::string describe(const TrainOptions& o);
