@@ -62,12 +62,44 @@ void Trainer::State::initFromHf() {
   }
 }
 
+namespace {
+// FSDP's resharded parameters keep their sizes over a storage of 0 bytes, and LibTorch checks
+// views against their storage: while alive, each such storage says the bytes its parameters
+// span (the data pointer stays null: nothing is allocated or touched), so pieces() can take
+// views whose sizes, strides and offsets locate the values in the unit's flat buffer.
+class SizedStorages {
+ public:
+  explicit SizedStorages(const std::vector<ChunkParam>& ps) {
+    std::map<c10::StorageImpl*, size_t> need;
+    for (const auto& p : ps) {
+      auto* s = p.tensor.storage().unsafeGetStorageImpl();
+      if (s->nbytes() > 0) continue;  // gathered
+      auto& n = need[s];
+      n = std::max(n, static_cast<size_t>(p.tensor.storage_offset() + p.tensor.numel()) * p.tensor.element_size());
+    }
+    for (const auto& [s, n] : need) {
+      s->set_nbytes(n);
+      sized_.push_back(s);
+    }
+  }
+  ~SizedStorages() { restore(); }
+  void restore() {
+    for (auto* s : sized_) s->set_nbytes(0);
+    sized_.clear();
+  }
+
+ private:
+  std::vector<c10::StorageImpl*> sized_;
+};
+}  // namespace
+
 void Trainer::State::saveHf(const std::string& dir) {
   at::NoGradGuard ng;
   const auto ps = params();
   // This rank's pieces by name, and (FSDP) the parameter each is a view of: its values live in
   // the unit's flat shard, gathered when a tensor of the unit is asked for.
   std::map<std::string, std::vector<std::pair<checkpoint::Piece, size_t>>> byName;
+  SizedStorages sized(fsdp ? ps : std::vector<ChunkParam>{});
   for (auto& c : chunks) {
     for (auto& p : c->pieces()) {
       size_t k = 0;
@@ -80,6 +112,7 @@ void Trainer::State::saveHf(const std::string& dir) {
       byName[p.name].emplace_back(p, k);
     }
   }
+  sized.restore();
   std::map<std::string, std::pair<size_t, int64_t>> where;  // FSDP: parameter -> (unit, offset in its flat buffer)
   if (fsdp) {
     for (size_t u = 0; u < fsdp->numUnits(); ++u) {
