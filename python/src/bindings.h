@@ -24,5 +24,6 @@ void bindFsdp(pb::module_& m);
 void bindData(pb::module_& m);
 void bindCheckpoint(pb::module_& m);
 void bindModels(pb::module_& m);
+void bindHf(pb::module_& m);
 
 }  // namespace tessera::py
