@@ -4,6 +4,7 @@
 // wrappers (parallel/ddp/ddp.h, sharding/fsdp/fsdp.h), the tensor-parallel layers
 // (parallel/tensor/linear.h), the pipeline (pipeline/executor.h) and the models (models/lm.h).
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/stream_writer.h"
 #include "comm/backends.h"
 #include "comm/bootstrap/init.h"
 #include "comm/communicator.h"

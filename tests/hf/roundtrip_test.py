@@ -9,12 +9,13 @@ under the launcher (mpirun or torchrun), Gloo on the CPU.
 1. Two tiny HF Llamas: GQA + untied head + llama3 rope scaling stored in bf16 over 3 files with
    an index; tied embeddings in float32 in one file.
 2. import-hf, then train_gpt --checkpoint-dir (and --init-from-hf) in 1x1x1, 2x1x2, 1x2x2 and
-   2x1x1 FSDP: the loss of step 1 (before any update) equals the reference's on train_gpt's
-   synthetic batch, within fp32 tolerance.
+   2x1x1 FSDP (and 1x1x4: kv heads replicated over tp): the loss of step 1 (before any update)
+   equals the reference's on train_gpt's synthetic batch, within fp32 tolerance.
 3. tessera_generate on the HF directory (1 rank) and on the imported checkpoint (tp 2): greedy
    ids equal the reference's argmax path, every step's logits the reference's; the same
    reference with interleaved (GPT-J) rotary pairs is far off (the test sees the convention).
-4. train_gpt fine-tunes an import 3 steps in 2x1x2 (and FSDP, and pp 2 with tied embeddings)
+4. train_gpt fine-tunes an import 3 steps in 2x1x2 (and FSDP, tp 4 over 2 kv heads, and pp 2
+   with tied embeddings)
    with --save-hf-at-end: the live export is byte-identical to export-hf of its checkpoint, and
    the exported model's reference logits equal tessera's logits of the checkpoint.
 5. export -> import -> export (bf16, sharded with an index) is byte-identical; tokenizer files
@@ -134,7 +135,8 @@ def main():
     for variant, (c, w) in models.items():
         run([CONVERT, "import-hf", path("hf_" + variant), path("ck_" + variant)])
         want = ref_loss(c, w, 4)
-        for layout, flags in LAYOUTS:
+        # gqa: also tp 4 over its 2 kv heads (each kv head replicated on 2 ranks)
+        for layout, flags in LAYOUTS + ([("1x1x4", [])] if variant == "gqa_untied" else []):
             n = eval(layout.replace("x", "*"))
             shutil.copytree(path("ck_" + variant), path("run"), dirs_exist_ok=False)
             got = train(path("run"), n, layout, flags, f"{variant}_{layout}")
@@ -146,7 +148,7 @@ def main():
                     f"{variant}_init")
         if abs(got - want) > LOSS_TOL * want:
             fail(f"{variant} --init-from-hf {layout}: step-1 loss {got} vs the reference's {want}")
-        print(f"roundtrip: {variant}: step-1 loss {want:.6f} in 4 layouts and from --init-from-hf")
+        print(f"roundtrip: {variant}: step-1 loss {want:.6f} in every layout and from --init-from-hf")
 
     # 3. greedy generation and its logits, from the HF directory and from the checkpoint on tp 2.
     prompt = [5, 17, 42, 99]
@@ -165,7 +167,7 @@ def main():
 
     # 4. fine-tune and export live vs offline; the exported model's logits.
     for variant, layout, flags in (("gqa_untied", "2x1x2", []), ("gqa_untied", "2x1x1", ["--dp-mode", "fsdp"]),
-                                   ("tied", "1x2x2", [])):
+                                   ("gqa_untied", "1x1x4", []), ("tied", "1x2x2", [])):
         tag = f"{variant}_{layout}{'_fsdp' if flags else ''}"
         run_dir, live, offline = path("ft_" + tag), path("live_" + tag), path("off_" + tag)
         shutil.copytree(path("ck_" + variant), run_dir)
