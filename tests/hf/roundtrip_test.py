@@ -16,7 +16,8 @@ under the launcher (mpirun or torchrun), Gloo on the CPU.
    reference with interleaved (GPT-J) rotary pairs is far off (the test sees the convention).
 4. train_gpt fine-tunes an import 3 steps in 2x1x2 (and FSDP, tp 4 over 2 kv heads, and pp 2
    with tied embeddings)
-   with --save-hf-at-end: the live export is byte-identical to export-hf of its checkpoint, and
+   with --save-hf-at-end (and --save-hf-every 2: step-2/): the live export is byte-identical to
+   export-hf of its checkpoint, and
    the exported model's reference logits equal tessera's logits of the checkpoint.
 5. export -> import -> export (bf16, sharded with an index) is byte-identical; tokenizer files
    travel along.
@@ -171,8 +172,13 @@ def main():
         tag = f"{variant}_{layout}{'_fsdp' if flags else ''}"
         run_dir, live, offline = path("ft_" + tag), path("live_" + tag), path("off_" + tag)
         shutil.copytree(path("ck_" + variant), run_dir)
+        every = ["--save-hf-every", "2", "--save-hf-dir", path("every_" + tag)]
         train(run_dir, eval(layout.replace("x", "*")), layout,
-              flags + ["--lr", "1e-2", "--save-hf-at-end", live, "--save-hf-dtype", "fp32"], "ft_" + tag, steps=3)
+              flags + every + ["--lr", "1e-2", "--save-hf-at-end", live, "--save-hf-dtype", "fp32"], "ft_" + tag,
+              steps=3)
+        c_every, w_every = H.read_model(path("every_" + tag, "step-2"))
+        if sorted(os.listdir(path("every_" + tag))) != ["step-2"] or sorted(w_every) != sorted(models[variant][1]):
+            fail(f"{tag}: --save-hf-every 2 over 3 steps: {sorted(os.listdir(path('every_' + tag)))}")
         run([CONVERT, "export-hf", run_dir, offline, "--dtype", "fp32"])
         for f in sorted(os.listdir(offline)):
             if not filecmp.cmp(os.path.join(live, f), os.path.join(offline, f), shallow=False):
