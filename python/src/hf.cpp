@@ -19,28 +19,6 @@
 namespace tessera::py {
 namespace {
 
-using PieceArg = std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>, at::Tensor>;
-
-pb::dict configDict(const models::ModelConfig& c) {
-  pb::dict d;
-  d["d"] = c.d;
-  d["layers"] = c.layers;
-  d["heads"] = c.heads;
-  d["kv_heads"] = c.kvH();
-  d["ffn"] = c.ffnSize();
-  d["vocab"] = c.vocab;
-  d["seq_len"] = c.seqLen;
-  d["rope_theta"] = c.ropeTheta;
-  const auto& s = c.ropeScaling;
-  d["rope_scaling"] = s.enabled ? pb::object(pb::dict(pb::arg("factor") = s.factor, pb::arg("low") = s.lowFreqFactor,
-                                                      pb::arg("high") = s.highFreqFactor,
-                                                      pb::arg("original") = s.originalMaxPositions))
-                                : pb::object(pb::none());
-  d["tied"] = c.tiedEmbeddings;
-  d["norm_eps"] = c.normEps;
-  return d;
-}
-
 models::ModelConfig configOf(const pb::dict& d) {
   models::ModelConfig c = models::presetConfig("llama-tiny");
   c.d = d["d"].cast<int64_t>();
@@ -61,12 +39,6 @@ models::ModelConfig configOf(const pb::dict& d) {
   }
   models::validate(c);
   return c;
-}
-
-std::vector<checkpoint::Piece> toPieces(const std::vector<PieceArg>& in) {
-  std::vector<checkpoint::Piece> out;
-  for (const auto& [name, shape, offset, local] : in) out.push_back({name, shape, offset, local});
-  return out;
 }
 
 }  // namespace
