@@ -73,6 +73,14 @@ def run(argv, n=1, launch=False):
     return p.stdout
 
 
+def from_pretrained(path, dtype):
+    """LlamaForCausalLM.from_pretrained in `dtype` (transformers 5 names the argument dtype)."""
+    try:
+        return transformers.LlamaForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    except TypeError:
+        return transformers.LlamaForCausalLM.from_pretrained(path, torch_dtype=dtype).eval()
+
+
 def read_safetensors(path):
     raw = open(path, "rb").read()
     (n,) = struct.unpack("<Q", raw[:8])
@@ -126,10 +134,11 @@ def part_a():
         run([TRAIN, *model, "--tp", str(tp), "--steps", "3", "--batch", "4", "--lr", "1e-2", "--checkpoint-dir", ck,
              "--save-hf-at-end", live, "--save-hf-dtype", "fp32", "--log-jsonl", ""], n=tp, launch=True)
         run([CONVERT, "export-hf", ck, bf])
-        m = transformers.LlamaForCausalLM.from_pretrained(live, torch_dtype=torch.float32).eval()
+        m = from_pretrained(live, torch.float32)
         compare(f"A {tag}: tessera-trained -> transformers (fp32)", ck, m, [3, 14, 15, 92, 65], tp)
-        m16 = transformers.LlamaForCausalLM.from_pretrained(bf, torch_dtype=torch.bfloat16)
-        check(m16.dtype == torch.bfloat16 and m16.config.torch_dtype in (torch.bfloat16, "bfloat16"),
+        m16 = from_pretrained(bf, torch.bfloat16)
+        saved = json.load(open(os.path.join(bf, "config.json")))
+        check(m16.dtype == torch.bfloat16 and saved["torch_dtype"] == "bfloat16",
               f"A {tag}: the bf16 export loads as bfloat16")
 
 
@@ -149,7 +158,7 @@ def part_b():
         for p in model.parameters():
             p.mul_(8.0 if p.dim() == 2 else 1.0).add_(0.1 * torch.randn_like(p) if p.dim() == 1 else 0)
     hf = os.path.join(WORK, "b_hf")
-    model.save_pretrained(hf, safe_serialization=True)
+    model.save_pretrained(hf)  # safetensors (transformers' default)
     prompt = [7, 99, 300, 12]
     compare("B: transformers-saved dir read by tessera (1 GPU)", hf, model, prompt, 1)
     ck = os.path.join(WORK, "b_ckpt")
@@ -157,7 +166,7 @@ def part_b():
     compare(f"B: imported checkpoint on tp {min(2, args.gpus)}", ck, model, prompt, min(2, args.gpus))
     back = os.path.join(WORK, "b_back")
     run([CONVERT, "export-hf", ck, back, "--dtype", "fp32"])
-    again = transformers.LlamaForCausalLM.from_pretrained(back, torch_dtype=torch.float32).eval()
+    again = from_pretrained(back, torch.float32)
     x = torch.randint(0, 512, (2, 48), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         same = torch.equal(again(x).logits, model(x).logits)
@@ -168,7 +177,7 @@ def part_b():
         layout = ["--tp", str(tp)] if mode == "ddp" else ["--dp-mode", "fsdp"]
         run([TRAIN, "--init-from-hf", hf, *layout, "--seq-len", "64", "--steps", "2", "--batch", "4", "--lr", "1e-3",
              "--save-hf-at-end", out, "--save-hf-dtype", "fp32", "--log-jsonl", ""], n=tp, launch=True)
-        ft = transformers.LlamaForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
+        ft = from_pretrained(out, torch.float32)
         with torch.no_grad():
             moved = float((ft(x).logits - model(x).logits).abs().max())
         check(0 < moved < 1e3, f"B: --init-from-hf fine-tuned ({mode}) export loads; logits moved by {moved:.3g}")
