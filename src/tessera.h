@@ -5,6 +5,7 @@
 // (parallel/tensor/linear.h), the pipeline (pipeline/executor.h) and the models (models/lm.h).
 #include "checkpoint/async_save.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/stream_writer.h"
 #include "comm/backends.h"
 #include "comm/bootstrap/init.h"
 #include "comm/communicator.h"

@@ -42,11 +42,12 @@ bool isSwitch(const std::string& flag) { return flag == "--tie-embeddings" || fl
 
 std::string usage() {
   return "usage: tessera_generate MODEL_DIR --prompt-ids 1,2,3 [--prompt-ids ...] [--max-new-tokens N]\n"
-         "  [--temperature T] [--top-p P] [--seed S] [--eos-id ID] [--tp N]\n"
+         "  [--temperature T] [--top-p P] [--seed S] [--eos-id ID] [--tp N] [--logits-out FILE.safetensors]\n"
          "  [--model PRESET [--d D] [--layers L] [--heads H] [--kv-heads K] [--ffn F] [--vocab V] [--seq-len T]\n"
          "   [--positions none|learned|rope] [--rope-theta X] [--tie-embeddings | --untie-embeddings]]\n"
          "MODEL_DIR: a tessera checkpoint (train_gpt --checkpoint-dir; any saved layout) or a Hugging Face\n"
          "directory. Prints one line 'ids: a,b,c' per prompt: its continuation (rank 0, stdout).\n"
+         "--logits-out: each prompt's logits of every generated step, as tensor prompt.<k> [steps, vocab].\n"
          "Defaults: 32 new tokens, temperature 0 (greedy), top-p 1, seed 0 (prompt k samples with seed S + k),\n"
          "no EOS id, tp = the world size (pp 1). The model flags are for checkpoints without a model config\n"
          "(older tessera); else the checkpoint's own config is used.\n"
@@ -95,6 +96,7 @@ GenerateCli parseCli(int argc, char** argv) {
   take("--seed", [&](const std::string& v) { g.sampling.seed = static_cast<uint64_t>(toInt("--seed", v)); });
   take("--eos-id", [&](const std::string& v) { g.eosId = toInt("--eos-id", v); });
   take("--tp", [&](const std::string& v) { o.tp = static_cast<int>(toInt("--tp", v)); });
+  take("--logits-out", [&](const std::string& v) { o.logitsOut = v; });
   take("--model", [&](const std::string& v) { o.model = models::presetConfig(v); });
   auto shape = [&](const char* n, const std::function<void(models::ModelConfig&, const std::string&)>& f) {
     take(n, [&](const std::string& v) {

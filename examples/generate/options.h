@@ -19,6 +19,9 @@ struct GenerateCli {
   int tp = 0;                                 // 0: the world size
   // --model PRESET and the shape flags (as train_gpt's): for checkpoints without a model config.
   std::optional<models::ModelConfig> model;
+  // --logits-out FILE: rank 0 writes each prompt's step logits as tensor "prompt.<k>" [new tokens,
+  // vocab] (float32) of a safetensors file, for comparisons with other implementations.
+  std::string logitsOut;
   bool help = false;
 };
 

@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "generate/options.h"
+#include "hf/safetensors.h"
 #include "models/model_source.h"
 
 namespace {
@@ -69,8 +70,10 @@ int main(int argc, char** argv) {
                   ctx.deviceDescription);
       }
       auto model = models::loadWholeModel(source, ctx.world, ctx.device);
+      hf::NamedTensors logits;
       for (size_t k = 0; k < cli.prompts.size(); ++k) {
         auto o = cli.gen;
+        o.keepLogits = !cli.logitsOut.empty();
         o.sampling.seed += k;
         const auto& p = cli.prompts[k];
         const auto prompt = at::tensor(p, at::kLong).view({1, static_cast<int64_t>(p.size())});
@@ -80,7 +83,9 @@ int main(int argc, char** argv) {
           std::fflush(stdout);
           if (g.stoppedAtEos[0]) log::info("tessera_generate: prompt {} ended at the EOS id {}", k, o.eosId);
         }
+        if (o.keepLogits) logits.emplace_back(fmt::format("prompt.{}", k), at::cat(g.logits, 0));
       }
+      if (rank == 0 && !cli.logitsOut.empty()) hf::writeSafetensors(cli.logitsOut, logits);
       ctx.world->barrier()->wait();
     }
     std::fflush(nullptr);

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <filesystem>
+#include <optional>
 #include <memory>
 #include <sstream>
 
@@ -146,6 +147,10 @@ void check(TrainOptions& o, bool onGpu) {
   USAGE_CHECK(o.data != "synthetic" || o.validData.empty(),
               "train_gpt: --valid-data needs --data PATH (not synthetic)");
   checkPaths(o);
+  USAGE_CHECK(o.saveHfEvery == 0 || !o.saveHfDir.empty(),
+              "train_gpt: --save-hf-every {} needs --save-hf-dir DIR (each export goes to DIR/step-<s>)", o.saveHfEvery);
+  USAGE_CHECK((o.saveHfEvery == 0 && o.saveHfAtEnd.empty() && o.initFromHf.empty()) || o.cfg.arch == models::Arch::Llama,
+              "train_gpt: --init-from-hf and --save-hf-* take a Llama (--model llama-*), not {}", o.cfg.describe());
   o.lr.total = o.steps;
   try {
     models::validate(o.cfg);
@@ -194,6 +199,27 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu, const Settings& env
         fmt::format("train_gpt: unexpected argument '{}' (flags are --name VALUE or --name=VALUE; "
                     "switches take no value, or --name=on|off)",
                     a));
+  }
+  // Without --model: the model of --init-from-hf's directory or of the checkpoint (the shape flags
+  // below still apply).
+  auto given = [&](const std::string& flag) -> std::optional<std::string> {
+    for (size_t i = 0; i < cli->flags.size(); ++i) {
+      if (cli->flags[i].flag() == flag && cli->options[i]->count() > 0) return cli->options[i]->results().back();
+    }
+    return std::nullopt;
+  };
+  if (!given("--model")) {
+    const auto hf = given("--init-from-hf").value_or(""), ckpt = given("--checkpoint-dir").value_or("");
+    try {
+      if (auto saved = savedModelConfig(hf, ckpt)) {
+        o.cfg = *saved;
+        o.model = hf.empty() ? "checkpoint" : "hf";
+      }
+    } catch (const UsageError&) {
+      throw;
+    } catch (const Error& e) {
+      throw UsageError(fmt::format("train_gpt: {}", e.what()));
+    }
   }
   for (size_t i = 0; i < cli->flags.size(); ++i) {
     if (cli->options[i]->count() > 0) cli->flags[i].set(o, cli->options[i]->results().back());

@@ -4,6 +4,7 @@
 // win); --help prints every flag with its default. Bad flags, values, config files and layouts
 // are UsageError naming the flag and the value (train_gpt exits 2 on them).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,12 @@ struct TrainOptions {
   std::string checkpointDir;      // empty: no checkpoints
   int checkpointEvery = 0;        // 0: only at the end (when a directory is given)
   bool asyncCheckpoint = true;    // save on a writer thread from host copies (checkpoint/async_save.h)
+  // Hugging Face (src/hf): weights from an HF Llama directory with a fresh optimizer and data
+  // position (fine-tuning; without --model the model is the directory's); exports of the model
+  // every N steps to <saveHfDir>/step-<s> and at the end to saveHfAtEnd (--save-hf-dtype).
+  std::string initFromHf;
+  int saveHfEvery = 0;
+  std::string saveHfDir, saveHfAtEnd, saveHfDtype = "bf16";
   std::string logJsonl = "train_gpt.jsonl";  // empty: none
   bool breakdown = false;         // time each backward (device syncs) for the step breakdown
   // Weight gradients summed in fp32 by the GEMM into .grad (nn/accum_linear.h) where that applies:
@@ -84,6 +91,9 @@ struct TrainOptions {
 TrainOptions parseOptions(int argc, char** argv, bool onGpu, const Settings& env = {});
 // --help's text: every flag with its default on this machine, the presets.
 std::string usage(bool onGpu = false, const Settings& env = {});
+// The model a run without --model takes (trainer_hf.cpp): the config of --init-from-hf's
+// directory, else of the checkpoint at --checkpoint-dir when it holds one; nullopt otherwise.
+std::optional<models::ModelConfig> savedModelConfig(const std::string& initFromHf, const std::string& checkpointDir);
 // Fills dp, microBatches, batch from the world size; checks that everything fits (UsageError).
 void resolveLayout(TrainOptions& o, int world);
 // The options as a TOML file that --config reads back: every flag's value, one `name = value`

@@ -78,7 +78,11 @@ Flag modelFlag() {
     o.model = v;
     o.cfg = models::presetConfig(v);
   };
-  f.get = [](const TrainOptions& o) { return quoted(o.model); };
+  // A model from --init-from-hf or the checkpoint (no preset): left out, those flags carry it.
+  f.get = [](const TrainOptions& o) {
+    const auto names = models::presetNames();
+    return std::find(names.begin(), names.end(), o.model) == names.end() ? std::string() : quoted(o.model);
+  };
   return f;
 }
 
@@ -212,6 +216,21 @@ std::vector<Flag> flagTable(bool onGpu) {
       },
       [](bool on) { return on ? "on" : "off"; }, FIELD(asyncCheckpoint)));
   t.add(textFlag("--log-jsonl", "FILE", "rank 0's JSONL log (empty: none)", FIELD(logJsonl)));
+
+  t.group = "Hugging Face (Llama; without --model the model is --init-from-hf's, else the checkpoint's)";
+  t.add(textFlag("--init-from-hf", "HF_DIR", "weights from an HF Llama directory; fresh optimizer and data (fine-tuning)",
+                 FIELD(initFromHf)));
+  t.add(integerFlag("--save-hf-every", "N", "export the model every N steps to --save-hf-dir/step-<s> (0: never)", 0,
+                    INT_MAX, FIELD(saveHfEvery)));
+  t.add(textFlag("--save-hf-dir", "DIR", "where --save-hf-every's exports go", FIELD(saveHfDir)));
+  t.add(textFlag("--save-hf-at-end", "DIR", "export the trained model there at the end", FIELD(saveHfAtEnd)));
+  t.add(choiceFlag(
+      "--save-hf-dtype", "bf16|fp32", "the exports' dtype",
+      [](const std::string& v) {
+        if (v == "bf16" || v == "fp32") return v;
+        throw UsageError(fmt::format("train_gpt: --save-hf-dtype expects bf16 or fp32, got '{}'", v));
+      },
+      [](const std::string& v) { return v; }, FIELD(saveHfDtype)));
   t.add(switchFlag("--breakdown", "time each backward (device syncs) for the step breakdown on GPUs", false,
                    FIELD(breakdown)));
 

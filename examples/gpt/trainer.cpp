@@ -73,6 +73,7 @@ void Trainer::State::build() {
     if (usesFusedWgrad(o)) tp::setAccumulateGradInGemm(*chunk, true);
     chunks.push_back(chunk);
   }
+  if (!o.initFromHf.empty()) initFromHf();
   const bool bf16 = o.precision == Precision::Bf16;
   AdamWOptions ao;
   ao.lr = o.lr.lr;
@@ -229,6 +230,7 @@ std::vector<StepReport> Trainer::run() {
     s.logStep(out.back());
     const bool every = s.o.checkpointEvery > 0 && (i + 1) % s.o.checkpointEvery == 0;
     if (!s.o.checkpointDir.empty() && (every || i + 1 == s.o.steps)) s.saveCheckpoint(i + 1);
+    if (s.o.saveHfEvery > 0 && (i + 1) % s.o.saveHfEvery == 0) s.saveHf(fmt::format("{}/step-{}", s.o.saveHfDir, i + 1));
     if (s.saver) s.saver->poll();  // a failed save ends the run here, not at the next save
     if (s.ctx.settings.faultInject == fmt::format("kill-after-step-{}:{}", i + 1, s.ctx.world->rank())) {
       log::error("train_gpt: TESSERA_FAULT_INJECT: rank {} kills itself after step {}", s.ctx.world->rank(), i + 1);
@@ -236,6 +238,7 @@ std::vector<StepReport> Trainer::run() {
       ::raise(SIGKILL);
     }
   }
+  if (!s.o.saveHfAtEnd.empty()) s.saveHf(s.o.saveHfAtEnd);
   if (s.saver) s.saver->wait();  // the last checkpoint is published before the run ends
   return out;
 }

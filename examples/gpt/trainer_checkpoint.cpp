@@ -153,11 +153,15 @@ void Trainer::State::saveCheckpoint(int64_t step) {
   } else {
     pieces = trainingPieces(chunks, ps, ddpView(ps, *adam), nullptr);
   }
-  const std::map<std::string, std::string> extra{{"layout", describe(o)},
+  std::map<std::string, std::string> extra{{"layout", describe(o)},
                                                  {"model", o.cfg.signature()},
                                                  {"model_config", models::configToJson(o.cfg)},
                                                  {"global_batch", std::to_string(o.batch)},
                                                  {"data_state", data::encodeDataState(batches->state())}};
+  if (!hfConfig.empty()) {  // an HF export of this checkpoint keeps the imported model's other fields
+    extra.emplace("hf_config", hfConfig);
+    extra.emplace("hf_source", hfSource);
+  }
   // The run's resolved config beside the tensors: `train_gpt --config <dir>/config.toml` runs it again.
   const std::map<std::string, std::string> files{{"config.toml", configToml(o)}};
   if (saver) {  // staged to host memory here; written and published on the saver's thread
@@ -203,6 +207,7 @@ bool Trainer::State::loadCheckpoint() {
     return false;
   }
   at::NoGradGuard ng;
+  bool weightsOnly = false;
   {  // the architecture first: a checkpoint of another model is refused before any tensor is read
     const auto saved = checkpoint::readMetadata(o.checkpointDir);
     const auto it = saved.extra.find("model");
@@ -210,20 +215,45 @@ bool Trainer::State::loadCheckpoint() {
                   "train_gpt: the checkpoint in {} is of another model:\n  checkpoint: {}\n  this run:   {}",
                   *found, it->second, o.cfg.signature());
     adoptCheckpointBatch(saved.extra, *found);
+    if (saved.extra.count("hf_config")) {
+      hfConfig = saved.extra.at("hf_config");
+      hfSource = saved.extra.count("hf_source") ? saved.extra.at("hf_source") : "";
+    }
+    weightsOnly = saved.extra.count("weights_only") > 0;
   }
+  // A weights-only checkpoint (tessera-convert import-hf): the parameters only; AdamW's moments
+  // stay zero and its step 0 (a fresh optimizer), the data starts from the beginning.
+  auto onlyWeights = [&](std::vector<checkpoint::Piece> ps) {
+    if (!weightsOnly) return ps;
+    std::vector<checkpoint::Piece> out;
+    for (auto& p : ps) {
+      if (p.name.rfind("optim.", 0) != 0) out.push_back(std::move(p));
+    }
+    return out;
+  };
   const auto ps = params();
   checkpoint::Metadata meta;
   if (fsdp) {
     auto full = fsdpFull(*fsdp, *shardedAdam, /*gather=*/false);
-    auto pieces = trainingPieces(chunks, ps, fsdpView(full, ps), fsdp.get());
+    auto pieces = onlyWeights(trainingPieces(chunks, ps, fsdpView(full, ps), fsdp.get()));
     meta = checkpoint::load(o.checkpointDir, pieces);
     keepShards(*fsdp, *shardedAdam, full, meta.step);
   } else {
-    auto pieces = trainingPieces(chunks, ps, ddpView(ps, *adam), nullptr);
+    auto pieces = onlyWeights(trainingPieces(chunks, ps, ddpView(ps, *adam), nullptr));
     meta = checkpoint::load(o.checkpointDir, pieces);
     adam->setSteps(meta.step);
   }
   startStep = meta.step;
+  if (weightsOnly) {
+    TESSERA_CHECK(meta.step == 0, "train_gpt: the weights-only checkpoint in {} is at step {}, not 0", *found, meta.step);
+    batches->start(nullptr, 0);
+    if (isLogger()) {
+      log::info("train_gpt: weights from {} (a weights-only checkpoint at step 0, {}): fresh optimizer and schedule, "
+                "data from the start",
+                *found, meta.extra.count("layout") ? meta.extra.at("layout") : "?");
+    }
+    return true;
+  }
   resumedFrom = *found;
   const auto it = meta.extra.find("data_state");
   TESSERA_CHECK(it != meta.extra.end(), "train_gpt: the checkpoint in {} holds no data position", o.checkpointDir);

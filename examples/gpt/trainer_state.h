@@ -49,6 +49,9 @@ struct Trainer::State {
   int64_t startStep = 0;
   std::string resumedFrom;  // the checkpoint directory a resumed run loaded (else empty)
   std::unique_ptr<checkpoint::AsyncSaver> saver;  // --async-checkpoint
+  // The Hugging Face model this run descends from (--init-from-hf, or the checkpoint's extra):
+  // its config.json text and directory, kept in checkpoints and used by the HF exports.
+  std::string hfConfig, hfSource;
 
   bool isLogger() const { return ctx.world->rank() == 0; }
   bool firstPp() const { return mesh->coord().pp == 0; }
@@ -72,6 +75,12 @@ struct Trainer::State {
   // the start). Without --batch the run takes the checkpoint's global batch.
   bool loadCheckpoint();
   void adoptCheckpointBatch(const std::map<std::string, std::string>& extra, const std::string& dir);
+  // trainer_hf.cpp. Before DDP/FSDP take the parameters: each rank fills its pieces from the HF
+  // directory's slices (--init-from-hf).
+  void initFromHf();
+  // Collective over the world: the model into an HF directory (hf::exportLlamaLive); FSDP units
+  // are all-gathered one at a time.
+  void saveHf(const std::string& dir);
 };
 
 }  // namespace tessera::gpt

@@ -6,8 +6,12 @@
 #include <torch/csrc/utils/pybind.h>  // at::Tensor <-> torch.Tensor casters (same TensorImpl)
 
 #include <string>
+#include <tuple>
+#include <vector>
 
+#include "checkpoint/checkpoint.h"
 #include "comm/communicator.h"
+#include "models/config.h"
 
 namespace tessera::py {
 
@@ -15,6 +19,12 @@ namespace pb = pybind11;
 
 // "sum" | "avg" | "max" | "min" (any case), or a tessera.ReduceOp value.
 ReduceOp toReduceOp(const pb::handle& op);
+
+// A checkpoint piece from Python: (name, global shape, offset, local tensor) (checkpoint.cpp).
+using PieceArg = std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>, at::Tensor>;
+std::vector<checkpoint::Piece> toPieces(const std::vector<PieceArg>& in);
+// A Llama's fields as tessera.llama.LlamaConfig takes them (models.cpp).
+pb::dict configDict(const models::ModelConfig& c);
 
 void bindComm(pb::module_& m);
 void bindDdp(pb::module_& m);
@@ -24,5 +34,6 @@ void bindFsdp(pb::module_& m);
 void bindData(pb::module_& m);
 void bindCheckpoint(pb::module_& m);
 void bindModels(pb::module_& m);
+void bindHf(pb::module_& m);
 
 }  // namespace tessera::py

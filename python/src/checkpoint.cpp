@@ -12,9 +12,6 @@
 #include "checkpoint/checkpoint.h"
 
 namespace tessera::py {
-namespace {
-
-using PieceArg = std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>, at::Tensor>;
 
 std::vector<checkpoint::Piece> toPieces(const std::vector<PieceArg>& in) {
   std::vector<checkpoint::Piece> out;
@@ -22,6 +19,8 @@ std::vector<checkpoint::Piece> toPieces(const std::vector<PieceArg>& in) {
   for (const auto& [name, shape, offset, local] : in) out.push_back({name, shape, offset, local});
   return out;
 }
+
+namespace {
 
 pb::dict metaDict(const checkpoint::Metadata& m) {
   pb::dict d;

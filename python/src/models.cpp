@@ -14,6 +14,26 @@
 
 namespace tessera::py {
 
+pb::dict configDict(const models::ModelConfig& c) {
+  pb::dict d;
+  d["d"] = c.d;
+  d["layers"] = c.layers;
+  d["heads"] = c.heads;
+  d["kv_heads"] = c.kvH();
+  d["ffn"] = c.ffnSize();
+  d["vocab"] = c.vocab;
+  d["seq_len"] = c.seqLen;
+  d["rope_theta"] = c.ropeTheta;
+  const auto& s = c.ropeScaling;
+  d["rope_scaling"] = s.enabled ? pb::object(pb::dict(pb::arg("factor") = s.factor, pb::arg("low") = s.lowFreqFactor,
+                                                      pb::arg("high") = s.highFreqFactor,
+                                                      pb::arg("original") = s.originalMaxPositions))
+                                : pb::object(pb::none());
+  d["tied"] = c.tiedEmbeddings;
+  d["norm_eps"] = c.normEps;
+  return d;
+}
+
 void bindModels(pb::module_& m) {
   auto mm = m.def_submodule("models", "train_gpt's model presets, LR schedules and decay rule (see tessera.llama)");
   mm.def("preset_names", &models::presetNames);
@@ -21,25 +41,9 @@ void bindModels(pb::module_& m) {
       "preset",
       [](const std::string& name) {
         const auto c = models::presetConfig(name);
-        pb::dict d;
+        pb::dict d = configDict(c);
         d["arch"] = models::toString(c.arch);
-        d["d"] = c.d;
-        d["layers"] = c.layers;
-        d["heads"] = c.heads;
-        d["kv_heads"] = c.kvH();
-        d["ffn"] = c.ffnSize();
-        d["vocab"] = c.vocab;
-        d["seq_len"] = c.seqLen;
         d["positions"] = models::toString(c.positions);
-        d["rope_theta"] = c.ropeTheta;
-        d["rope_scaling"] = c.ropeScaling.enabled
-                                ? pb::object(pb::dict(pb::arg("factor") = c.ropeScaling.factor,
-                                                      pb::arg("low") = c.ropeScaling.lowFreqFactor,
-                                                      pb::arg("high") = c.ropeScaling.highFreqFactor,
-                                                      pb::arg("original") = c.ropeScaling.originalMaxPositions))
-                                : pb::object(pb::none());
-        d["tied"] = c.tiedEmbeddings;
-        d["norm_eps"] = c.normEps;
         return d;
       },
       pb::arg("name"), "A preset's fields (an unknown name is a tessera.Error listing the presets)");

@@ -71,4 +71,5 @@ PYBIND11_MODULE(_C, m) {
   bindData(m);
   bindCheckpoint(m);
   bindModels(m);
+  bindHf(m);
 }

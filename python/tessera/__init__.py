@@ -191,9 +191,10 @@ from . import nn  # noqa: E402
 from . import data  # noqa: E402
 from . import checkpoint  # noqa: E402
 from . import llama  # noqa: E402
+from . import hf  # noqa: E402
 
 __all__ = [
     "__version__", "build_info", "init", "mesh", "Context", "Communicator", "Work", "ReduceOp",
     "ProcessMesh", "Error", "CommError", "DistributedDataParallel", "FullyShardedDataParallel",
-    "ShardedAdamW", "Pipeline", "nn", "data", "checkpoint", "llama",
+    "ShardedAdamW", "Pipeline", "nn", "data", "checkpoint", "llama", "hf",
 ]

@@ -114,30 +114,67 @@ Metadata summarize(const Opened& o) {
 
 Metadata readMetadata(const std::string& dir) { return summarize(openDir(dir)); }
 
-Metadata load(const std::string& dirName, std::vector<Piece>& pieces) {
-  auto o = openDir(dirName);
-  auto tens = o.meta.at("tensors").toGenericDict();
-  auto files = o.meta.at("files").toGenericDict();
-  std::map<std::string, c10::Dict<std::string, at::Tensor>> cache;
-  auto fileTensors = [&](const std::string& file) -> c10::Dict<std::string, at::Tensor>& {
-    auto it = cache.find(file);
-    if (it != cache.end()) return it->second;
-    fs::path p = o.dir / file;
-    TESSERA_CHECK(fs::exists(p), "checkpoint: {} is missing", p.string());
-    auto bytes = readAll(p);
-    auto f = files.at(file).toGenericDict();
-    TESSERA_CHECK(static_cast<int64_t>(bytes.size()) == f.at("bytes").toInt(),
-                  "checkpoint: {} is truncated or corrupted: {} bytes, the metadata says {}", p.string(), bytes.size(),
-                  f.at("bytes").toInt());
-    TESSERA_CHECK(static_cast<int64_t>(fnv1a(bytes)) == f.at("fnv1a64").toInt(),
-                  "checkpoint: {} is corrupted: its checksum differs from the one saved", p.string());
-    auto d = c10::impl::toTypedDict<std::string, at::Tensor>(unpickle(p, bytes).toGenericDict());
-    return cache.emplace(file, std::move(d)).first->second;
-  };
+struct Reader::Impl {
+  Opened o;
+  std::string dirString;
+  Metadata meta;
+  c10::impl::GenericDict tens = c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
+  c10::impl::GenericDict files = c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
+  std::map<std::string, c10::Dict<std::string, at::Tensor>> mapped;  // shard file -> {key: tensor over the mapping}
 
+  c10::Dict<std::string, at::Tensor>& fileTensors(const std::string& file) {
+    auto it = mapped.find(file);
+    if (it != mapped.end()) return it->second;
+    TESSERA_CHECK(files.contains(file), "checkpoint: {} names a file {} it does not list", (o.dir / "metadata.pt").string(),
+                  file);
+    auto f = files.at(file).toGenericDict();
+    auto d = mapShard(o.dir / file, f.at("bytes").toInt(), f.at("fnv1a64").toInt());
+    return mapped.emplace(file, c10::impl::toTypedDict<std::string, at::Tensor>(d.toGenericDict())).first->second;
+  }
+};
+
+Reader::Reader(const std::string& dir) : impl_(std::make_unique<Impl>()) {
+  impl_->o = openDir(dir);
+  impl_->dirString = impl_->o.dir.string();
+  impl_->meta = summarize(impl_->o);
+  impl_->tens = impl_->o.meta.at("tensors").toGenericDict();
+  impl_->files = impl_->o.meta.at("files").toGenericDict();
+}
+Reader::~Reader() = default;
+
+const Metadata& Reader::metadata() const { return impl_->meta; }
+const std::string& Reader::dir() const { return impl_->dirString; }
+bool Reader::contains(const std::string& name) const { return impl_->tens.contains(name); }
+
+at::Tensor Reader::read(const std::string& name) {
+  TESSERA_CHECK(contains(name), "checkpoint load: {} holds no tensor '{}'", impl_->o.dir.string(), name);
+  auto t = impl_->tens.at(name).toGenericDict();
+  const auto shape = ints(t.at("shape"));
+  const std::string dtype = t.at("dtype").toStringRef();
+  at::ScalarType type = at::kFloat;
+  bool known = false;
+  for (auto s : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kLong, at::kInt, at::kShort, at::kChar,
+                 at::kByte, at::kBool}) {
+    if (dtype == c10::toString(s)) type = s, known = true;
+  }
+  TESSERA_CHECK(known, "checkpoint load: tensor '{}' was saved as {}, which tessera does not read", name, dtype);
+  std::vector<Piece> one{{name, shape, std::vector<int64_t>(shape.size(), 0), at::empty(shape, type)}};
+  load(one);
+  return one[0].local;
+}
+
+Metadata load(const std::string& dirName, std::vector<Piece>& pieces) {
+  Reader r(dirName);
+  r.load(pieces);
+  return r.metadata();
+}
+
+void Reader::load(std::vector<Piece>& pieces) {
+  auto& tens = impl_->tens;
+  const auto& dirName = impl_->o.dir;
   for (auto& p : pieces) {
     checkLoadPiece(p);
-    TESSERA_CHECK(tens.contains(p.name), "checkpoint load: {} holds no tensor '{}'", o.dir.string(), p.name);
+    TESSERA_CHECK(tens.contains(p.name), "checkpoint load: {} holds no tensor '{}'", dirName.string(), p.name);
     auto t = tens.at(p.name).toGenericDict();
     auto shape = ints(t.at("shape"));
     TESSERA_CHECK(shape == p.globalShape, "checkpoint load: tensor '{}' was saved with shape [{}], asked for [{}]",
@@ -161,7 +198,7 @@ Metadata load(const std::string& dirName, std::vector<Piece>& pieces) {
         vol *= std::max<int64_t>(len[d], 0);
       }
       if (!overlap) continue;
-      at::Tensor src = fileTensors(e.at("file").toStringRef()).at(e.at("key").toStringRef());
+      at::Tensor src = impl_->fileTensors(e.at("file").toStringRef()).at(e.at("key").toStringRef());
       at::Tensor dst = p.local;
       for (size_t d = 0; d < shape.size(); ++d) {
         src = src.narrow(d, lo[d] - off[d], len[d]);
@@ -175,7 +212,6 @@ Metadata load(const std::string& dirName, std::vector<Piece>& pieces) {
                   "checkpoint load: tensor '{}': the saved pieces cover {} of the {} elements asked for at offset [{}]",
                   p.name, covered, p.local.numel(), fmt::join(p.offset, ","));
   }
-  return summarize(o);
 }
 
 }  // namespace tessera::checkpoint

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,7 +65,32 @@ struct Metadata {
 void save(const std::string& dir, const std::vector<Piece>& pieces, Communicator& comm, int64_t step,
           const std::map<std::string, std::string>& extra = {}, const std::map<std::string, std::string>& files = {});
 // Fills every piece's `local` (shape = the box's sizes) in place from <dir>; returns metadata.
+// Reader(dir).load(pieces).
 Metadata load(const std::string& dir, std::vector<Piece>& pieces);
+
+// A checkpoint opened for reading piece by piece (local). The constructor reads and checks
+// metadata.pt (at <dir>, or <dir>.old as load() falls back); each shard file is checked (size,
+// checksum) and memory-mapped the first time a piece needs it, then kept mapped. Pieces are
+// copied out of the mapped pages, so this process's memory holds the tensors asked for, never a
+// whole shard file (the pages read are the kernel's page cache). Errors: as load().
+class Reader {
+ public:
+  explicit Reader(const std::string& dir);
+  ~Reader();
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+  const Metadata& metadata() const;
+  const std::string& dir() const;  // where the checkpoint was found
+  bool contains(const std::string& name) const;
+  // As load(dir, pieces).
+  void load(std::vector<Piece>& pieces);
+  // The whole tensor `name` in its saved dtype, on the CPU, in fresh memory.
+  at::Tensor read(const std::string& name);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 // Reads and checks <dir>/metadata.pt only.
 Metadata readMetadata(const std::string& dir);
 // Local: the directory that holds the checkpoint saved to <dir>: <dir>, or <dir>.old when a save

@@ -4,8 +4,13 @@
 #include <fmt/format.h>
 #include <ftw.h>
 #include <sys/stat.h>
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <cerrno>
 #include <cstring>
@@ -14,6 +19,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "data/mapped_file.h"
 
 namespace tessera::checkpoint::files {
 
@@ -76,6 +82,78 @@ c10::IValue unpickle(const fs::path& p, const std::vector<char>& bytes) {
     return torch::jit::pickle_load(bytes);
   } catch (const std::exception& e) {
     throw Error(fmt::format("checkpoint: {} is corrupted or truncated ({} bytes): {}", p.string(), bytes.size(),
+                            std::string(e.what()).substr(0, 300)));
+  }
+}
+
+namespace {
+
+// The zip reader's view of a mapped file.
+class MappedAdapter : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit MappedAdapter(std::shared_ptr<const data::MappedFile> m) : m_(std::move(m)) {}
+  size_t size() const override { return m_->size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char*) const override {
+    if (pos >= m_->size()) return 0;
+    n = std::min<size_t>(n, m_->size() - pos);
+    std::memcpy(buf, m_->data() + pos, n);
+    return n;
+  }
+
+ private:
+  std::shared_ptr<const data::MappedFile> m_;
+};
+
+// FNV-1a of the file's bytes and its size, read in blocks (no mapping: its pages do not stay).
+std::pair<uint64_t, uint64_t> fnv1aFile(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  TESSERA_CHECK(f.good(), "checkpoint: cannot open {}", p.string());
+  std::vector<char> block(16 << 20);
+  uint64_t h = 1469598103934665603ull, size = 0;
+  while (f) {
+    f.read(block.data(), static_cast<std::streamsize>(block.size()));
+    const auto n = static_cast<size_t>(f.gcount());
+    for (size_t i = 0; i < n; ++i) {
+      h ^= static_cast<unsigned char>(block[i]);
+      h *= 1099511628211ull;
+    }
+    size += n;
+  }
+  return {h, size};
+}
+
+}  // namespace
+
+c10::IValue mapShard(const fs::path& p, int64_t bytes, int64_t fnv) {
+  TESSERA_CHECK(fs::exists(p), "checkpoint: {} is missing", p.string());
+  const auto [h, size] = fnv1aFile(p);
+  TESSERA_CHECK(static_cast<int64_t>(size) == bytes,
+                "checkpoint: {} is truncated or corrupted: {} bytes, the metadata says {}", p.string(), size, bytes);
+  TESSERA_CHECK(static_cast<int64_t>(h) == fnv, "checkpoint: {} is corrupted: its checksum differs from the one saved",
+                p.string());
+  auto map = std::make_shared<const data::MappedFile>(p.string(), data::MapMode::CopyOnWrite);
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(std::make_shared<MappedAdapter>(map));
+    auto [pkl, n] = reader.getRecord("data.pkl");
+    const char* src = static_cast<const char*>(pkl.get());
+    size_t pos = 0;
+    auto readPickle = [&, n = n](char* buf, size_t len) {
+      len = std::min(len, n - pos);
+      std::memcpy(buf, src + pos, len);
+      pos += len;
+      return len;
+    };
+    auto readRecord = [&](const std::string& key) {
+      const size_t off = reader.getRecordOffset("data/" + key);
+      auto* keep = new std::shared_ptr<const data::MappedFile>(map);  // the tensor's storage holds the mapping
+      return at::DataPtr(const_cast<uint8_t*>(map->data()) + off, keep,
+                         [](void* k) { delete static_cast<std::shared_ptr<const data::MappedFile>*>(k); }, at::kCPU);
+    };
+    torch::jit::Unpickler unpickler(readPickle, nullptr, nullptr, readRecord, c10::nullopt);
+    unpickler.set_version(reader.version());
+    return unpickler.parse_ivalue();
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("checkpoint: {} is corrupted or truncated ({} bytes): {}", p.string(), size,
                             std::string(e.what()).substr(0, 300)));
   }
 }

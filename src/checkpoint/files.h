@@ -24,6 +24,13 @@ std::vector<char> readAll(const fs::path& p);
 // torch::jit::pickle_load of `bytes`; a failure names `p` as corrupted or truncated.
 c10::IValue unpickle(const fs::path& p, const std::vector<char>& bytes);
 
+// Shard file `p` (rank-<r>.pt) checked against its metadata entry (size, FNV-1a of its bytes, read
+// in 16 MiB blocks) and unpickled over a memory mapping of it: the dict {key: tensor} whose
+// tensors are views of the mapped pages (copy-on-write; each holds the mapping alive), so
+// nothing of the file is copied into memory until a tensor is. Errors name `p`: missing,
+// truncated, corrupted (checksum, unpickling).
+c10::IValue mapShard(const fs::path& p, int64_t bytes, int64_t fnv);
+
 // metadata.sum: "fnv1a64 <16 hex digits> bytes <n>\n", the checksum of metadata.pt written beside it.
 std::string sumLine(const std::vector<char>& metadataBytes);
 // Checks `metadataBytes` (read from `metadataPath`) against the sum file's text; an error names

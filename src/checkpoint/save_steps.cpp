@@ -132,11 +132,11 @@ void writeShard(const ShardPlan& p, const std::vector<at::Tensor>& host) {
 }
 
 void publish(const std::string& dirName, int world, int64_t step, const std::map<std::string, std::string>& extra,
-             const std::map<std::string, std::string>& files) {
+             const std::map<std::string, std::string>& files, int shardFiles) {
   const fs::path dir(dirName), tmp(dirName + ".tmp"), old(dirName + ".old");
   auto tens = newDict();  // name -> {shape, dtype, pieces}
   auto fileTable = newDict();
-  for (int r = 0; r < world; ++r) {
+  for (int r = 0; r < (shardFiles > 0 ? shardFiles : world); ++r) {
     fs::path ip = tmp / indexFile(r);
     auto in = unpickle(ip, readAll(ip)).toGenericDict();
     auto f = newDict();
@@ -202,7 +202,8 @@ void publish(const std::string& dirName, int world, int64_t step, const std::map
   syncDir(dir.parent_path().empty() ? fs::path(".") : dir.parent_path());
   faultPoint("checkpoint-before-cleanup", 0);
   removeTree(old);
-  log::info("checkpoint: saved step {} to {} ({} ranks)", step, dir.string(), world);
+  log::info("checkpoint: saved step {} to {} ({} ranks{})", step, dir.string(), world,
+            shardFiles > 0 ? fmt::format(", {} files", shardFiles) : "");
 }
 
 }  // namespace tessera::checkpoint::detail

@@ -28,7 +28,10 @@ struct ShardPlan {
 ShardPlan plan(const std::string& dir, const std::vector<Piece>& pieces, Communicator& comm);
 // `host[k]`: owned[k].local's values in host memory.
 void writeShard(const ShardPlan& p, const std::vector<at::Tensor>& host);
+// `files`: more files of the checkpoint (name -> text) written beside metadata.pt; `shardFiles`: how
+// many rank-<k>.pt files there are (0: one per rank of `world`; a single-process stream writer
+// writes several).
 void publish(const std::string& dir, int world, int64_t step, const std::map<std::string, std::string>& extra,
-             const std::map<std::string, std::string>& files);
+             const std::map<std::string, std::string>& files, int shardFiles = 0);
 
 }  // namespace tessera::checkpoint::detail

@@ -128,4 +128,46 @@ void writeSafetensors(const std::string& path, const NamedTensors& tensors, cons
 std::vector<std::string> writeCheckpoint(const std::string& dir, const NamedTensors& tensors,
                                          const Metadata& metadata = {}, const WriteOptions& options = {});
 
+// What a streamed tensor will be: its name, dtype and shape, known before its values.
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  uint64_t bytes() const;
+};
+
+// writeCheckpoint one tensor at a time (memory: the tensor being written), for tensors that do
+// not fit in memory together (export of a large model): the files are planned from `specs` as
+// writeCheckpoint splits them, then each write() appends the next tensor, in the order of
+// `specs`, to its file. Within a file the specs' element sizes must not grow (alignment; one
+// dtype always passes). Each file is replaced atomically when its last tensor is written;
+// finish() writes the index and removes what an earlier checkpoint left, as writeCheckpoint.
+// Destroyed before finish(), the file being written is removed and the index is not written.
+// Local. Errors: duplicate names, a tensor of another name, dtype or shape than its spec,
+// write() past the last spec or finish() before it, I/O failures; each names the file and tensor.
+class CheckpointWriter {
+ public:
+  CheckpointWriter(std::string dir, std::vector<TensorSpec> specs, Metadata metadata = {}, WriteOptions options = {});
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+  // `t` (any device; copied to the CPU) is the next spec's tensor; `name` must be the spec's.
+  void write(const std::string& name, const at::Tensor& t);
+  // Returns the file names written.
+  std::vector<std::string> finish();
+  const std::vector<TensorSpec>& specs() const { return specs_; }
+  uint64_t bytesWritten() const { return written_; }
+
+ private:
+  struct Impl;
+  std::string dir_;
+  std::vector<TensorSpec> specs_;
+  uint64_t written_ = 0;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The safetensors dtype of a tensor's scalar type; an error naming `file` and `name` when
+// safetensors lacks it.
+DType dtypeOf(const std::string& name, const at::Tensor& t, const std::string& file);
+
 }  // namespace tessera::hf

@@ -6,6 +6,8 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "hf/llama.h"
+#include "hf/safetensors.h"
 #include "models/config_json.h"
 
 namespace tessera::models {
@@ -44,6 +46,28 @@ ModelSource openTessera(const std::string& dir, const std::optional<ModelConfig>
   return s;
 }
 
+// A Hugging Face Llama directory: config.json through hf/llama.h, the weights sliced from its
+// mapped safetensors files.
+ModelSource openHf(const std::string& dir, const std::optional<ModelConfig>& flags) {
+  ModelSource s;
+  s.dir = dir;
+  s.format = "hf";
+  const ModelConfig fromDir = hf::readLlamaConfig(dir);
+  s.config = fromDir;
+  if (flags) {
+    TESSERA_CHECK(flags->signature() == fromDir.signature(),
+                  "model {}: the Hugging Face model is of another model than the flags give:\n  directory: {}\n"
+                  "  flags:     {}",
+                  dir, fromDir.signature(), flags->signature());
+    s.config = *flags;
+  }
+  auto ck = std::make_shared<hf::SafetensorsCheckpoint>(dir);
+  hf::checkLlamaTensors(*ck, s.config);
+  s.describe = fmt::format("Hugging Face model {} ({} safetensors files)", dir, ck->files().size());
+  s.fill = [ck](std::vector<checkpoint::Piece>& pieces) { hf::fillLlamaPieces(*ck, pieces); };
+  return s;
+}
+
 }  // namespace
 
 ModelSource openModel(const std::string& dir, const std::optional<ModelConfig>& flags) {
@@ -52,10 +76,7 @@ ModelSource openModel(const std::string& dir, const std::optional<ModelConfig>& 
     return openTessera(dir, flags);
   }
   TESSERA_CHECK(fs::is_directory(p), "model {}: no such directory", dir);
-  if (fs::exists(p / "config.json")) {
-    // The Hugging Face reader (safetensors, Llama names and config) replaces this line.
-    throw Error(fmt::format("model {}: HF directories need tessera-convert (not built yet)", dir));
-  }
+  if (fs::exists(p / "config.json")) return openHf(dir, flags);
   throw Error(fmt::format(
       "model {}: no model there (neither metadata.pt of a tessera checkpoint nor config.json of a Hugging Face model)",
       dir));

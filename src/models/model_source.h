@@ -3,8 +3,9 @@
 // parameters (the one hook tools such as tessera_generate open a model through).
 //   - a tessera checkpoint (metadata.pt): the config from its metadata extra "model_config"
 //     (config_json.h), the weights through checkpoint::load (any saved dp/pp/tp layout);
-//   - a Hugging Face directory (config.json): refused for now ("HF directories need
-//     tessera-convert (not built yet)"); the HF reader plugs in here (model_source.cpp).
+//   - a Hugging Face Llama directory (config.json + safetensors): the config through
+//     hf/llama.h (its refusals name the field), the weights sliced from the mapped files (each
+//     rank reads only its shards' bytes).
 // openModel is local: every rank opens the directory itself.
 #include <functional>
 #include <optional>
@@ -32,7 +33,7 @@ struct ModelSource {
 // Opens `dir`. `flags`: the model given on the command line (--model and shape flags); it wins
 // over the directory's config, but must have the signature (ModelConfig::signature) the
 // checkpoint was saved with. A tessera checkpoint without "model_config" (older tessera) needs
-// `flags`. No checkpoint at `dir`, an HF directory, a signature mismatch → tessera::Error naming
+// `flags`. No model at `dir`, a config tessera cannot express, a signature mismatch → tessera::Error naming
 // the directory and what to do.
 ModelSource openModel(const std::string& dir, const std::optional<ModelConfig>& flags = std::nullopt);
 

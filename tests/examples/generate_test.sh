@@ -80,7 +80,7 @@ echo "sampled (reproduced): $first"
 
 expect_error 1 "no such directory" "$GEN" "$WORK/none" --prompt-ids 1,2
 mkdir -p "$WORK/hf" && echo '{}' >"$WORK/hf/config.json"
-expect_error 1 "HF directories need tessera-convert \(not built yet\)" "$GEN" "$WORK/hf" --prompt-ids 1,2
+expect_error 1 "field 'hidden_size' is missing" "$GEN" "$WORK/hf" --prompt-ids 1,2
 expect_error 1 "prompt id 4096 is outside the vocabulary \[0, 4096\)" "$GEN" "$CKPT" --prompt-ids 1,4096
 expect_error 2 "top-p must be in \(0, 1\], got 1.5" "$GEN" "$CKPT" --prompt-ids 1,2 --top-p 1.5
 expect_error 2 "--prompt TEXT needs --tokenizer" "$FRONT" "$CKPT" --prompt "The jury"

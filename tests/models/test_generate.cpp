@@ -190,11 +190,11 @@ TESSERA_WORKER(generate_bad_input) {
   expectErrorContaining([&] { generate(*m, prompt(c, 1, 3, 1), o); }, {"top-p", "(0, 1]"});
   auto stage = LmChunk(c, ctx.world, nullptr, partitionModel(c, 2, 1, {}), 0, ChunkOptions{});
   expectErrorContaining([&] { makeKvCache(*stage, 1, 4); }, {"pipeline inference is not supported"});
-  // Directories: none, an HF one, a tessera checkpoint of an older tessera (no model_config).
+  // Directories: none, an HF one without a model config, a tessera checkpoint of an older tessera (no model_config).
   expectErrorContaining([&] { openModel(dir + "/missing"); }, {"missing", "no such directory"});
   std::filesystem::create_directories(dir + "/hf");
   std::ofstream(dir + "/hf/config.json") << "{}";
-  expectErrorContaining([&] { openModel(dir + "/hf"); }, {"HF directories need tessera-convert (not built yet)"});
+  expectErrorContaining([&] { openModel(dir + "/hf"); }, {"hf/config.json", "field 'hidden_size' is missing"});
   checkpoint::save(dir + "/old", m->pieces(), *ctx.world, 1, {{"model", c.signature()}});
   expectErrorContaining([&] { openModel(dir + "/old"); }, {"no model configuration", "--model PRESET"});
   auto other = c;

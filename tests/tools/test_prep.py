@@ -316,3 +316,78 @@ def test_setup_outputs():
     for k, name in ((0, "ca01"), (499, "cr09")):
         text = (root / "text" / f"{name}.txt").read_text()
         assert prep("decode", BROWN_DATASET, "--tokenizer", SP4096, "--document", k).stdout.decode() == text
+
+
+# --- Hugging Face tokenizer.json (npm's @huggingface/tokenizers under Node.js) --------------
+
+def _bytes_to_unicode():
+    """GPT-2's byte -> printable character table (byte-level BPE's alphabet)."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def hf_tokenizer(path, eos=True):
+    """A byte-level BPE tokenizer.json written by hand: the 256 byte symbols (ids 0-255 in byte
+    order), merges t+h, th+e, Ġ+c, a+t (ids 256-259), and the special token <|end|> (id 260),
+    the EOS of tokenizer_config.json."""
+    alphabet = _bytes_to_unicode()
+    vocab = {alphabet[b]: b for b in range(256)}
+    merges = [("t", "h"), ("th", "e"), ("Ġ", "c"), ("a", "t")]
+    for k, (a, b) in enumerate(merges):
+        vocab[a + b] = 256 + k
+    end = {"id": 260, "content": "<|end|>", "single_word": False, "lstrip": False, "rstrip": False,
+           "normalized": False, "special": True}
+    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [end], "normalizer": None,
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+           "post_processor": None, "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
+                                               "use_regex": True},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                     "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                     "vocab": vocab, "merges": [f"{a} {b}" for a, b in merges]}}
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "tokenizer.json").write_text(json.dumps(tok))
+    (path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|end|>"} if eos else {}))
+    return path / "tokenizer.json"
+
+
+def test_hf_tokenizer_json_bpe(tmp_path):
+    tok = hf_tokenizer(tmp_path / "tok")
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    (texts / "a.txt").write_text("the cat")
+    (texts / "b.txt").write_text("théâtre <|end|> at\n")
+    prep("prepare", texts, "--tokenizer", tok, "--output", tmp_path / "h", "--workers", 2)
+    docs = documents(tmp_path / "h")
+    # "the cat" -> "the" "Ġc" "at" by the merges, then the EOS (the special token's id) appended.
+    assert docs[0].tolist() == [257, 258, 259, 260]
+    # Non-ASCII bytes stay byte symbols; the special token in the text is one id.
+    assert 260 in docs[1].tolist()[:-1] and docs[1][-1] == 260
+    assert prep("decode", tmp_path / "h", "--tokenizer", tok, "--document", 0).stdout.decode() == "the cat"
+    info = inspect(tmp_path / "h")
+    assert info["documents"] == "2"
+
+
+def test_hf_tokenizer_json_errors(tmp_path):
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    (texts / "a.txt").write_text("the cat")
+    noeos = hf_tokenizer(tmp_path / "noeos", eos=False)
+    err = prep("prepare", texts, "--tokenizer", noeos, "--output", tmp_path / "x", ok=False).stderr.decode()
+    assert "names no end-of-document token" in err and "--no-eod" in err
+    prep("prepare", texts, "--tokenizer", noeos, "--output", tmp_path / "y", "--no-eod")
+    assert documents(tmp_path / "y")[0].tolist() == [257, 258, 259]
+    bad = tmp_path / "bad" / "tokenizer.json"
+    bad.parent.mkdir()
+    bad.write_text("{not json")
+    err = prep("prepare", texts, "--tokenizer", bad, "--output", tmp_path / "z", ok=False).stderr.decode()
+    assert "tokenizer.json" in err and "error" in err
+    err = prep("prepare", texts, "--tokenizer", tmp_path / "missing.json", "--output", tmp_path / "w",
+               ok=False).stderr.decode()
+    assert "no such tokenizer.json" in err

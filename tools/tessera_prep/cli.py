@@ -12,6 +12,7 @@ one document) or a .jsonl / .jsonl.gz file (one document per line, its "text" fi
 examples:
   tessera-prep train-tokenizer data/text --vocab-size 4096 --model-prefix data/sp4096
   tessera-prep prepare data/text --tokenizer data/sp4096.model --output data/corpus_text_document
+  tessera-prep prepare data/text --tokenizer Llama-3.2-1B/tokenizer.json --output data/corpus_llama3
   tessera-prep inspect data/corpus_text_document
   tessera-prep decode data/corpus_text_document --tokenizer data/sp4096.model --document 3
 """
@@ -44,8 +45,10 @@ def parser():
     r.add_argument("inputs", nargs="+", metavar="INPUT")
     r.add_argument("--output", required=True, metavar="PREFIX",
                    help="megatron: PREFIX.bin + PREFIX.idx; llmc: PREFIX_000000.bin, ...")
-    r.add_argument("--tokenizer", required=True, metavar="byte|MODEL",
-                   help="'byte' (UTF-8 bytes, EOD 256, vocabulary 258) or a SentencePiece .model")
+    r.add_argument("--tokenizer", required=True, metavar="byte|MODEL|tokenizer.json",
+                   help="'byte' (UTF-8 bytes, EOD 256, vocabulary 258), a SentencePiece .model or a Hugging Face "
+                        "tokenizer.json (Node.js + npm's @huggingface/tokenizers; EOD: tokenizer_config.json's "
+                        "eos_token)")
     r.add_argument("--format", choices=["megatron", "llmc"], default="megatron")
     r.add_argument("--no-eod", action="store_true", help="do not append EOD after each document")
     r.add_argument("--dtype", choices=["auto", "uint16", "int32", "uint32"], default="auto",
@@ -64,7 +67,7 @@ def parser():
 
     d = sub.add_parser("decode", help="print one document's text")
     d.add_argument("path", metavar="PATH")
-    d.add_argument("--tokenizer", required=True, metavar="byte|MODEL")
+    d.add_argument("--tokenizer", required=True, metavar="byte|MODEL|tokenizer.json")
     d.add_argument("--document", type=int, default=0, metavar="K", help="document index (default 0)")
     d.add_argument("--dtype", choices=["uint16", "uint32", "int32"], help="token type of a raw token file")
     d.set_defaults(run=commands.decode)

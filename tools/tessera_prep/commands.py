@@ -100,6 +100,9 @@ def prepare(args):
         f"tokenizer {tok.name} (vocabulary {tok.vocab_size}, EOD {'off' if args.no_eod else tok.eod}), "
         f"dtype {dtype}")
     progress = Progress(inputs.known_count(sources), enabled=not args.quiet)
+    if not args.no_eod and tok.eod < 0:
+        raise PrepError(f"{tok.name} names no end-of-document token (tokenizer_config.json's eos_token, config.json's "
+                        "eos_token_id): give --no-eod")
     eod = np.array([tok.eod], dtype=np.int32)
     documents = skipped = 0
     with writer:
