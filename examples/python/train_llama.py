@@ -95,7 +95,9 @@ class Trainer:
             raise SystemExit("train_llama: FSDP with tied embeddings over pp > 1 is train_gpt only "
                              "(use --untie-embeddings, --dp-mode ddp or pp 1)")
         self.emb_group = llama.tied_group(self.mesh, self.cfg)
-        self.stage = llama.LlamaStage(self.cfg, self.mesh.tp, stage=p, pp=o.pp, seed=o.seed)
+        # On GPUs (NCCL) the stage lives on this rank's device (tessera.init binds it), as the batches.
+        self.device = self.ctx.device
+        self.stage = llama.LlamaStage(self.cfg, self.mesh.tp, stage=p, pp=o.pp, seed=o.seed).to(self.device)
         self.named = dict(self.stage.named_parameters())
         embeddings = not o.no_decay_embeddings
 
@@ -184,7 +186,7 @@ class Trainer:
         return llama.clip_grad_norm_(grads, self.o.clip, groups)
 
     def step(self, s):
-        tokens, targets = self.sampler.batch(s)
+        tokens, targets = (t.to(self.device) for t in self.sampler.batch(s))
         t0 = time.perf_counter()
         self.opt.zero_grad(set_to_none=True)
         loss = self.forward_backward(tokens, targets)
@@ -193,15 +195,15 @@ class Trainer:
         lr = self.opt.param_groups[0]["lr"]
         self.opt.step()
         self.sched.step()
-        loss = torch.as_tensor(loss, dtype=torch.float32).reshape(1).clone()
+        loss = torch.as_tensor(loss, dtype=torch.float32, device=self.device).reshape(1).clone()
         self.mesh.dp.all_reduce(loss, "avg")
         return dict(step=s + 1, loss=loss.item(), lr=lr, grad_norm=norm, step_ms=1e3 * (time.perf_counter() - t0))
 
     @torch.no_grad()
     def validate(self):
-        total = torch.zeros(1)
+        total = torch.zeros(1, device=self.device)
         for k in range(self.o.eval_batches):
-            x, y = self.sampler.valid_batch(k)
+            x, y = (t.to(self.device) for t in self.sampler.valid_batch(k))
             if self.pipe is not None:
                 first, last = self.stage.is_first, self.stage.is_last
                 total += self.pipe.evaluate(x if first else None, y if last else None).float()

@@ -359,7 +359,8 @@ def clip_grad_norm_(named_grads, max_norm, groups):
     Scales the gradients by min(1, max_norm / (norm + 1e-6)) as torch's clip_grad_norm_; returns
     the norm before clipping (a float)."""
     tp = groups[0]
-    sq = torch.zeros(1)
+    named_grads = list(named_grads)
+    sq = torch.zeros(1, device=named_grads[0][1].device if named_grads else None)  # the gradients' device
     for p, g in named_grads:
         if getattr(p, "_tessera_tied_copy", False):
             continue
