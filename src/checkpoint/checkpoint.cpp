@@ -23,18 +23,6 @@ std::vector<int64_t> ints(const c10::IValue& v) {
   return out;
 }
 
-void checkLoadPiece(const Piece& p) {
-  TESSERA_CHECK(p.local.defined(), "checkpoint load: tensor '{}' is undefined", p.name);
-  TESSERA_CHECK(p.offset.size() == p.globalShape.size() && p.local.dim() == static_cast<int64_t>(p.globalShape.size()),
-                "checkpoint load: tensor '{}': piece of {} dims at offset [{}] does not fit global shape [{}]", p.name,
-                p.local.dim(), fmt::join(p.offset, ","), fmt::join(p.globalShape, ","));
-  for (size_t d = 0; d < p.offset.size(); ++d) {
-    TESSERA_CHECK(p.offset[d] >= 0 && p.offset[d] + p.local.size(d) <= p.globalShape[d],
-                  "checkpoint load: tensor '{}': piece [{}] at offset [{}] exceeds global shape [{}] in dim {}",
-                  p.name, fmt::join(p.local.sizes(), ","), fmt::join(p.offset, ","), fmt::join(p.globalShape, ","), d);
-  }
-}
-
 }  // namespace
 
 Piece whole(const std::string& name, const at::Tensor& t) {
@@ -173,7 +161,7 @@ void Reader::load(std::vector<Piece>& pieces) {
   auto& tens = impl_->tens;
   const auto& dirName = impl_->o.dir;
   for (auto& p : pieces) {
-    checkLoadPiece(p);
+    detail::checkPiece(p, "load");
     TESSERA_CHECK(tens.contains(p.name), "checkpoint load: {} holds no tensor '{}'", dirName.string(), p.name);
     auto t = tens.at(p.name).toGenericDict();
     auto shape = ints(t.at("shape"));

@@ -34,18 +34,6 @@ std::string keyOf(const Piece& p) {
   return fmt::format("{}@[{}]+[{}]", p.name, fmt::join(p.offset, ","), fmt::join(p.local.sizes(), ","));
 }
 
-void checkSavePiece(const Piece& p) {
-  TESSERA_CHECK(p.local.defined(), "checkpoint save: tensor '{}' is undefined", p.name);
-  TESSERA_CHECK(p.offset.size() == p.globalShape.size() && p.local.dim() == static_cast<int64_t>(p.globalShape.size()),
-                "checkpoint save: tensor '{}': piece of {} dims at offset [{}] does not fit global shape [{}]", p.name,
-                p.local.dim(), fmt::join(p.offset, ","), fmt::join(p.globalShape, ","));
-  for (size_t d = 0; d < p.offset.size(); ++d) {
-    TESSERA_CHECK(p.offset[d] >= 0 && p.offset[d] + p.local.size(d) <= p.globalShape[d],
-                  "checkpoint save: tensor '{}': piece [{}] at offset [{}] exceeds global shape [{}] in dim {}",
-                  p.name, fmt::join(p.local.sizes(), ","), fmt::join(p.offset, ","), fmt::join(p.globalShape, ","), d);
-  }
-}
-
 // For each of my pieces: true when no lower rank holds the same box (that rank writes it).
 std::vector<bool> ownedPieces(const std::vector<Piece>& pieces, Communicator& comm) {
   auto dev = comm.scratchOptions().device();
@@ -82,8 +70,20 @@ std::string indexFile(int r) { return fmt::format("rank-{}.index.pt", r); }
 
 }  // namespace
 
+void checkPiece(const Piece& p, const char* op) {
+  TESSERA_CHECK(p.local.defined(), "checkpoint {}: tensor '{}' is undefined", op, p.name);
+  TESSERA_CHECK(p.offset.size() == p.globalShape.size() && p.local.dim() == static_cast<int64_t>(p.globalShape.size()),
+                "checkpoint {}: tensor '{}': piece of {} dims at offset [{}] does not fit global shape [{}]", op, p.name,
+                p.local.dim(), fmt::join(p.offset, ","), fmt::join(p.globalShape, ","));
+  for (size_t d = 0; d < p.offset.size(); ++d) {
+    TESSERA_CHECK(p.offset[d] >= 0 && p.offset[d] + p.local.size(d) <= p.globalShape[d],
+                  "checkpoint {}: tensor '{}': piece [{}] at offset [{}] exceeds global shape [{}] in dim {}", op,
+                  p.name, fmt::join(p.local.sizes(), ","), fmt::join(p.offset, ","), fmt::join(p.globalShape, ","), d);
+  }
+}
+
 ShardPlan plan(const std::string& dir, const std::vector<Piece>& pieces, Communicator& comm) {
-  for (const auto& p : pieces) checkSavePiece(p);
+  for (const auto& p : pieces) checkPiece(p, "save");
   const fs::path tmp(dir + ".tmp");
   if (comm.rank() == 0) {
     removeTree(tmp);

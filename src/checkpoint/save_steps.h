@@ -25,6 +25,8 @@ struct ShardPlan {
   std::vector<Piece> owned;  // the pieces this rank writes (their `local` as given)
 };
 
+// The piece fits its global shape (dims, offset + sizes); else an error naming `op` and the tensor.
+void checkPiece(const Piece& p, const char* op);
 ShardPlan plan(const std::string& dir, const std::vector<Piece>& pieces, Communicator& comm);
 // `host[k]`: owned[k].local's values in host memory.
 void writeShard(const ShardPlan& p, const std::vector<at::Tensor>& host);
