@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <map>
 
-#include <signal.h>
-
 #include "common/autocast.h"
 #include "common/device.h"
 #include "common/error.h"
@@ -232,11 +230,7 @@ std::vector<StepReport> Trainer::run() {
     if (!s.o.checkpointDir.empty() && (every || i + 1 == s.o.steps)) s.saveCheckpoint(i + 1);
     if (s.o.saveHfEvery > 0 && (i + 1) % s.o.saveHfEvery == 0) s.saveHf(fmt::format("{}/step-{}", s.o.saveHfDir, i + 1));
     if (s.saver) s.saver->poll();  // a failed save ends the run here, not at the next save
-    if (s.ctx.settings.faultInject == fmt::format("kill-after-step-{}:{}", i + 1, s.ctx.world->rank())) {
-      log::error("train_gpt: TESSERA_FAULT_INJECT: rank {} kills itself after step {}", s.ctx.world->rank(), i + 1);
-      std::fflush(nullptr);
-      ::raise(SIGKILL);
-    }
+    injectFault(s.ctx.settings, fmt::format("kill-after-step-{}", i + 1), s.ctx.world->rank(), "train_gpt");
   }
   if (!s.o.saveHfAtEnd.empty()) s.saveHf(s.o.saveHfAtEnd);
   if (s.saver) s.saver->wait();  // the last checkpoint is published before the run ends

@@ -14,17 +14,6 @@
 namespace tessera::checkpoint {
 namespace fs = std::filesystem;
 using namespace files;
-namespace {
-
-std::vector<int64_t> ints(const c10::IValue& v) {
-  if (v.isIntList()) return v.toIntVector();
-  std::vector<int64_t> out;
-  for (const auto& e : v.toListRef()) out.push_back(e.toInt());
-  return out;
-}
-
-}  // namespace
-
 Piece whole(const std::string& name, const at::Tensor& t) {
   return Piece{name, t.sizes().vec(), std::vector<int64_t>(t.dim(), 0), t};
 }

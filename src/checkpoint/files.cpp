@@ -158,6 +158,13 @@ c10::IValue mapShard(const fs::path& p, int64_t bytes, int64_t fnv) {
   }
 }
 
+std::vector<int64_t> ints(const c10::IValue& v) {
+  if (v.isIntList()) return v.toIntVector();
+  std::vector<int64_t> out;
+  for (const auto& e : v.toListRef()) out.push_back(e.toInt());
+  return out;
+}
+
 std::string sumLine(const std::vector<char>& metadataBytes) {
   return fmt::format("fnv1a64 {:016x} bytes {}\n", fnv1a(metadataBytes), metadataBytes.size());
 }

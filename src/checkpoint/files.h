@@ -23,6 +23,8 @@ void syncDir(const fs::path& d);
 std::vector<char> readAll(const fs::path& p);
 // torch::jit::pickle_load of `bytes`; a failure names `p` as corrupted or truncated.
 c10::IValue unpickle(const fs::path& p, const std::vector<char>& bytes);
+// An unpickled list of ints (a shape, an offset) as a vector, whichever list type it came back as.
+std::vector<int64_t> ints(const c10::IValue& v);
 
 // Shard file `p` (rank-<r>.pt) checked against its metadata entry (size, FNV-1a of its bytes, read
 // in 16 MiB blocks) and unpickled over a memory mapping of it: the dict {key: tensor} whose

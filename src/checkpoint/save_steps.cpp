@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <signal.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <cstdio>
@@ -22,13 +21,6 @@ using namespace files;
 namespace {
 
 c10::impl::GenericDict newDict() { return c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get()); }
-
-std::vector<int64_t> intsOf(const c10::IValue& v) {
-  if (v.isIntList()) return v.toIntVector();
-  std::vector<int64_t> out;
-  for (const auto& e : v.toListRef()) out.push_back(e.toInt());
-  return out;
-}
 
 std::string keyOf(const Piece& p) {
   return fmt::format("{}@[{}]+[{}]", p.name, fmt::join(p.offset, ","), fmt::join(p.local.sizes(), ","));
@@ -56,14 +48,8 @@ std::vector<bool> ownedPieces(const std::vector<Piece>& pieces, Communicator& co
   return owned;
 }
 
-// Fault injection for the tests (a save killed at each file of the protocol):
-// TESSERA_FAULT_INJECT=<point>:<rank> kills that rank there.
-void faultPoint(const char* point, int rank) {
-  if (settings().faultInject != fmt::format("{}:{}", point, rank)) return;
-  log::error("checkpoint: TESSERA_FAULT_INJECT: rank {} kills itself at {}", rank, point);
-  std::fflush(nullptr);
-  ::raise(SIGKILL);
-}
+// Fault injection for the tests: a save killed at each file of the protocol.
+void faultPoint(const char* point, int rank) { injectFault(settings(), point, rank, "checkpoint"); }
 
 std::string shardFile(int r) { return fmt::format("rank-{}.pt", r); }
 std::string indexFile(int r) { return fmt::format("rank-{}.index.pt", r); }
@@ -154,11 +140,11 @@ void publish(const std::string& dirName, int world, int64_t step, const std::map
         tens.insert(name, t);
       }
       auto t = tens.at(name).toGenericDict();
-      TESSERA_CHECK(intsOf(t.at("shape")) == intsOf(e.at("shape")) &&
+      TESSERA_CHECK(ints(t.at("shape")) == ints(e.at("shape")) &&
                         t.at("dtype").toStringRef() == e.at("dtype").toStringRef(),
                     "checkpoint save: ranks disagree on the global shape or dtype of '{}' ([{}] {} vs [{}] {})", name,
-                    fmt::join(intsOf(t.at("shape")), ","), t.at("dtype").toStringRef(),
-                    fmt::join(intsOf(e.at("shape")), ","), e.at("dtype").toStringRef());
+                    fmt::join(ints(t.at("shape")), ","), t.at("dtype").toStringRef(),
+                    fmt::join(ints(e.at("shape")), ","), e.at("dtype").toStringRef());
       auto pe = newDict();
       pe.insert("file", shardFile(r));
       pe.insert("key", e.at("key"));

@@ -2,6 +2,9 @@
 // by the bootstrap detectors, comm/bootstrap/).
 #include "comm/settings.h"
 
+#include <signal.h>
+
+#include <cstdio>
 #include <mutex>
 
 #include "comm/backends.h"
@@ -99,6 +102,13 @@ Settings Settings::fromEnvironment() {
   s.profile = env::get("TESSERA_PROFILE").value_or("");
   readBool("TESSERA_PROFILE_CPU", s.profileCpu);
   return s;
+}
+
+void injectFault(const Settings& s, const std::string& point, int rank, const char* who) {
+  if (s.faultInject.empty() || s.faultInject != fmt::format("{}:{}", point, rank)) return;
+  log::error("{}: TESSERA_FAULT_INJECT: rank {} kills itself at {}", who, rank, point);
+  std::fflush(nullptr);
+  ::raise(SIGKILL);
 }
 
 void configure(const Settings& s) {

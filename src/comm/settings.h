@@ -44,7 +44,7 @@ struct Settings {
   // host's name (127.0.0.1 when that does not resolve).
   std::string glooIfname;  // TESSERA_GLOO_IFNAME
   std::string glooHost;    // TESSERA_GLOO_HOST
-  // Tests only: "bootstrap-after-store:R", "checkpoint-after-write:R" (rank R kills itself there).
+  // Tests only: "POINT:R", rank R kills itself at POINT (injectFault below; docs/settings.md).
   std::string faultInject;  // TESSERA_FAULT_INJECT
 
   // --- Not applied by configure(): the top maps these into option structs ---
@@ -69,5 +69,8 @@ Backend parseBackend(const std::string& s);      // gloo | nccl
 void configure(const Settings& s);
 // The settings last given to configure() (a copy); before that, the defaults above.
 Settings settings();
+// Tests (TESSERA_FAULT_INJECT): when `s.faultInject` is "<point>:<rank>", logs "<who>:
+// TESSERA_FAULT_INJECT: rank <rank> kills itself at <point>", flushes, and raises SIGKILL. Local.
+void injectFault(const Settings& s, const std::string& point, int rank, const char* who);
 
 }  // namespace tessera

@@ -169,10 +169,7 @@ Context init(const InitOptions& o) {
   }
   // Fault injection for the tests (the store's host dying during start-up):
   // TESSERA_FAULT_INJECT=bootstrap-after-store:<rank>.
-  if (c.settings.faultInject == fmt::format("bootstrap-after-store:{}", l.rank)) {
-    log::error("tessera::init: TESSERA_FAULT_INJECT: rank {} kills itself after setting up the store", l.rank);
-    ::raise(SIGKILL);
-  }
+  injectFault(c.settings, "bootstrap-after-store", l.rank, "tessera::init");
   c.store = prefixStore(l.storePrefix, base);
   try {
     board::open(c.store, l.rank, l.worldSize, storeOwner, l.hostsStore);
