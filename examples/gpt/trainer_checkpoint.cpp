@@ -206,10 +206,15 @@ bool Trainer::State::loadCheckpoint() {
     batches->start(nullptr, 0);
     return false;
   }
+  // Read from where locate() found it: one look for the .old fallback, said once.
+  if (*found != o.checkpointDir && isLogger()) {
+    log::warn("train_gpt: {} is missing (a save was interrupted between its renames); resuming from {}",
+              o.checkpointDir, *found);
+  }
   at::NoGradGuard ng;
   bool weightsOnly = false;
   {  // the architecture first: a checkpoint of another model is refused before any tensor is read
-    const auto saved = checkpoint::readMetadata(o.checkpointDir);
+    const auto saved = checkpoint::readMetadata(*found);
     const auto it = saved.extra.find("model");
     TESSERA_CHECK(it == saved.extra.end() || it->second == o.cfg.signature(),
                   "train_gpt: the checkpoint in {} is of another model:\n  checkpoint: {}\n  this run:   {}",
@@ -236,11 +241,11 @@ bool Trainer::State::loadCheckpoint() {
   if (fsdp) {
     auto full = fsdpFull(*fsdp, *shardedAdam, /*gather=*/false);
     auto pieces = onlyWeights(trainingPieces(chunks, ps, fsdpView(full, ps), fsdp.get()));
-    meta = checkpoint::load(o.checkpointDir, pieces);
+    meta = checkpoint::load(*found, pieces);
     keepShards(*fsdp, *shardedAdam, full, meta.step);
   } else {
     auto pieces = onlyWeights(trainingPieces(chunks, ps, ddpView(ps, *adam), nullptr));
-    meta = checkpoint::load(o.checkpointDir, pieces);
+    meta = checkpoint::load(*found, pieces);
     adam->setSteps(meta.step);
   }
   startStep = meta.step;

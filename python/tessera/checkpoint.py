@@ -286,11 +286,19 @@ def save(path, model, optimizer=None, *, step, world=None, scheduler=None, data_
     _ck.save(os.fspath(path), pieces, world, int(step), meta)
 
 
+def _metadata_path(d):
+    """``d/metadata.pt``, or ``d.old/metadata.pt`` after a save interrupted between its renames (as
+    the C++ checkpoint::locate); None when neither exists."""
+    for mp in (os.path.join(d, "metadata.pt"), os.path.join(d + ".old", "metadata.pt")):
+        if os.path.exists(mp):
+            return mp
+    return None
+
+
 def exists(path):
     """Whether ``path`` holds a checkpoint: ``path/metadata.pt``, or ``path.old/metadata.pt`` when a
     save was interrupted between its renames (:func:`load` then reads that one)."""
-    d = os.fspath(path)
-    return os.path.exists(os.path.join(d, "metadata.pt")) or os.path.exists(os.path.join(d + ".old", "metadata.pt"))
+    return _metadata_path(os.fspath(path)) is not None
 
 
 def read_metadata(path):
@@ -303,10 +311,8 @@ def read_metadata(path):
 def _saved_tensors(path):
     """{name: (shape, dtype)} of a checkpoint's metadata.pt (torch.load-able)."""
     d = os.fspath(path)
-    mp = os.path.join(d, "metadata.pt")
-    if not os.path.exists(mp) and os.path.exists(os.path.join(d + ".old", "metadata.pt")):
-        mp = os.path.join(d + ".old", "metadata.pt")  # as the C++ load does after an interrupted rename
-    if not os.path.exists(mp):
+    mp = _metadata_path(d)
+    if mp is None:
         raise _C.Error(f"checkpoint: no checkpoint at {d} (no metadata.pt)")
     _ck.read_metadata(d)  # checks metadata.pt against metadata.sum before torch.load reads it
     meta = torch.load(mp, weights_only=False)  # our own file: plain dicts, lists, strings, ints
