@@ -36,6 +36,17 @@ fs::path freshDir(const std::string& name) {
   return d;
 }
 
+// Byte `at` of `p` XOR `mask`: same size, other content.
+void flipByte(const fs::path& p, std::uintmax_t at, char mask = 0x01) {
+  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(at));
+  char c = 0;
+  f.read(&c, 1);
+  f.seekp(static_cast<std::streamoff>(at));
+  c = static_cast<char>(c ^ mask);
+  f.write(&c, 1);
+}
+
 // A sharded by rows over the ranks, B replicated, C sharded; `scale` changes the values.
 TESSERA_WORKER(ckpt_save_rows) {
   auto ctx = initWorker(w);
@@ -131,15 +142,7 @@ TEST(Checkpoint, TruncatedOrCorruptedFilesAreDetected) {
   auto shard = dir / "rank-1.pt";
   auto size = fs::file_size(shard);
   std::vector<ckpt::Piece> a{ckpt::whole("A", at::zeros({8, 6}))};
-  {  // flip one byte in the middle: same size, other content
-    std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(size / 2));
-    char c = 0;
-    f.read(&c, 1);
-    f.seekp(static_cast<std::streamoff>(size / 2));
-    c = static_cast<char>(c ^ 0x5a);
-    f.write(&c, 1);
-  }
+  flipByte(shard, size / 2, 0x5a);
   try {
     ckpt::load(dir.string(), a);
     ADD_FAILURE() << "a corrupted shard loaded";
@@ -335,16 +338,6 @@ TEST(Checkpoint, TensorParallelBlocksLoadAtOtherDegrees) {
 // ---- metadata.pt's checksum (issue 35): a flipped byte, a truncated file, a missing sum file are
 // errors naming the file, never a misleading message about the contents (or a load).
 namespace {
-void flipByte(const fs::path& p, std::uintmax_t at) {
-  std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(static_cast<std::streamoff>(at));
-  char c = 0;
-  f.read(&c, 1);
-  f.seekp(static_cast<std::streamoff>(at));
-  c = static_cast<char>(c ^ 0x01);
-  f.write(&c, 1);
-}
-
 void expectLoadError(const fs::path& dir, const std::string& text) {
   std::vector<ckpt::Piece> a{ckpt::whole("A", at::zeros({8, 6}))};
   try {

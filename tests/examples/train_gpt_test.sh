@@ -94,25 +94,10 @@ run_ranks() {
 
 # reference: the 1-rank run of BASE's flags as $WORK/ref.jsonl, from the cache when it holds it.
 reference() {
-  local cache=${TESSERA_TRAIN_REF_CACHE:-} key="" lib
-  if [[ -n $cache ]]; then
-    mkdir -p "$cache" || fail "cannot create the reference cache $cache"
-    lib=$(ldd "$TRAIN" | awk '/libtessera/ {print $3}')
-    key=$( { sha256sum "$TRAIN" ${lib:+"$lib"} | cut -d' ' -f1
-             printf '%s\n' "${BASE[@]}" "backend=$TESSERA_BACKEND"
-             [[ -n $DATA ]] && stat -c '%n %s %Y' "$DATA.idx" "$DATA.bin"; } | sha256sum | cut -c1-32)
-    exec {lock}>"$cache/.lock"
-    flock "$lock"
-    if [[ -s $cache/$key.jsonl ]]; then
-      cp "$cache/$key.jsonl" "$WORK/ref.jsonl"
-      echo "reference: the 1-rank run of these flags from $cache/$key.jsonl"
-    fi
-  fi
-  if [[ ! -s $WORK/ref.jsonl ]]; then
-    run_ranks ref 1
-    [[ -n $key ]] && cp "$WORK/ref.jsonl" "$cache/$key.jsonl.tmp" && mv "$cache/$key.jsonl.tmp" "$cache/$key.jsonl"
-  fi
-  [[ -n $key ]] && exec {lock}>&-
+  local text
+  text=$(printf '%s\n' "${BASE[@]}" "backend=$TESSERA_BACKEND"
+         [[ -n $DATA ]] && stat -c '%n %s %Y' "$DATA.idx" "$DATA.bin")
+  cached_run "$WORK/ref.jsonl" "$text" run_ranks ref 1
   # The clipping must act, or the 3-axis norm would go untested.
   python3 -c 'import json,sys; n=[json.loads(l)["grad_norm"] for l in open(sys.argv[1]) if "\"step\"" in l];
 sys.exit(0 if max(n) > 0.3 else 1)' "$WORK/ref.jsonl" || fail "the reference's gradient norms stay below the clip (0.3)"

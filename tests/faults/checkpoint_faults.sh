@@ -78,30 +78,12 @@ every_rank_says() {
   echo "every rank refused: '$text'"
 }
 # reference <log> <n> <flags...>: an unbroken run's log, from TESSERA_TRAIN_REF_CACHE when it holds
-# the run of these flags (keyed by train_gpt's and libtessera's bytes, the flags and the data): the
-# killed_* rows share one.
+# the run of these flags (lib.sh's cached_run): the killed_* rows share one.
 reference() {
-  local log=$1 n=$2 cache=${TESSERA_TRAIN_REF_CACHE:-} key lib
+  local log=$1 n=$2 text
   shift 2
-  if [[ -n $cache ]]; then
-    mkdir -p "$cache" || fail "cannot create the reference cache $cache"
-    lib=$(ldd "$TRAIN" | awk '/libtessera/ {print $3}')
-    key=$( { sha256sum "$TRAIN" ${lib:+"$lib"} | cut -d' ' -f1; printf '%s\n' "$n" "${BASE[@]}" "$@" "$LAUNCHER"
-             stat -c '%n %s %Y' "$DATA.idx" "$DATA.bin"; } | sha256sum | cut -c1-32)
-    exec {lock}>"$cache/.lock"
-    flock "$lock"
-    if [[ -s $cache/$key.jsonl ]]; then
-      cp "$cache/$key.jsonl" "$log"
-      echo "reference: the unbroken run of these flags from $cache/$key.jsonl"
-      exec {lock}>&-
-      return
-    fi
-  fi
-  ok_ranks "$n" "$@" --log-jsonl "$log"
-  if [[ -n $cache ]]; then
-    cp "$log" "$cache/$key.jsonl.tmp" && mv "$cache/$key.jsonl.tmp" "$cache/$key.jsonl"
-    exec {lock}>&-
-  fi
+  text=$(printf '%s\n' "$n" "${BASE[@]}" "$@" "$LAUNCHER"; stat -c '%n %s %Y' "$DATA.idx" "$DATA.bin")
+  cached_run "$log" "$text" ok_ranks "$n" "$@" --log-jsonl "$log"
 }
 # one_record_per_step <log> <steps>: steps 1..<steps> each exactly once, nothing else numbered.
 one_record_per_step() {

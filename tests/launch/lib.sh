@@ -35,3 +35,30 @@ free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])' ||
     fail "could not pick a free port"
 }
+
+# cached_run <log> <key text> <command...>: a deterministic run's log. <log> comes from
+# TESSERA_TRAIN_REF_CACHE (a directory) when it holds the run of the same key — $TRAIN's and its
+# libtessera's bytes plus <key text> (flags, data files, backend: what the run depends on) —
+# else <command...> writes it and it is kept there. Without TESSERA_TRAIN_REF_CACHE it just runs.
+# The sourcing script sets TRAIN.
+cached_run() {
+  local log=$1 text=$2 cache=${TESSERA_TRAIN_REF_CACHE:-} key lib lock
+  shift 2
+  if [[ -z $cache ]]; then
+    "$@"
+    return
+  fi
+  mkdir -p "$cache" || fail "cannot create the reference cache $cache"
+  lib=$(ldd "$TRAIN" | awk '/libtessera/ {print $3}')
+  key=$( { sha256sum "$TRAIN" ${lib:+"$lib"} | cut -d' ' -f1; printf '%s\n' "$text"; } | sha256sum | cut -c1-32)
+  exec {lock}>"$cache/.lock"
+  flock "$lock"
+  if [[ -s $cache/$key.jsonl ]]; then
+    cp "$cache/$key.jsonl" "$log"
+    echo "reference: the run of these flags from $cache/$key.jsonl"
+  else
+    "$@"
+    cp "$log" "$cache/$key.jsonl.tmp" && mv "$cache/$key.jsonl.tmp" "$cache/$key.jsonl"
+  fi
+  exec {lock}>&-
+}
