@@ -36,6 +36,7 @@
 #include "models/sample.h"
 #include "nn/accum_embedding.h"
 #include "nn/accum_linear.h"
+#include "nn/deferred_grads.h"
 #include "nn/fused_activations.h"
 #include "nn/fused_norm.h"
 #include "nn/recompute.h"

@@ -12,6 +12,7 @@
 #include "common/autocast.h"
 #include "common/error.h"
 #include "kernels/gemm_accumulate.h"
+#include "nn/deferred_grads.h"
 
 namespace tessera::nn {
 namespace {
@@ -60,12 +61,12 @@ void checkAccumulatable(const char* op, const char* what, const at::Tensor& p) {
                 g.is_contiguous() ? "" : " (not contiguous)");
 }
 
-void accumulateWeightGrad(const at::Tensor& weight, const at::Tensor& gy, const at::Tensor& x) {
+namespace {
+void accumulateWeightGradNow(const at::Tensor& weight, const at::Tensor& gy, const at::Tensor& x) {
   kernels::gemmAccumulateTNInto(weight.mutable_grad(), weight.sizes(), weight.device(), gy.contiguous(),
                                 x.contiguous());
 }
 
-namespace {
 // A column of ones of at least k rows in `dtype` on `device`, for row sums as GEMMs. Cached per
 // thread (autograd runs backward on one thread per device) and never freed: a kernel queued on
 // any stream may still read an older one.
@@ -76,9 +77,8 @@ at::Tensor onesColumn(int64_t k, c10::ScalarType dtype, const at::Device& device
   cache.push_back(at::ones({std::max<int64_t>(k, 1 << 16), 1}, at::TensorOptions().dtype(dtype).device(device)));
   return cache.back().narrow(0, 0, k);
 }
-}  // namespace
 
-void accumulateBiasGrad(const at::Tensor& bias, const at::Tensor& gy) {
+void accumulateBiasGradNow(const at::Tensor& bias, const at::Tensor& gy) {
   auto& g = bias.mutable_grad();
   const auto dt = gy.scalar_type();
   if (gy.is_cuda() && gy.dim() == 2 && (dt == at::kBFloat16 || dt == at::kHalf)) {
@@ -95,6 +95,18 @@ void accumulateBiasGrad(const at::Tensor& bias, const at::Tensor& gy) {
   } else {
     g = sum;
   }
+}
+}  // namespace
+
+// Inside a split backward's B these only record their work for W (nn/deferred_grads.h).
+void accumulateWeightGrad(const at::Tensor& weight, const at::Tensor& gy, const at::Tensor& x) {
+  if (auto* q = deferringWeightGrads()) return q->push([weight, gy, x] { accumulateWeightGradNow(weight, gy, x); });
+  accumulateWeightGradNow(weight, gy, x);
+}
+
+void accumulateBiasGrad(const at::Tensor& bias, const at::Tensor& gy) {
+  if (auto* q = deferringWeightGrads()) return q->push([bias, gy] { accumulateBiasGradNow(bias, gy); });
+  accumulateBiasGradNow(bias, gy);
 }
 
 at::Tensor linearAccumulateGrad(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {

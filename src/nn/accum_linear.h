@@ -33,6 +33,8 @@ at::Tensor linearAccumulateGrad(const at::Tensor& x, const at::Tensor& weight, c
 // dtype; a missing .grad is created and written by the GEMM), accumulateBiasGrad: bias.grad += Σ gy
 // over rows, in float32 (for bf16/fp16 gy [k, out] on CUDA one GEMM gyᵀ·1 into .grad, else a
 // reduction and an add). Local; the op then returns no gradient for these parameters.
+// Inside a DeferWeightGrads scope (nn/deferred_grads.h: a zero-bubble pipeline's B) both only
+// record their work, which the scope's queue runs later (W); linearAccumulateGrad's too.
 void checkAccumulatable(const char* op, const char* what, const at::Tensor& param);
 void accumulateWeightGrad(const at::Tensor& weight, const at::Tensor& gy, const at::Tensor& x);
 void accumulateBiasGrad(const at::Tensor& bias, const at::Tensor& gy);

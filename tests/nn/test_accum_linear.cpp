@@ -1,7 +1,9 @@
 // nn::linearAccumulateGrad on the CPU against at::linear trained by autograd (its own copy of the
 // parameters): outputs, input gradients and the parameters' gradients summed over several
 // micro-batches; frozen weight, no bias, grad mode off; the errors for what it cannot accumulate
-// into. kernels::gemmAccumulateTN's reference against a plain matrix product.
+// into. kernels::gemmAccumulateTN's reference against a plain matrix product. Inside a
+// DeferWeightGrads scope (a zero-bubble pipeline's B) the weight and bias gradients wait for the
+// queue's run (W) and then equal the undeferred ones bitwise.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/types.h>
@@ -10,6 +12,7 @@
 #include "common/error.h"
 #include "kernels/gemm_accumulate.h"
 #include "nn/accum_linear.h"
+#include "nn/deferred_grads.h"
 #include "nn/accum_hook_check.h"
 
 namespace {
@@ -111,6 +114,45 @@ TEST(AccumLinear, RefusesWhatItCannotAccumulateInto) {
   expectError([&] { linearAccumulateGrad(at::randn({4, 5}), w2); }, "x [4, 5]");
   auto b = at::randn({4}).requires_grad_(true);
   expectError([&] { linearAccumulateGrad(x, w2, b); }, "bias [4]");
+}
+
+TEST(AccumLinear, DeferredWeightGradsWaitForTheQueueAndMatchBitwise) {
+  const int64_t out = 6, in = 4;
+  auto now = makeParams(out, in, /*bias=*/true), later = copyOf(now);
+  tessera::nn::WeightGradQueue queue;
+  for (int m = 0; m < 3; ++m) {
+    torch::manual_seed(200 + m);
+    auto x = at::randn({2, 5, in}), probe = at::randn({2, 5, out});
+    auto x1 = x.clone().requires_grad_(true), x2 = x.clone().requires_grad_(true);
+    (linearAccumulateGrad(x1, now.w, now.b) * probe).sum().backward();
+    const auto wBefore = later.w.grad().defined() ? later.w.grad().clone() : at::Tensor();
+    {
+      tessera::nn::DeferWeightGrads defer(queue);
+      EXPECT_EQ(tessera::nn::deferringWeightGrads(), &queue);
+      (linearAccumulateGrad(x2, later.w, later.b) * probe).sum().backward();
+    }
+    EXPECT_EQ(tessera::nn::deferringWeightGrads(), nullptr);
+    EXPECT_TRUE(at::equal(x1.grad(), x2.grad())) << "the input gradient is B's, micro-batch " << m;
+    ASSERT_EQ(queue.size(), 2u) << "weight and bias recorded, micro-batch " << m;
+    if (m == 0) {
+      EXPECT_FALSE(later.w.grad().defined()) << "the weight gradient ran in B";
+      EXPECT_FALSE(later.b.grad().defined()) << "the bias gradient ran in B";
+    } else {
+      EXPECT_TRUE(at::equal(later.w.grad(), wBefore)) << "the weight gradient changed in B, micro-batch " << m;
+    }
+    queue.run();
+    EXPECT_TRUE(queue.empty());
+    EXPECT_TRUE(at::equal(later.w.grad(), now.w.grad())) << "weight gradient after W, micro-batch " << m;
+    EXPECT_TRUE(at::equal(later.b.grad(), now.b.grad())) << "bias gradient after W, micro-batch " << m;
+  }
+  tessera::nn::DeferWeightGrads outer(queue);
+  try {
+    tessera::nn::DeferWeightGrads inner(queue);
+    ADD_FAILURE() << "a second scope opened";
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("already open"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(tessera::nn::deferringWeightGrads(), &queue) << "the refused scope closed the open one";
 }
 
 TEST(GemmAccumulate, WeightGradTNDtypes) {
