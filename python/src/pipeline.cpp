@@ -28,7 +28,8 @@ ScheduleKind toScheduleKind(const std::string& s) {
   if (s == "gpipe") return ScheduleKind::GPipe;
   if (s == "1f1b") return ScheduleKind::OneFOneB;
   if (s == "interleaved_1f1b" || s == "interleaved") return ScheduleKind::Interleaved1F1B;
-  throw Error("tessera pipeline: schedule '" + s + "' is not one of gpipe, 1f1b, interleaved_1f1b");
+  if (s == "zb_h1" || s == "zb-h1") return ScheduleKind::ZeroBubbleH1;
+  throw Error("tessera pipeline: schedule '" + s + "' is not one of gpipe, 1f1b, interleaved_1f1b, zb_h1");
 }
 
 // step / evaluate with the GIL released (the executor takes it back for each stage call).

@@ -125,7 +125,10 @@ class Pipeline:
     ``stages``: this rank's chunks in order; with ``schedule="interleaved_1f1b"`` rank r holds
     stages r, r + pp, r + 2 pp, ... (one per chunk), else exactly one stage. Stage 0 takes the
     micro-batch, the last stage's output goes to ``loss_fn(output, target)``.
-    ``schedule``: ``"1f1b"`` (default), ``"gpipe"`` or ``"interleaved_1f1b"``.
+    ``schedule``: ``"1f1b"`` (default), ``"gpipe"``, ``"interleaved_1f1b"`` or ``"zb_h1"`` (zero
+    bubble: backward split into input- and weight-gradient passes; only tessera's own linears defer
+    their weight gradients, so with ``torch.nn`` layers its weight passes are empty and it runs
+    1F1B's order; not with data-parallel gradient hooks, which fire before the weight passes).
     ``micro_batches``: the batch (dim 0) is split into this many equal micro-batches.
     ``extra_warmup``: with ``"1f1b"``, this many more warm-up forwards on every stage but the
     last (for stages of unequal cost; at most pp − rank + extra_warmup micro-batches in flight).

@@ -41,12 +41,20 @@
 // extra warm-up forwards (schedule.h) the faster stage does not hold the slower one back at
 // every batch. On CUDA these waits are stream waits; the host never blocks on a transfer.
 //
+// A schedule that splits backward (ZB-H1): each Backward action runs autograd inside an
+// nn::DeferWeightGrads scope (nn/deferred_grads.h), so the tessera linears' weight-gradient
+// GEMMs are recorded per (micro, chunk); the WeightGrad action runs them. .grad is therefore
+// complete only when step() returns; beforeBackward/afterBackward surround B only (a
+// data-parallel wrapper lifting noSync there would reduce before the W's: keep noSync and
+// reduce after the step, as train_gpt does with DistributedDataParallel::reduceGradients).
+//
 // Memory (Megatron's discipline): a stage output, once sent, keeps only its autograd graph;
 // its data is replaced by an empty tensor (the receiver has its own copy; backward runs
 // from the saved output with the received gradient). This frees memory when the stage's
 // last op does not save its own result for backward (true of a residual add or a Linear; a
 // final tanh's backward keeps the result alive, whatever the executor drops).
-// peakInFlight() counts the (micro, chunk) pairs between forward and backward: for 1F1B
+// peakInFlight() counts the (micro, chunk) pairs between forward and backward (W when split:
+// its recorded inputs stay alive until then): for 1F1B
 // at most pp − rank (+ the extra warm-up, schedule.h); lastStats() also has the bytes of
 // outputs the executor holds. These are the executor's tallies of its own walk of the table,
 // not measurements; test_pipeline measures what is really alive (weak references to the

@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "common/error.h"
+#include "nn/deferred_grads.h"
 #include "pipeline/executor.h"
 
 namespace tessera::pipeline {
@@ -30,6 +32,9 @@ void PipelineExecutor::run(const std::vector<at::Tensor>& inputs, const std::vec
   // on at the end of the step only (their errors surface there at the latest).
   std::vector<std::vector<WorkPtr>> inWork(V, std::vector<WorkPtr>(M)), gradWork(V, std::vector<WorkPtr>(M));
   std::vector<WorkPtr> sends;
+  // A split backward (ZB-H1): the weight-gradient work B deferred, per (chunk, micro), run by W.
+  const bool split = sched_.splitsBackward();
+  std::vector<std::vector<nn::WeightGradQueue>> deferred(V, std::vector<nn::WeightGradQueue>(M));
   auto arrived = [](WorkPtr& w) {
     if (w) w->wait();
     w.reset();
@@ -79,6 +84,8 @@ void PipelineExecutor::run(const std::vector<at::Tensor>& inputs, const std::vec
       if (opts_.beforeBackward) opts_.beforeBackward(m, c, lastOne);
       if (y.requires_grad()) {
         try {
+          std::optional<nn::DeferWeightGrads> defer;
+          if (split) defer.emplace(deferred[c][m]);
           // `y` may hold no data any more (freed after its send): its graph is what counts.
           torch::autograd::backward({y}, last ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{outGrad[c][m]});
         } catch (const std::exception& e) {
@@ -93,6 +100,13 @@ void PipelineExecutor::run(const std::vector<at::Tensor>& inputs, const std::vec
       held -= bytesOf(y);
       y = at::Tensor();
       in[c][m] = outGrad[c][m] = at::Tensor();
+      if (!split) --inFlight;
+    } else if (a.kind == Action::WeightGrad) {
+      try {
+        deferred[c][m].run();
+      } catch (const std::exception& e) {
+        throw Error(fmt::format("pipeline executor: {} failed: {}", where("weight gradient", m, c), e.what()));
+      }
       --inFlight;
     } else {
       std::vector<Transfer> ops;

@@ -15,15 +15,17 @@ const char* toString(ScheduleKind k) {
     case ScheduleKind::GPipe: return "GPipe";
     case ScheduleKind::OneFOneB: return "1F1B";
     case ScheduleKind::Interleaved1F1B: return "interleaved 1F1B";
+    case ScheduleKind::ZeroBubbleH1: return "ZB-H1";
   }
   return "?";
 }
 
 namespace {
-constexpr Choices<ScheduleKind, 3> kScheduleNames{"pipeline schedule",
+constexpr Choices<ScheduleKind, 4> kScheduleNames{"pipeline schedule",
                                                   {{{ScheduleKind::OneFOneB, "1f1b"},
                                                     {ScheduleKind::GPipe, "gpipe"},
-                                                    {ScheduleKind::Interleaved1F1B, "interleaved"}}}};
+                                                    {ScheduleKind::Interleaved1F1B, "interleaved"},
+                                                    {ScheduleKind::ZeroBubbleH1, "zb-h1"}}}};
 }  // namespace
 
 ScheduleKind parseScheduleKind(const std::string& s) { return kScheduleNames.parse(s); }
@@ -60,6 +62,23 @@ std::vector<Action> computeOrder(ScheduleKind kind, int pp, int rank, int M, int
   std::vector<Action> out;
   auto F = [&](int m, int c) { out.push_back(compute(Action::Forward, m, c)); };
   auto B = [&](int m, int c) { out.push_back(compute(Action::Backward, m, c)); };
+  if (kind == ScheduleKind::ZeroBubbleH1) {
+    // 1F1B's order with B for the backward; W of micro-batch m after B of m + rank.
+    const int warm = std::min(pp - rank - 1, M);
+    int nb = 0, nw = 0;
+    auto BW = [&] {
+      B(nb++, 0);
+      if (nb - nw > rank) out.push_back(compute(Action::WeightGrad, nw++, 0));
+    };
+    for (int m = 0; m < warm; ++m) F(m, 0);
+    for (int i = 0; i < M - warm; ++i) {
+      F(warm + i, 0);
+      BW();
+    }
+    while (nb < M) BW();
+    while (nw < M) out.push_back(compute(Action::WeightGrad, nw++, 0));
+    return out;
+  }
   if (kind == ScheduleKind::GPipe) {
     for (int m = 0; m < M; ++m) F(m, 0);
     for (int m = 0; m < M; ++m) B(m, 0);
@@ -104,7 +123,8 @@ void placeCommunication(Schedule& s) {
   const int P = s.pp, S = s.numStages();
   std::vector<std::vector<Action>> order(P);
   std::vector<size_t> pos(P, 0);
-  // have[r][c * M + m]: bit 0 input arrived, bit 1 output gradient arrived, bit 2 forward done.
+  // have[r][c * M + m]: bit 0 input arrived, bit 1 output gradient arrived, bit 2 forward done,
+  // bit 3 backward (B) done.
   std::vector<std::vector<int>> have(P, std::vector<int>(s.chunks * s.numMicro, 0));
   for (int r = 0; r < P; ++r) order[r] = computeOrder(s.kind, P, r, s.numMicro, s.chunks, s.extraWarmup);
   s.ranks.assign(P, {});
@@ -121,12 +141,15 @@ void placeCommunication(Schedule& s) {
       const Action& a = order[r][pos[r]];
       const int st = s.stageOf(r, a.chunk);
       int& h = have[r][a.chunk * s.numMicro + a.micro];
-      bool ready = a.kind == Action::Forward ? (st == 0 || (h & 1)) : ((h & 4) && (st == S - 1 || (h & 2)));
+      bool ready = a.kind == Action::Forward    ? (st == 0 || (h & 1))
+                   : a.kind == Action::Backward ? ((h & 4) && (st == S - 1 || (h & 2)))
+                                                : (h & 8) != 0;  // W after its B
       if (!ready) continue;
       progress = true;
       s.ranks[r].push_back(a);
       ++pos[r];
       if (a.kind == Action::Forward) h |= 4;
+      if (a.kind == Action::Backward) h |= 8;
       if (a.kind == Action::Forward && st < S - 1)
         moves.push_back({true, r, (st + 1) % P, a.micro, a.chunk, (st + 1) / P});
       if (a.kind == Action::Backward && st > 0)
@@ -168,10 +191,10 @@ Schedule makeSchedule(ScheduleKind kind, int pp, int M, int V, int extraWarmup) 
     TESSERA_CHECK(V == 1, "{} takes one chunk per rank, got {} (use interleaved 1F1B for virtual stages)",
                   toString(kind), V);
   }
-  TESSERA_CHECK(kind != ScheduleKind::OneFOneB || M >= pp,
-                "1F1B needs at least as many micro-batches as pipeline stages: {} micro-batches, pp = {} "
+  TESSERA_CHECK((kind != ScheduleKind::OneFOneB && kind != ScheduleKind::ZeroBubbleH1) || M >= pp,
+                "{} needs at least as many micro-batches as pipeline stages: {} micro-batches, pp = {} "
                 "(use more micro-batches, or GPipe)",
-                M, pp);
+                toString(kind), M, pp);
 
   Schedule s;
   s.kind = kind;
@@ -185,9 +208,10 @@ Schedule makeSchedule(ScheduleKind kind, int pp, int M, int V, int extraWarmup) 
 
 int Schedule::peakInFlight(int rank) const {
   int cur = 0, peak = 0;
+  const auto done = splitsBackward() ? Action::WeightGrad : Action::Backward;
   for (const auto& a : ranks.at(rank)) {
     if (a.kind == Action::Forward) peak = std::max(peak, ++cur);
-    if (a.kind == Action::Backward) --cur;
+    if (a.kind == done) --cur;
   }
   return peak;
 }
@@ -202,7 +226,8 @@ std::string Schedule::describe(int rank) const {
                                     c.peer));
       out += fmt::format("comm [{}]\n", fmt::join(parts, ", "));
     } else {
-      out += fmt::format("{} m{} c{}\n", a.kind == Action::Forward ? "F" : "B", a.micro, a.chunk);
+      const char* k = a.kind == Action::Forward ? "F" : a.kind == Action::Backward ? "B" : "W";
+      out += fmt::format("{} m{} c{}\n", k, a.micro, a.chunk);
     }
   }
   return out;

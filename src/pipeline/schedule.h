@@ -20,6 +20,14 @@
 //   estimates the effect). The last stage's warm-up stays 0: its backward never waits.
 // - Interleaved 1F1B (Megatron's ordering): chunks >= 2, pp >= 2, M % pp == 0; warm-up of
 //   (P − r − 1)·2 + (chunks − 1)·P forwards (all of them when M == P).
+// - ZB-H1 (zero bubble, Qi et al. 2023, "handcrafted 1"): backward is split into B, the input
+//   gradient (what the previous stage waits for), and W, the weight gradient (what nobody
+//   waits for). Rank r runs 1F1B's order with B in place of the backward, and W of micro-batch
+//   m right after B of micro-batch m + r (the remaining W's at the end): postponed W's fill
+//   the cool-down where 1F1B idles. With forward, B and W of one cost each the step takes
+//   3M + (P − 1) units against 1F1B's 3M + 3(P − 1) (test_schedule checks it). A micro-batch
+//   is in flight from its F to its W: at most min(P, M) on every rank (1F1B's rank 0 peak).
+//   Needs M >= pp and one chunk.
 // Communication placement: the compute orders above are played in lock-step ticks (each
 // rank runs its next computation once its input or output gradient has arrived in an
 // earlier tick); after each tick a rank issues one batch with the sends of what it just
@@ -32,9 +40,9 @@
 
 namespace tessera::pipeline {
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B };
-const char* toString(ScheduleKind k);  // "GPipe", "1F1B", "interleaved 1F1B" (for people)
-// The command line's spellings: "gpipe" | "1f1b" | "interleaved"; anything else is an error.
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1 };
+const char* toString(ScheduleKind k);  // "GPipe", "1F1B", "interleaved 1F1B", "ZB-H1" (for people)
+// The command line's spellings: "gpipe" | "1f1b" | "interleaved" | "zb-h1"; anything else is an error.
 ScheduleKind parseScheduleKind(const std::string& s);
 const char* scheduleName(ScheduleKind k);
 
@@ -52,10 +60,12 @@ struct CommAction {
   int peer = 0;  // rank in the pp group
 };
 
+// Backward: the whole backward, or only the input gradient (B) when the schedule splits it;
+// WeightGrad (W): the weight gradients that B deferred (nn/deferred_grads.h).
 struct Action {
-  enum Kind { Forward, Backward, Comm } kind = Forward;
-  int micro = -1;                // Forward / Backward
-  int chunk = 0;                 // Forward / Backward
+  enum Kind { Forward, Backward, WeightGrad, Comm } kind = Forward;
+  int micro = -1;                // Forward / Backward / WeightGrad
+  int chunk = 0;                 // Forward / Backward / WeightGrad
   std::vector<CommAction> comm;  // Comm: one batch
 };
 
@@ -66,18 +76,21 @@ struct Schedule {
   std::vector<std::vector<Action>> ranks;  // ranks[r][tick]
 
   int numStages() const { return pp * chunks; }
+  // True when backward is split into B and W actions (ZB-H1).
+  bool splitsBackward() const { return kind == ScheduleKind::ZeroBubbleH1; }
   int stageOf(int rank, int chunk) const { return chunk * pp + rank; }
   bool isFirstStage(int rank, int chunk) const { return stageOf(rank, chunk) == 0; }
   bool isLastStage(int rank, int chunk) const { return stageOf(rank, chunk) == numStages() - 1; }
-  // Max over the table of (forwards done − backwards done) on `rank`, in (micro, chunk) units.
+  // Max over the table of (forwards done − backwards done) on `rank`, in (micro, chunk) units;
+  // when the schedule splits backward, a micro-batch is done at its W.
   int peakInFlight(int rank) const;
-  // One line per action, e.g. "F m0 c0", "comm [send-fwd m0 c0 -> 1, recv-bwd m0 c0 <- 1]".
+  // One line per action, e.g. "F m0 c0", "W m0 c0", "comm [send-fwd m0 c0 -> 1, recv-bwd m0 c0 <- 1]".
   std::string describe(int rank) const;
 };
 
 // Throws tessera::Error naming the numbers when the combination is invalid (pp < 1, M < 1,
-// 1F1B with M < pp, interleaved with M % pp != 0, chunks < 2 or pp < 2, chunks != 1 for
-// GPipe/1F1B, extraWarmup < 0 or given to a schedule other than 1F1B).
+// 1F1B or ZB-H1 with M < pp, interleaved with M % pp != 0, chunks < 2 or pp < 2, chunks != 1
+// for GPipe/1F1B/ZB-H1, extraWarmup < 0 or given to a schedule other than 1F1B).
 Schedule makeSchedule(ScheduleKind kind, int pp, int numMicro, int chunks = 1, int extraWarmup = 0);
 
 // The 1F1B bound of in-flight micro-batches on `rank`: pp − rank, plus extraWarmup on every

@@ -43,9 +43,9 @@ SimulatedStep simulateStep(const Schedule& s, const std::vector<StageCost>& cost
                 "pipeline simulate: {} stage costs for {} stages (pp {} x {} chunks)", costs.size(), s.numStages(), s.pp,
                 s.chunks);
   for (size_t i = 0; i < costs.size(); ++i)
-    TESSERA_CHECK(costs[i].forward >= 0 && costs[i].backward >= 0 && transfer >= 0,
-                  "pipeline simulate: negative cost (stage {}: forward {}, backward {}; transfer {})", i,
-                  costs[i].forward, costs[i].backward, transfer);
+    TESSERA_CHECK(costs[i].forward >= 0 && costs[i].backward >= 0 && costs[i].weight >= 0 && transfer >= 0,
+                  "pipeline simulate: negative cost (stage {}: forward {}, backward {}, weight {}; transfer {})", i,
+                  costs[i].forward, costs[i].backward, costs[i].weight, transfer);
   const auto peers = counterparts(s);
   // done[(rank, tick)]: when that batch finishes. Start from 0 and replay until nothing moves:
   // each pass can only push times later, and the tables' dependencies form a DAG (no
@@ -76,10 +76,11 @@ SimulatedStep simulateStep(const Schedule& s, const std::vector<StageCost>& cost
           continue;
         }
         const int st = s.stageOf(r, a.chunk);
-        const bool fwd = a.kind == Action::Forward;
+        const bool fwd = a.kind == Action::Forward, bwd = a.kind == Action::Backward;
         if (fwd && st > 0) compute = std::max(compute, inAt.at({a.micro, a.chunk}));
-        if (!fwd && st < s.numStages() - 1) compute = std::max(compute, gradAt.at({a.micro, a.chunk}));
-        const double c = fwd ? costs[st].forward : costs[st].backward;
+        if (bwd && st < s.numStages() - 1) compute = std::max(compute, gradAt.at({a.micro, a.chunk}));
+        const auto& k = costs[st];
+        const double c = fwd ? k.forward : bwd ? k.backward + (s.splitsBackward() ? 0 : k.weight) : k.weight;
         compute += c;
         out.busy[r] += c;
       }

@@ -7,7 +7,7 @@
 //   batch has finished; it finishes `transfer` after it and every peer batch holding a
 //   counterpart of its ops (the k-th send a→b meets the k-th receive b←a) have started;
 // - a forward waits for the batch that brought its input, a backward for the one that brought
-//   its output gradient (not for sends);
+//   its output gradient (not for sends), a weight-gradient pass (W) for nothing but its rank;
 // - the step ends when every rank's computations and batches have finished.
 // What it leaves out: host overhead, the contention of transfers with compute for SMs and
 // memory bandwidth, and costs that differ between micro-batches. It is for choosing a schedule
@@ -19,8 +19,11 @@
 
 namespace tessera::pipeline {
 
+// One micro-batch, any time unit. `weight`: the part of the backward that computes weight
+// gradients and can be deferred (W); `backward`: the rest (B). A schedule that does not split
+// backward pays backward + weight in its Backward action; ZB-H1 pays them in B and W.
 struct StageCost {
-  double forward = 0, backward = 0;  // one micro-batch, any time unit
+  double forward = 0, backward = 0, weight = 0;
 };
 
 struct SimulatedStep {

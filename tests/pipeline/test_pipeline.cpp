@@ -51,6 +51,7 @@
 #include "comm/gpu/gpu_test_util.h"
 #include "harness/multiprocess.h"
 #include "models/tiny_models.h"
+#include "nn/accum_linear.h"
 #include "pipeline/executor.h"
 #include "pipeline/partition.h"
 
@@ -70,14 +71,16 @@ std::vector<WeakStorage>* g_savedSink = nullptr;
 
 // x + fc2(tanh(fc1(x))): tanh and fc2 save h for backward; the block's output is saved by
 // nothing (the add saves no operand), so a stage ending in this block really frees its
-// output when the executor drops it after the send.
+// output when the executor drops it after the send. The linears sum their weight gradients in
+// the GEMM (nn/accum_linear.h), as the models' do: under ZB-H1 that work waits for W, holding
+// h until then.
 struct ResBlockImpl : torch::nn::Module {
   explicit ResBlockImpl(int64_t d)
       : fc1(register_module("fc1", torch::nn::Linear(d, d))), fc2(register_module("fc2", torch::nn::Linear(d, d))) {}
   torch::Tensor forward(const torch::Tensor& x) {
-    auto h = torch::tanh(fc1->forward(x));
+    auto h = torch::tanh(nn::linearAccumulateGrad(x, fc1->weight, fc1->bias));
     if (g_savedSink) g_savedSink->push_back(weakStorage(h));
-    return x + fc2->forward(h);
+    return x + nn::linearAccumulateGrad(h, fc2->weight, fc2->bias);
   }
   torch::nn::Linear fc1, fc2;
 };
@@ -198,6 +201,7 @@ std::vector<Case> casesFor(int P) {
     out.push_back({ScheduleKind::GPipe, M, 1});
     if (M >= P) out.push_back({ScheduleKind::OneFOneB, M, 1});
     if (M >= P && M >= 3) out.push_back({ScheduleKind::OneFOneB, M, 1, 2});
+    if (M >= P) out.push_back({ScheduleKind::ZeroBubbleH1, M, 1});
     if (M % P == 0) out.push_back({ScheduleKind::Interleaved1F1B, M, 2});
   }
   // An explicit, unbalanced split of the 8 blocks.
@@ -276,6 +280,9 @@ TESSERA_WORKER(pp_matches_unsplit) {
       if (c.kind == ScheduleKind::OneFOneB)
         WCHECK(mem.peakLive <= oneFOneBBound(P, r, c.micro, c.extra), "{}: {} alive > 1F1B bound {}", where,
                mem.peakLive, oneFOneBBound(P, r, c.micro, c.extra));
+      if (c.kind == ScheduleKind::ZeroBubbleH1)  // held from F to W: rank 0's 1F1B peak everywhere
+        WCHECK(mem.peakLive == std::min(P, c.micro), "{}: ZB-H1 holds {} micro-batches, not min(pp, M) = {}", where,
+               mem.peakLive, std::min(P, c.micro));
       if (c.kind == ScheduleKind::GPipe && r == 0)
         WCHECK(mem.peakLive == c.micro, "{}: GPipe's first stage holds {} micro-batches, not all {}", where,
                mem.peakLive, c.micro);
@@ -326,7 +333,8 @@ TESSERA_WORKER(pp_gpt) {
   const int P = g->size(), r = g->rank();
   TinyGptOptions o{.vocab = 32, .d = 16, .layers = 8, .heads = 2, .seqLen = 8};
   for (Case c : {Case{ScheduleKind::GPipe, 2, 1}, Case{ScheduleKind::OneFOneB, 4, 1},
-                 Case{ScheduleKind::OneFOneB, 4, 1, 2}, Case{ScheduleKind::Interleaved1F1B, 4, 2}}) {
+                 Case{ScheduleKind::OneFOneB, 4, 1, 2}, Case{ScheduleKind::Interleaved1F1B, 4, 2},
+                 Case{ScheduleKind::ZeroBubbleH1, 4, 1}}) {
     if (c.kind == ScheduleKind::Interleaved1F1B && P < 2) continue;  // needs two ranks
     auto gpt = makeTinyGpt(11, o);
     gpt->to(dev);

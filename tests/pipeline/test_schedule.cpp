@@ -5,7 +5,8 @@
 // tables are simulated together: a batch of sends/receives completes when every op in it
 // meets its counterpart in the peer's current batch (the k-th send a→b with the k-th
 // receive b←a, which must describe the same transfer). The simulation must finish: no
-// deadlock. 1F1B keeps at most pp − rank micro-batches in flight.
+// deadlock. 1F1B keeps at most pp − rank micro-batches in flight; ZB-H1 (backward split into B
+// and W) runs each W once, after its B, and keeps min(pp, M) in flight (until W) on every rank.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -40,10 +41,14 @@ Transfer transferOf(const Schedule& s, int rank, const CommAction& c) {
 
 // Per-rank checks: returns "" or what is wrong.
 std::string checkRank(const Schedule& s, int r) {
-  std::set<std::pair<int, int>> fwd, bwd, recvF, recvB;
+  std::set<std::pair<int, int>> fwd, bwd, wgt, recvF, recvB;
   for (const auto& a : s.ranks[r]) {
     auto key = std::make_pair(a.micro, a.chunk);
-    if (a.kind == Action::Forward) {
+    if (a.kind == Action::WeightGrad) {
+      if (!s.splitsBackward()) return fmt::format("W m{} c{} in a schedule that does not split backward", a.micro, a.chunk);
+      if (!bwd.count(key)) return fmt::format("W m{} c{} before its B", a.micro, a.chunk);
+      if (!wgt.insert(key).second) return fmt::format("W m{} c{} twice", a.micro, a.chunk);
+    } else if (a.kind == Action::Forward) {
       if (!fwd.insert(key).second) return fmt::format("F m{} c{} twice", a.micro, a.chunk);
       if (!s.isFirstStage(r, a.chunk) && !recvF.count(key))
         return fmt::format("F m{} c{} before its input was received", a.micro, a.chunk);
@@ -67,6 +72,7 @@ std::string checkRank(const Schedule& s, int r) {
   }
   size_t n = static_cast<size_t>(s.numMicro * s.chunks);
   if (fwd.size() != n || bwd.size() != n) return fmt::format("{} forwards, {} backwards (want {})", fwd.size(), bwd.size(), n);
+  if (wgt.size() != (s.splitsBackward() ? n : 0)) return fmt::format("{} weight-gradient passes", wgt.size());
   return "";
 }
 
@@ -145,6 +151,7 @@ void checkAll(ScheduleKind kind, int pp, int M, int V, int extra = 0) {
     if (kind == ScheduleKind::OneFOneB)
       EXPECT_LE(s.peakInFlight(r), oneFOneBBound(pp, r, M, extra)) << where << " rank " << r;
     if (kind == ScheduleKind::GPipe) EXPECT_EQ(s.peakInFlight(r), M) << where;
+    if (kind == ScheduleKind::ZeroBubbleH1) EXPECT_EQ(s.peakInFlight(r), std::min(pp, M)) << where << " rank " << r;
   }
   auto err = simulate(s);
   EXPECT_EQ(err, "") << where;
@@ -220,6 +227,33 @@ TEST(Schedule, InterleavedTablesAreValidAndDeadlockFree) {
       for (int M = pp; M <= 8; M += pp) checkAll(ScheduleKind::Interleaved1F1B, pp, M, V);
 }
 
+TEST(Schedule, ZeroBubbleH1TablesAreValidDeadlockFreeAndBounded) {
+  for (int pp = 1; pp <= 4; ++pp)
+    for (int M = pp; M <= 8; ++M) checkAll(ScheduleKind::ZeroBubbleH1, pp, M, 1);
+}
+
+TEST(Schedule, ZeroBubbleH1IsOneFOneBWithWPostponedByTheRank) {
+  auto s = makeSchedule(ScheduleKind::ZeroBubbleH1, 4, 8);
+  auto computeOrder = [&](int r) {
+    std::string out;
+    for (const auto& a : s.ranks[r]) {
+      if (a.kind == Action::Comm) continue;
+      out += fmt::format("{}{} ", a.kind == Action::Forward ? 'F' : a.kind == Action::Backward ? 'B' : 'W', a.micro);
+    }
+    return out;
+  };
+  // Rank 0: 1F1B's warm-up of 3, each W right after its B.
+  EXPECT_EQ(computeOrder(0), "F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 W3 F7 B4 W4 B5 W5 B6 W6 B7 W7 ");
+  // Rank 2: W of micro-batch m after B of m + 2.
+  EXPECT_EQ(computeOrder(2), "F0 F1 B0 F2 B1 F3 B2 W0 F4 B3 W1 F5 B4 W2 F6 B5 W3 F7 B6 W4 B7 W5 W6 W7 ");
+  // The last rank: no warm-up, three W's left for the end.
+  EXPECT_EQ(computeOrder(3), "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 W2 F6 B6 W3 F7 B7 W4 W5 W6 W7 ");
+  EXPECT_NE(s.describe(3).find("W m7 c0"), std::string::npos) << s.describe(3);
+  EXPECT_EQ(toString(ScheduleKind::ZeroBubbleH1), std::string("ZB-H1"));
+  EXPECT_EQ(parseScheduleKind("zb-h1"), ScheduleKind::ZeroBubbleH1);
+  EXPECT_STREQ(scheduleName(ScheduleKind::ZeroBubbleH1), "zb-h1");
+}
+
 TEST(Schedule, SimulatorDetectsADeadlock) {
   // Both ranks send first, each in its own batch: neither send meets a receive.
   Schedule s;
@@ -259,4 +293,7 @@ TEST(Schedule, InvalidCombinationsAreClearErrors) {
   expectError([] { makeSchedule(ScheduleKind::GPipe, 2, 4, 1, 1); }, {"1F1B only", "GPipe"});
   expectError([] { makeSchedule(ScheduleKind::Interleaved1F1B, 2, 4, 2, 1); }, {"1F1B only", "interleaved"});
   expectError([] { makeSchedule(ScheduleKind::OneFOneB, 2, 4, 1, -1); }, {"extra warm-up of -1"});
+  expectError([] { makeSchedule(ScheduleKind::ZeroBubbleH1, 4, 3); }, {"ZB-H1", "3 micro-batches", "pp = 4"});
+  expectError([] { makeSchedule(ScheduleKind::ZeroBubbleH1, 2, 4, 2); }, {"ZB-H1 takes one chunk"});
+  expectError([] { makeSchedule(ScheduleKind::ZeroBubbleH1, 2, 4, 1, 1); }, {"1F1B only", "ZB-H1"});
 }

@@ -1,10 +1,14 @@
 // pipeline::simulateStep against what can be worked out by hand: a balanced pipeline's makespan
 // (M + pp − 1)(F + B) for GPipe and 1F1B; a transfer on every hop of the fill and drain; an
 // unbalanced 2-stage 1F1B whose extra warm-up forwards keep the slow stage busy from start to
-// end (makespan = M · its F + B), which plain 1F1B does not; and the errors.
+// end (makespan = M · its F + B), which plain 1F1B does not; ZB-H1 with forward, B and W of one
+// unit each: 3M + (pp − 1) against 1F1B's 3M + 3(pp − 1), and between its dependency bound and
+// 1F1B when W is cheaper than B; and the errors.
 #include <gtest/gtest.h>
 
 #include <string>
+
+#include <fmt/format.h>
 
 #include "common/error.h"
 #include "pipeline/simulate.h"
@@ -52,6 +56,32 @@ TEST(Simulate, ExtraWarmUpKeepsASlowFirstStageBusy) {
   auto il = makeSchedule(ScheduleKind::Interleaved1F1B, 2, 4, 2);
   auto r = simulateStep(il, uniform(4, 0.5, 1));
   EXPECT_GE(r.step, 4 * 2 * 1.5);
+}
+
+TEST(Simulate, ZeroBubbleH1LeavesAThirdOfOneFOneBsBubble) {
+  for (int pp = 1; pp <= 6; ++pp)
+    for (int M = pp; M <= 12; ++M) {
+      const std::vector<StageCost> unit(pp, StageCost{1, 1, 1});
+      const auto zb = simulateStep(makeSchedule(ScheduleKind::ZeroBubbleH1, pp, M), unit);
+      const auto f1b = simulateStep(makeSchedule(ScheduleKind::OneFOneB, pp, M), unit);
+      const std::string where = fmt::format("pp {} M {}", pp, M);
+      EXPECT_DOUBLE_EQ(zb.step, 3.0 * M + (pp - 1)) << where;
+      EXPECT_DOUBLE_EQ(f1b.step, 3.0 * (M + pp - 1)) << where;  // 1F1B pays B + W in one backward
+      for (int r = 0; r < pp; ++r) {
+        EXPECT_DOUBLE_EQ(zb.busy[r], 3.0 * M) << where;
+        EXPECT_DOUBLE_EQ(zb.idle[r], pp - 1.0) << where;
+      }
+    }
+  // W cheaper than B (attention's backward has no weights). The dependencies alone allow
+  // 3M + (pp − 1)(F + B − W) = 30 here; the tables' communication, placed on unit ticks and
+  // fused into batches that complete together, costs more (32 in this replay), still under
+  // 1F1B's 33.
+  const int pp = 4, M = 8;
+  const std::vector<StageCost> c(pp, StageCost{1, 1.5, 0.5});
+  const double zb = simulateStep(makeSchedule(ScheduleKind::ZeroBubbleH1, pp, M), c).step;
+  EXPECT_GE(zb, 3.0 * M + (pp - 1) * 2.0);
+  EXPECT_LT(zb, simulateStep(makeSchedule(ScheduleKind::OneFOneB, pp, M), c).step);
+  EXPECT_DOUBLE_EQ(simulateStep(makeSchedule(ScheduleKind::OneFOneB, pp, M), c).step, 3.0 * (M + pp - 1));
 }
 
 TEST(Simulate, Errors) {
