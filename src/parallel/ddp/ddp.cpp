@@ -32,6 +32,7 @@ void DistributedDataParallel::syncBuffers() {
 }
 
 void DistributedDataParallel::zeroGrad() { reducer_->zeroGrad(); }
+void DistributedDataParallel::reduceGradients() { reducer_->reduceNow(); }
 
 DistributedDataParallel::NoSync::NoSync(DistributedDataParallel& d) : d_(d), prev_(d.reducer_->sync()) {
   d_.reducer_->setSync(false);

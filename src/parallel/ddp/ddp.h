@@ -136,6 +136,16 @@ class DistributedDataParallel {
   };
   NoSync noSync() { return NoSync(*this); }
 
+  // Collective over `comm`: averages every parameter's .grad over the ranks now, outside any
+  // backward, as a synchronised backward's end would (all buckets, in order; a parameter
+  // without .grad contributes zeros and gets the average). For gradients finished after the
+  // backward that DDP's hooks see: a zero-bubble pipeline's deferred weight-gradient passes
+  // (pipeline/schedule.h, ZB-H1) run the last backward under noSync() and call this after the
+  // step. No overlap with backward. On CUDA the caller's stream waits for the all-reduces.
+  // onBucketReduced runs for every bucket. Buckets are not rebuilt by it. Raises when called
+  // inside a synchronised backward.
+  void reduceGradients();
+
   // Introspection (tests, logs): parameter names per bucket, in bucket order.
   std::vector<std::vector<std::string>> bucketLayout() const;
   const DdpOptions& options() const;

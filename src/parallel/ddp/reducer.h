@@ -53,6 +53,7 @@ class Reducer {
   void setSync(bool on) { sync_ = on; }
   bool sync() const { return sync_; }
   void zeroGrad();
+  void reduceNow();  // DistributedDataParallel::reduceGradients (reducer_end.cpp)
   std::vector<std::vector<std::string>> layout() const;
   const DdpOptions& options() const { return opts_; }
   const CommPtr& comm() const { return comm_; }

@@ -1,5 +1,6 @@
 // Reducer, the end of a synchronised backward (see reducer.h): finalize(), the completion of
-// an aborted iteration, and the bucket rebuild from rank 0's ready order.
+// an aborted iteration, the bucket rebuild from rank 0's ready order, and reduceNow() (every
+// bucket at once, outside backward).
 #include <ATen/ATen.h>
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -118,6 +119,31 @@ std::vector<int> Reducer::completeIteration(bool deliver) {
     }
   }
   return missing;
+}
+
+void Reducer::reduceNow() {
+  if (comm_->size() == 1 && !opts_.onBucketReduced) return;  // nothing to average (no buckets)
+  std::lock_guard<std::mutex> lock(mu_);
+  if (inBackward_ && iteration_.expired()) finishAbortedIteration();
+  TESSERA_CHECK(!inBackward_,
+                "DistributedDataParallel::reduceGradients: called inside a synchronised backward on rank {} (use it "
+                "after a backward run under noSync())",
+                comm_->rank());
+  inBackward_ = true;
+  auto reset = c10::make_scope_exit([this] { resetIteration(); });
+  for (auto& p : params_) p.ready = true;
+  for (auto& b : buckets_) b.pending = 0;
+  launchReady();
+  for (auto& b : buckets_) {
+    if (b.work) b.work->wait();
+    if (!viewMode() && !opts_.onBucketReduced && b.work) unflatten(b, {});
+  }
+  if (sideStream_) {  // the caller's stream after onBucketReduced's work
+    const auto dev = params_[0].tensor.device();
+    c10::Event done(dev.type());
+    done.record(*sideStream_);
+    done.block(c10::impl::VirtualGuardImpl(dev.type()).getStream(dev));
+  }
 }
 
 void Reducer::finishAbortedIteration() {

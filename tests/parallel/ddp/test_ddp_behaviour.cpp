@@ -120,3 +120,50 @@ TESSERA_WORKER(ddp_rebuild) {
 }
 
 TEST(Ddp, BucketsRebuiltInReadyOrder) { expectAllOk(runWorkers("ddp_rebuild", {.ranks = 2})); }
+
+// reduceGradients after backwards under noSync (a zero-bubble pipeline's way): every .grad is
+// the average of the ranks' local ones, with and without bucket views, and DDP's own
+// synchronised backward still works afterwards.
+TESSERA_WORKER(ddp_reduce_gradients) {
+  auto ctx = initWorker(w);
+  for (bool views : {false, true}) {
+    torch::manual_seed(3);
+    ReorderNet net;
+    DdpOptions o;
+    o.gradientAsBucketView = views;
+    o.firstBucketCapBytes = 64;  // several buckets
+    DistributedDataParallel ddp(namedParameters(*net), {}, ctx.world, o);
+    for (int step = 0; step < 2; ++step) {
+      ddp.zeroGrad();
+      torch::manual_seed(100 * step + w.rank);
+      {
+        auto guard = ddp.noSync();
+        for (int m = 0; m < 2; ++m) net->forward(torch::randn({5, 6})).pow(2).mean().backward();
+      }
+      std::vector<at::Tensor> local;
+      for (auto& p : net->parameters()) local.push_back(p.grad().clone());
+      ddp.reduceGradients();
+      size_t i = 0;
+      for (auto& p : net->parameters()) {
+        auto sum = local[i].clone();
+        ctx.world->allReduce(sum, ReduceOp::Sum)->synchronize();
+        WCHECK(at::allclose(p.grad(), sum / w.world, 1e-6, 1e-7), "views {} step {} param {}: not the average", views,
+               step, i);
+        ++i;
+      }
+    }
+    // A synchronised backward afterwards averages as usual.
+    ddp.zeroGrad();
+    torch::manual_seed(7 + w.rank);
+    net->forward(torch::randn({5, 6})).pow(2).mean().backward();
+    for (auto& p : net->parameters()) {
+      auto mine = p.grad().clone(), other = p.grad().clone();
+      ctx.world->broadcast(other, 0)->synchronize();
+      WCHECK(mine.equal(other), "views {}: ranks differ after a synchronised backward", views);
+    }
+  }
+}
+
+TEST(Ddp, ReduceGradientsAveragesWhatNoSyncAccumulated) {
+  expectAllOk(runWorkers("ddp_reduce_gradients", {.ranks = 2}));
+}
