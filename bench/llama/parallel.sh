@@ -12,7 +12,8 @@
 #   tp      pytorch-tp, tessera-train-tp (--layout 1x1xN), tessera-train-tp-sp (--sp), and after every
 #           other section pytorch-tp-sp (DTensor sequence parallel)                 TP_B shared
 #   pp      pytorch-pp-mbMB (Schedule1F1B, embedding and head untied), tessera-train-pp-mbMB
-#           (--layout 1xNx1 --micro-batches MB --schedule 1f1b, tied as the preset)   PP_B in MB micro-batches
+#           (--layout 1xNx1 --micro-batches MB --schedule 1f1b, tied as the preset), tessera-train-pp-zb-mbMB
+#           (the same with --schedule zb-h1: weight gradients deferred into the bubble)  PP_B in MB micro-batches
 # Env: B (4: llama3-1b at seq 2048 on one 80 GB H100 runs B=4 without recompute, llama_1gpu.md), TP_B (N x B:
 # each GPU's share of tokens as the single run's), PP_B (16), MB (16: micro-batches of one sequence, 2048
 # tokens as GPT-735M's pp runs), STEPS (10 timed after 3 warm-ups), RUN_TIMEOUT (s per run, 150), BUDGET_S
@@ -111,7 +112,8 @@ for s in "${SECTIONS[@]}"; do
       train tessera-train-tp-sp "$N" --layout "1x1x${N}" --batch "$TP_B" --sp ;;
     pp)
       B=$PP_B MB=$MB torch_run "pytorch-pp-mb$MB" "$N" pp
-      train "tessera-train-pp-mb$MB" "$N" --layout "1x${N}x1" --batch "$PP_B" --micro-batches "$MB" --schedule 1f1b ;;
+      train "tessera-train-pp-mb$MB" "$N" --layout "1x${N}x1" --batch "$PP_B" --micro-batches "$MB" --schedule 1f1b
+      train "tessera-train-pp-zb-mb$MB" "$N" --layout "1x${N}x1" --batch "$PP_B" --micro-batches "$MB" --schedule zb-h1 ;;
   esac
 done
 # PyTorch's sequence parallel last: the one run whose plan (tp_sp) had not run on GPUs before this script.

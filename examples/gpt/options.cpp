@@ -265,6 +265,9 @@ void resolveLayout(TrainOptions& o, int world) {
               "train_gpt: --dp-mode fsdp with --schedule interleaved is not supported (FSDP reduces a unit's "
               "gradients in the last backward that runs it, which interleaving splits across chunks); use 1f1b or "
               "gpipe");
+  USAGE_CHECK(!(o.dpMode == DpMode::Fsdp && o.schedule == pipeline::ScheduleKind::ZeroBubbleH1),
+              "train_gpt: --dp-mode fsdp with --schedule zb-h1 is not supported (FSDP reduce-scatters a unit's "
+              "gradients in its backward, before the deferred weight-gradient passes); use --dp-mode ddp or 1f1b");
 }
 
 std::string configToml(const TrainOptions& o) {

@@ -116,7 +116,7 @@ std::vector<Flag> flagTable(bool onGpu) {
                              INT_MAX, FIELD(microBatches)),
                  "1, with pp 2 * pp", 0, FIELD(microBatches)));
   t.add(choiceFlag(
-      "--schedule", "1f1b|gpipe|interleaved", "pipeline schedule", pipeline::parseScheduleKind,
+      "--schedule", "1f1b|gpipe|interleaved|zb-h1", "pipeline schedule", pipeline::parseScheduleKind,
       [](pipeline::ScheduleKind k) { return pipeline::scheduleName(k); }, FIELD(schedule)));
   Flag chunks = integerFlag("--chunks", "V", "virtual stages per rank (interleaved only)", 1, INT_MAX, FIELD(chunks));
   chunks.shown = "2 with interleaved, else 1";

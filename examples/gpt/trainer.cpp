@@ -124,8 +124,11 @@ void Trainer::State::build() {
   }
   pipeline::ExecutorOptions eo;
   eo.device = device;
-  eo.beforeBackward = [this](int, int, bool last) {
-    if (last) {  // gradients are reduced over dp in this backward
+  // A split backward (ZB-H1) finishes the weight gradients after the last B: DDP then averages
+  // them after the step (reduceGradients), not in the last backward.
+  const bool splitBackward = o.schedule == pipeline::ScheduleKind::ZeroBubbleH1;
+  eo.beforeBackward = [this, splitBackward](int, int, bool last) {
+    if (last && !splitBackward) {  // gradients are reduced over dp in this backward
       ddpNoSync.reset();
       fsdpNoSync.reset();
     }
@@ -165,6 +168,10 @@ StepReport Trainer::State::step(int64_t s) {
     ddpNoSync.reset();
     fsdpNoSync.reset();
     throw;
+  }
+  if (exec->schedule().splitsBackward() && ddpNoSync) {
+    ddpNoSync.reset();
+    ddp->reduceGradients();
   }
   TESSERA_CHECK(!ddpNoSync && !fsdpNoSync, "train_gpt: rank {} ran no backward in step {}", ctx.world->rank(), s);
   synchronizeDevice(device);

@@ -23,14 +23,15 @@ res = json.load(open(os.path.join(w, "results", "llama_2gpu.json")))
 rows = {r["system"]: r for r in res["rows"]}
 want = {"pytorch-single": "pytorch-single", "tessera-train-single": "tessera-train-single",
         "pytorch-ddp": "pytorch-single", "tessera-train-ddp": "tessera-train-single",
-        "tessera-train-pp-mb2": "tessera-train-single"}
+        "tessera-train-pp-mb2": "tessera-train-single", "tessera-train-pp-zb-mb2": "tessera-train-single"}
 assert set(rows) == set(want), sorted(rows)
 assert "missing" not in res, res["missing"]
 for s, ref in want.items():
     assert rows[s]["scaled_against"] == ref and rows[s]["scaling"] > 0, (s, rows[s])
 assert rows["tessera-train-ddp"]["vs_pytorch"] > 0 and rows["tessera-train-single"]["vs_pytorch"] > 0, rows
 assert rows["pytorch-ddp"]["gpus"] == 2 and rows["pytorch-ddp"]["batch"] == 4, rows["pytorch-ddp"]
-assert rows["tessera-train-pp-mb2"]["micro_batches"] == 2 and rows["tessera-train-pp-mb2"]["batch"] == 4
+for pp in ("tessera-train-pp-mb2", "tessera-train-pp-zb-mb2"):
+    assert rows[pp]["micro_batches"] == 2 and rows[pp]["batch"] == 4, rows[pp]
 notes = " ".join(res["notes"])
 assert "pytorch-pp-mb2: not run" in notes, notes
 tessera_first = next(json.loads(l)["loss"] for l in open(os.path.join(w, "logs", "tessera-train-single.jsonl"))

@@ -275,6 +275,18 @@ TEST(OptionsTest, LayoutErrorsAreUsageErrors) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("--layers-per-stage 3,3"), std::string::npos) << e.what();
   }
+  o = parse({"--pp", "2", "--schedule", "zb-h1", "--dp-mode", "fsdp"});
+  try {
+    resolveLayout(o, 4);
+    FAIL() << "zb-h1 with fsdp accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--dp-mode fsdp with --schedule zb-h1 is not supported"), std::string::npos)
+        << e.what();
+  }
+  o = parse({"--pp", "2", "--schedule", "zb-h1"});
+  EXPECT_NO_THROW(resolveLayout(o, 4));  // DDP over dp 2
+  EXPECT_EQ(o.dp, 2);
+  EXPECT_EQ(o.schedule, tessera::pipeline::ScheduleKind::ZeroBubbleH1);
   o = parse({"--heads", "8", "--tp", "2"});
   EXPECT_NO_THROW(resolveLayout(o, 4));
   EXPECT_EQ(o.dp, 2);
