@@ -19,6 +19,8 @@
 #include "common/sm_carveout.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "fp8/format.h"
+#include "fp8/quantize.h"
 #include "hf/safetensors.h"
 #include "kernels/activations.h"
 #include "kernels/adamw.h"
