@@ -20,6 +20,7 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "fp8/format.h"
+#include "fp8/fake_quant.h"
 #include "fp8/quantize.h"
 #include "hf/safetensors.h"
 #include "kernels/activations.h"

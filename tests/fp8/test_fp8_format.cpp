@@ -11,6 +11,7 @@
 #include <random>
 
 #include "common/error.h"
+#include "fp8/fake_quant.h"
 #include "fp8/format.h"
 #include "fp8/quantize.h"
 
@@ -173,4 +174,32 @@ TEST(Fp8Quantize, BadInputIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("[2, 3, 4] float32"), std::string::npos) << e.what();
   }
   EXPECT_THROW(quantizeReference(at::zeros({2, 3}, at::kInt), Format::E4M3, Scaling::Tensorwise), tessera::Error);
+}
+
+TEST(Fp8FakeQuantize, EqualsTheReferenceCastBitForBitAndCounts) {
+  auto g = at::make_generator<at::CPUGeneratorImpl>(5);
+  auto x = at::randn({6, 10}, g) * at::rand({6, 1}, g) * 100;
+  x[2][3] = 1e-12;  // underflows in both formats
+  tessera::fp8::takeCounts();
+  for (auto f : {Format::E4M3, Format::E5M2}) {
+    const auto tw = quantizeReference(x, f, Scaling::Tensorwise), rw = quantizeReference(x, f, Scaling::Rowwise),
+               cw = quantizeReference(x.t().contiguous(), f, Scaling::Rowwise);
+    EXPECT_TRUE(at::equal(tessera::fp8::fakeQuantize(x, f, tessera::fp8::Axis::Tensor), dequantizeReference(tw)))
+        << name(f);
+    EXPECT_TRUE(at::equal(tessera::fp8::fakeQuantize(x, f, tessera::fp8::Axis::Rows), dequantizeReference(rw)))
+        << name(f);
+    EXPECT_TRUE(at::equal(tessera::fp8::fakeQuantize(x, f, tessera::fp8::Axis::Cols), dequantizeReference(cw).t()))
+        << name(f);
+  }
+  const auto c = tessera::fp8::takeCounts();
+  EXPECT_EQ(c.values, 6 * 60);
+  EXPECT_EQ(c.underflows, 6) << "1e-12 in each of the six casts";
+  EXPECT_EQ(c.saturated, 0);
+  EXPECT_EQ(tessera::fp8::takeCounts().values, 0) << "taking the counts resets them";
+  // A 3-D tensor is seen as [rows, last dim]; the result keeps its shape.
+  auto x3 = x.view({2, 3, 10});
+  EXPECT_TRUE(at::equal(tessera::fp8::fakeQuantize(x3, Format::E4M3, tessera::fp8::Axis::Rows).view({6, 10}),
+                        tessera::fp8::fakeQuantize(x, Format::E4M3, tessera::fp8::Axis::Rows)));
+  EXPECT_EQ(tessera::fp8::parseRecipe("rowwise"), tessera::fp8::Recipe::Rowwise);
+  EXPECT_THROW(tessera::fp8::parseRecipe("blockwise"), tessera::Error);
 }

@@ -102,8 +102,14 @@ at::Tensor columnParallelLinear(const at::Tensor& x, const at::Tensor& weight, c
                 opts.name, fmt::join(x.sizes(), ", "));
   const bool acc = opts.accumulateGradInGemm;
   if (acc) checkAccumulating(weight, bias, opts);
+  TESSERA_CHECK(opts.fp8 == fp8::Recipe::Off || opts.overlapGradReduce,
+                "tp layer '{}' (column-parallel): fp8 {} needs overlapGradReduce (the op that quantizes its GEMMs)",
+                opts.name, fp8::name(opts.fp8));
   at::Tensor y;
-  if (tp->size() == 1 && acc) {
+  if (opts.fp8 != fp8::Recipe::Off) {
+    y = columnLinearAsyncGrad(x, weight, bias, tp, opts.sequenceParallel, opts.overlap, opts.backwardTrace, acc,
+                              opts.fp8);
+  } else if (tp->size() == 1 && acc) {
     y = nn::linearAccumulateGrad(x, weight, bias);
   } else if (opts.overlapGradReduce) {
     y = columnLinearAsyncGrad(x, weight, bias, tp, opts.sequenceParallel, opts.overlap, opts.backwardTrace, acc);
@@ -137,20 +143,30 @@ at::Tensor rowParallelLinear(const at::Tensor& x, const at::Tensor& weight, cons
                 input.dim() ? input.size(-1) : 0, in, tp->size(), local);
   const bool acc = opts.accumulateGradInGemm;
   if (acc) checkAccumulating(weight, bias, opts);
-  if (tp->size() == 1) {  // a group of one: no communication
+  if (tp->size() == 1) {  // a group of one: no communication (FP8: the column op, a plain linear here)
+    if (opts.fp8 != fp8::Recipe::Off)
+      return columnLinearAsyncGrad(input, weight, bias, tp, false, opts.overlap, {}, acc, opts.fp8);
     return acc ? nn::linearAccumulateGrad(input, weight, bias) : at::linear(input, weight, bias);
   }
   TESSERA_CHECK(!opts.sequenceParallel || input.size(0) % tp->size() == 0,
                 "tp layer '{}' (row-parallel, sequence parallel): {} tokens (dimension 0) are not divisible by the "
                 "tensor-parallel size {}",
                 opts.name, input.size(0), tp->size());
-  return rowLinearReduce(castForCudaAutocast(input), weight, bias, tp, opts.sequenceParallel, opts.overlap, acc);
+  return rowLinearReduce(castForCudaAutocast(input), weight, bias, tp, opts.sequenceParallel, opts.overlap, acc,
+                         opts.fp8);
 }
 
 void setOverlap(torch::nn::Module& root, const LinearOverlap& overlap) {
   for (const auto& m : root.modules(/*include_self=*/true)) {
     if (auto* c = dynamic_cast<ColumnParallelLinearImpl*>(m.get())) c->opts.overlap = overlap;
     if (auto* r = dynamic_cast<RowParallelLinearImpl*>(m.get())) r->opts.overlap = overlap;
+  }
+}
+
+void setFp8(torch::nn::Module& root, fp8::Recipe recipe) {
+  for (const auto& m : root.modules(/*include_self=*/true)) {
+    if (auto* c = dynamic_cast<ColumnParallelLinearImpl*>(m.get())) c->opts.fp8 = recipe;
+    if (auto* r = dynamic_cast<RowParallelLinearImpl*>(m.get())) r->opts.fp8 = recipe;
   }
 }
 

@@ -45,6 +45,9 @@ struct ParallelLinearOptions {
   // float32, contiguous and of their shape (else a tessera::Error naming the layer); not with
   // FSDP (bf16 unsharded parameters).
   bool accumulateGradInGemm = false;
+  // FP8 GEMMs by a training recipe (fp8/fake_quant.h: tensorwise or rowwise current scaling,
+  // scales as the unsharded layer's). CPU tensors only (the emulation); needs overlapGradReduce.
+  fp8::Recipe fp8 = fp8::Recipe::Off;
 };
 
 // y = x W^T + b with W split by output features: rank r holds rows [r·out/tp, (r+1)·out/tp).
@@ -93,5 +96,8 @@ at::Tensor rowParallelLinear(const at::Tensor& x, const at::Tensor& weight, cons
 void setOverlap(torch::nn::Module& root, const LinearOverlap& overlap);
 // Local: sets ParallelLinearOptions::accumulateGradInGemm on every such layer inside `root`.
 void setAccumulateGradInGemm(torch::nn::Module& root, bool on);
+// Local: sets ParallelLinearOptions::fp8 on every such layer inside `root` (a block: the
+// embedding and the head are other layers and stay as they are).
+void setFp8(torch::nn::Module& root, fp8::Recipe recipe);
 
 }  // namespace tessera::tp

@@ -9,6 +9,7 @@
 #include "common/autocast.h"
 #include "common/error.h"
 #include "common/sm_carveout.h"
+#include "fp8/fake_quant.h"
 #include "kernels/gemm_accumulate.h"
 #include "nn/accum_linear.h"
 #include "parallel/tensor/seq_chunks.h"
@@ -28,6 +29,7 @@ struct OverlapState : torch::CustomClassHolder {
   LinearOverlap overlap;
   LinearBackwardTrace trace;
   at::Tensor weight, bias;  // set when the gradients are summed into their .grad (accumulateGrad)
+  fp8::Recipe fp8 = fp8::Recipe::Off;
   void note(const char* e) const {
     if (trace) trace(e);
   }
@@ -51,17 +53,28 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
     // saved for backward instead of cast again there. Not through autocast's cache: a cast made
     // here, where grad mode is off, would be cached without autograd history for later users.
     const auto dt = x.scalar_type();
-    const at::Tensor wc = weight.to(dt);
-    ctx->save_for_backward({x, wc});
+    at::Tensor wc = weight.to(dt), xSaved = x;
+    // FP8 (fp8/fake_quant.h): the forward GEMM's operands quantized as whole tensors would be:
+    // W's rows are this rank's, x's rows complete (its tokens, all features). Tensorwise saves
+    // them for backward's GEMMs; rowwise saves the originals (gx takes W per column, gW neither).
+    at::Tensor xq = x, wq = wc;
+    if (st->fp8 != fp8::Recipe::Off) {
+      const bool tensorwise = st->fp8 == fp8::Recipe::Tensorwise;
+      const auto axis = tensorwise ? fp8::Axis::Tensor : fp8::Axis::Rows;
+      wq = fp8::fakeQuantize(wc, fp8::Format::E4M3, axis, tensorwise ? st->comm : nullptr);
+      xq = fp8::fakeQuantize(x, fp8::Format::E4M3, axis, tensorwise && st->sp ? st->comm : nullptr);
+      if (tensorwise) xSaved = xq, wc = wq;
+    }
+    ctx->save_for_backward({xSaved, wc});
     ctx->saved_data["state"] = c10::IValue::make_capsule(st);
     ctx->saved_data["bias"] = bias.has_value();
     ctx->saved_data["wdtype"] = weight.scalar_type();
-    if (!st->sp) return at::linear(x, wc, bias);
+    if (!st->sp) return at::linear(xq, wq, bias);
     // This rank's rows first, while the others are gathered (in pieces: each piece's GEMMs while
     // the next piece is gathered).
     const int64_t in = weight.size(1), outLocal = weight.size(0);
-    auto local = x.reshape({-1, in}).contiguous();
-    auto wt = wc.t();
+    auto local = xq.reshape({-1, in}).contiguous();
+    auto wt = wq.t();
     auto b = bias ? bias->to(dt) : at::Tensor();
     auto y = at::empty({local.size(0) * st->comm->size(), outLocal}, local.options());
     forEachGatheredBlock(local, st->comm, st->overlap.forwardChunks, st->overlap.smCarveout,
@@ -92,6 +105,16 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
     const auto dt = gy.scalar_type();
     const int64_t outLocal = w.size(0), in = w.size(1);
     auto gy2 = gy.reshape({-1, outLocal});
+    // FP8: gy (E5M2) scaled over its whole rows or tensor, which this rank holds a column slice
+    // of: amaxes all-reduced over tp. gx takes it with W (tensorwise: the saved codes; rowwise:
+    // W per input feature, its columns split over tp too); gW takes it only in tensorwise.
+    at::Tensor gyX = gy2, gyW = gy2, wX = w;
+    if (st->fp8 != fp8::Recipe::Off) {
+      const bool tensorwise = st->fp8 == fp8::Recipe::Tensorwise;
+      gyX = fp8::fakeQuantize(gy2, fp8::Format::E5M2, tensorwise ? fp8::Axis::Tensor : fp8::Axis::Rows, comm);
+      if (tensorwise) gyW = gyX;
+      if (!tensorwise) wX = fp8::fakeQuantize(w, fp8::Format::E4M3, fp8::Axis::Cols, comm);
+    }
 
     // Sequence parallel: re-gather the input for gW; it runs during the gx GEMM (and the GEMMs
     // of gW's own rows, which need only the local input).
@@ -108,7 +131,7 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
     if (needX) {
       auto shape = gy.sizes().vec();
       shape.back() = in;
-      auto full = gy2.mm(w.to(dt)).view(shape);  // fresh and contiguous: communicated in place
+      auto full = gyX.mm(wX.to(dt)).view(shape);  // fresh and contiguous: communicated in place
       st->note("grad_input");
       if (!st->sp) {
         gx = full;
@@ -139,15 +162,15 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
           kernels::gemmAccumulateTNInto(gw, {outLocal, in}, gy.device(), g.contiguous(), xi.contiguous());
         }
       };
-      weightGrad(rows(gy2, me * mLocal), x.reshape({-1, in}).to(dt));
+      weightGrad(rows(gyW, me * mLocal), x.reshape({-1, in}).to(dt));
       gather->wait();
       for (int64_t q = 0; q < comm->size(); ++q) {
-        if (q != me) weightGrad(rows(gy2, q * mLocal), rows(xs, q * mLocal).to(dt));
+        if (q != me) weightGrad(rows(gyW, q * mLocal), rows(xs, q * mLocal).to(dt));
       }
       if (gw.defined()) gw = gw.to(wdtype);
     } else if (needW) {
-      if (into) nn::accumulateWeightGrad(st->weight, gy2, total.reshape({-1, in}).to(dt));
-      if (!into) gw = kernels::weightGradTN(gy2, total.reshape({-1, in}).to(dt), wdtype);
+      if (into) nn::accumulateWeightGrad(st->weight, gyW, total.reshape({-1, in}).to(dt));
+      if (!into) gw = kernels::weightGradTN(gyW, total.reshape({-1, in}).to(dt), wdtype);
     }
     if (needB && into) nn::accumulateBiasGrad(st->bias, gy2);
     if (needB && !into) gb = gy2.sum(0);
@@ -165,14 +188,16 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
 
 at::Tensor columnLinearAsyncGrad(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                  const CommPtr& tp, bool sequenceParallel, LinearOverlap overlap,
-                                 LinearBackwardTrace trace, bool accumulateGrad) {
+                                 LinearBackwardTrace trace, bool accumulateGrad, fp8::Recipe fp8) {
   TESSERA_CHECK(tp, "tp::column_linear_async_grad: no tensor-parallel communicator given");
   TESSERA_CHECK(x.dim() >= 1, "tp::column_linear_async_grad: input must have at least one dimension");
-  if (tp->size() == 1) return at::linear(x, weight, bias);  // a group of one: no communication
+  // A group of one: no communication (with FP8 the op itself, its collectives on one rank).
+  if (tp->size() == 1 && fp8 == fp8::Recipe::Off) return at::linear(x, weight, bias);
   // Under CUDA autocast the input is saved and (sequence parallel) all-gathered in bf16/fp16,
   // as at::linear would cast it anyway: half the bytes of an fp32 LayerNorm output.
   auto st = c10::make_intrusive<OverlapState>(tp, sequenceParallel, overlap, std::move(trace));
   if (accumulateGrad) st->weight = weight, st->bias = bias;
+  st->fp8 = fp8;
   return ColumnLinearAsyncGrad::apply(castForCudaAutocast(x), weight,
                                       bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt, st);
 }

@@ -28,6 +28,7 @@
 
 #include "comm/communicator.h"
 #include "comm/settings.h"
+#include "fp8/fake_quant.h"
 
 namespace tessera::tp {
 
@@ -58,9 +59,12 @@ struct LinearOverlap {
 // weight: [outLocal, in]; bias: [outLocal] or undefined. Returns [..., outLocal]
 // ([tokens, ..., outLocal] with sequenceParallel). accumulateGrad: the weight and bias gradients
 // are summed in float32 straight into their .grad by the GEMM (nn/accum_linear.h; the caller
-// checks the parameters first) and not returned.
+// checks the parameters first) and not returned. fp8: the recipe's GEMMs on FP8 operands
+// (fp8/fake_quant.h; the CPU emulation), scaled as the unsharded layer's would be (amaxes
+// all-reduced over tp where this rank holds a slice), also in a group of one.
 at::Tensor columnLinearAsyncGrad(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                                  const CommPtr& tp, bool sequenceParallel, LinearOverlap overlap = {},
-                                 LinearBackwardTrace trace = {}, bool accumulateGrad = false);
+                                 LinearBackwardTrace trace = {}, bool accumulateGrad = false,
+                                 fp8::Recipe fp8 = fp8::Recipe::Off);
 
 }  // namespace tessera::tp

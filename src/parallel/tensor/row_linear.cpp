@@ -11,6 +11,7 @@
 #include "kernels/gemm_accumulate.h"
 #include "nn/accum_linear.h"
 #include "common/sm_carveout.h"
+#include "fp8/fake_quant.h"
 #include "parallel/tensor/seq_chunks.h"
 
 namespace tessera::tp {
@@ -25,6 +26,7 @@ struct RowState : torch::CustomClassHolder {
   bool sp;
   LinearOverlap overlap;
   at::Tensor weight, bias;  // set when the gradients are summed into their .grad (accumulateGrad)
+  fp8::Recipe fp8 = fp8::Recipe::Off;
 };
 
 // Rows of out = x wtᵀ (+ b) in pieces, each piece all-reduced in place as soon as its GEMM is queued.
@@ -105,14 +107,23 @@ struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
                             const c10::optional<at::Tensor>& bias, c10::intrusive_ptr<RowState> st) {
     // The weight in x's dtype, cast once and saved for backward (as in linear_overlap.cpp).
     const auto dt = x.scalar_type();
-    const at::Tensor wc = weight.to(dt);
-    ctx->save_for_backward({x, wc});
+    at::Tensor wc = weight.to(dt), xSaved = x;
+    // FP8 (fp8/fake_quant.h): x's and W's rows are split over tp by input feature, so their
+    // amaxes are all-reduced; tensorwise saves the quantized operands for backward's GEMMs.
+    at::Tensor xq = x, wq = wc;
+    if (st->fp8 != fp8::Recipe::Off) {
+      const auto axis = st->fp8 == fp8::Recipe::Tensorwise ? fp8::Axis::Tensor : fp8::Axis::Rows;
+      wq = fp8::fakeQuantize(wc, fp8::Format::E4M3, axis, st->comm);
+      xq = fp8::fakeQuantize(x, fp8::Format::E4M3, axis, st->comm);
+      if (st->fp8 == fp8::Recipe::Tensorwise) xSaved = xq, wc = wq;
+    }
+    ctx->save_for_backward({xSaved, wc});
     ctx->saved_data["state"] = c10::IValue::make_capsule(st);
     ctx->saved_data["bias"] = bias.has_value();
     ctx->saved_data["wdtype"] = weight.scalar_type();
     const int64_t out = weight.size(0);
-    auto x2 = x.reshape({-1, weight.size(1)}).contiguous();
-    auto wt = wc.t();
+    auto x2 = xq.reshape({-1, weight.size(1)}).contiguous();
+    auto wt = wq.t();
     auto shape = x.sizes().vec();
     shape.back() = out;
     const int64_t p = st->comm->size();
@@ -149,12 +160,23 @@ struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
     auto gy = grads[0].reshape({-1, out}).to(dt).contiguous();
     auto x2 = x.reshape({-1, in});
     auto wd = w.to(dt);
+    // FP8: gy (E5M2) per tensor (its token shards gathered below: amax over tp with sequence
+    // parallel) or per token row (all output features here); rowwise's gx takes W per input
+    // feature, its gW stays in the input precision. The bias gradient always takes gy as it is.
+    at::Tensor gyX = gy;
+    const bool quant = st->fp8 != fp8::Recipe::Off, tensorwise = st->fp8 == fp8::Recipe::Tensorwise;
+    if (quant) {
+      gyX = fp8::fakeQuantize(gy, fp8::Format::E5M2, tensorwise ? fp8::Axis::Tensor : fp8::Axis::Rows,
+                              tensorwise && st->sp ? st->comm : nullptr);
+      if (!tensorwise) wd = fp8::fakeQuantize(wd, fp8::Format::E4M3, fp8::Axis::Cols);
+    }
+    const at::Tensor gyW = tensorwise ? gyX : gy;
     at::Tensor gx, gw, gb;
     const bool into = st->weight.defined();  // summed into .grad by the GEMM (nn/accum_linear.h)
     if (!st->sp) {
-      if (needX) gx = gy.mm(wd).view(x.sizes());
-      if (needW && into) nn::accumulateWeightGrad(st->weight, gy, x2);
-      if (needW && !into) gw = kernels::weightGradTN(gy, x2, wdtype);
+      if (needX) gx = gyX.mm(wd).view(x.sizes());
+      if (needW && into) nn::accumulateWeightGrad(st->weight, gyW, x2);
+      if (needW && !into) gw = kernels::weightGradTN(gyW, x2, wdtype);
       if (needB && into) nn::accumulateBiasGrad(st->bias, gy);
       if (needB && !into) gb = gy.sum(0).to(wdtype);
       return {gx, gw, gb, at::Tensor()};
@@ -164,17 +186,21 @@ struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
     // The bias is replicated: its gradient is summed over the blocks in row order, the same
     // order on every rank (the blocks arrive in a rank-dependent one), so ranks agree bitwise.
     std::map<int64_t, at::Tensor> biasParts;
-    forEachGatheredBlock(gy, st->comm, st->overlap.forwardChunks, st->overlap.smCarveout,
-                         [&](const at::Tensor& block, int64_t row0) {
+    // With FP8 the quantized and the original gy travel in one gather, side by side.
+    forEachGatheredBlock(quant ? at::cat({gyX, gy}, 1) : gy, st->comm, st->overlap.forwardChunks, st->overlap.smCarveout,
+                         [&](const at::Tensor& both, int64_t row0) {
+                           const at::Tensor block = quant ? both.narrow(1, out, out) : both;
+                           const at::Tensor blockX = quant ? both.narrow(1, 0, out) : both;
+                           const at::Tensor blockW = tensorwise ? blockX : block;
                            const int64_t rows = block.size(0);
                            if (needX) {
                              auto rowsOut = gx.narrow(0, row0, rows);
-                             at::mm_out(rowsOut, block, wd);
+                             at::mm_out(rowsOut, blockX, wd);
                            }
-                           if (needW && into) nn::accumulateWeightGrad(st->weight, block, x2.narrow(0, row0, rows));
+                           if (needW && into) nn::accumulateWeightGrad(st->weight, blockW, x2.narrow(0, row0, rows));
                            if (needB) biasParts[row0] = block.sum(0, /*keepdim=*/false, at::kFloat);
                            if (needW && !into) {  // pieces summed in float32 by the GEMM
-                             kernels::gemmAccumulateTNInto(gw, {out, in}, gy.device(), block.contiguous(),
+                             kernels::gemmAccumulateTNInto(gw, {out, in}, gy.device(), blockW.contiguous(),
                                                            x2.narrow(0, row0, rows).contiguous());
                            }
                          });
@@ -197,7 +223,7 @@ struct RowLinearReduce : torch::autograd::Function<RowLinearReduce> {
 }  // namespace
 
 at::Tensor rowLinearReduce(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const CommPtr& tp,
-                           bool sequenceParallel, LinearOverlap overlap, bool accumulateGrad) {
+                           bool sequenceParallel, LinearOverlap overlap, bool accumulateGrad, fp8::Recipe fp8) {
   TESSERA_CHECK(tp && tp->size() > 1, "tp::row_linear_reduce: needs a tensor-parallel group of two or more ranks");
   TESSERA_CHECK(!sequenceParallel || (x.dim() >= 2 && x.size(0) % tp->size() == 0),
                 "tp::row_linear_reduce: with sequence parallel, dimension 0 of the input (size {}) must be divisible "
@@ -205,6 +231,7 @@ at::Tensor rowLinearReduce(const at::Tensor& x, const at::Tensor& weight, const 
                 x.dim() ? x.size(0) : 0, tp->size(), tp->rank());
   auto st = c10::make_intrusive<RowState>(tp, sequenceParallel, overlap);
   if (accumulateGrad) st->weight = weight, st->bias = bias;
+  st->fp8 = fp8;
   return RowLinearReduce::apply(x, weight, bias.defined() ? c10::optional<at::Tensor>(bias) : c10::nullopt, st);
 }
 

@@ -31,6 +31,8 @@
 // Streams as linear_overlap.h: collectives on the communicator's stream, ordered by events.
 // accumulateGrad: gW and gb are summed in float32 straight into weight.grad / bias.grad by the
 // GEMM (nn/accum_linear.h; the caller checks the parameters first) and not returned.
+// fp8: the recipe's GEMMs on FP8 operands (fp8/fake_quant.h, the CPU emulation), scaled as the
+// unsharded layer's would be (x's and W's amaxes all-reduced over tp).
 #include <ATen/core/Tensor.h>
 
 #include "comm/communicator.h"
@@ -39,6 +41,7 @@
 namespace tessera::tp {
 
 at::Tensor rowLinearReduce(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias, const CommPtr& tp,
-                           bool sequenceParallel, LinearOverlap overlap, bool accumulateGrad = false);
+                           bool sequenceParallel, LinearOverlap overlap, bool accumulateGrad = false,
+                           fp8::Recipe fp8 = fp8::Recipe::Off);
 
 }  // namespace tessera::tp
