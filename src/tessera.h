@@ -48,6 +48,8 @@
 #include "optim/lr_schedule.h"
 #include "parallel/ddp/ddp.h"
 #include "parallel/grad_norm.h"
+#include "parallel/context/attention.h"
+#include "parallel/context/chunks.h"
 #include "parallel/process_mesh.h"
 #include "parallel/tensor/blocks.h"
 #include "parallel/tensor/checkpoint_pieces.h"

@@ -23,4 +23,18 @@ inline at::Tensor causalSelfAttention(const at::Tensor& q, const at::Tensor& k, 
 #endif
 }
 
+// The same with an explicit boolean mask [Tq, Tk] (true: the query may attend to the key), for
+// queries that are not the first positions of the keys (context parallelism's chunks). Every
+// query must see at least one key.
+inline at::Tensor maskedSelfAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                      const at::Tensor& allowed) {
+#if TORCH_VERSION_MAJOR >= 2
+  return at::scaled_dot_product_attention(q, k, v, allowed, /*dropout_p=*/0.0, /*is_causal=*/false);
+#else
+  auto att = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  att = at::softmax(att.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity()), -1);
+  return at::matmul(att, v);
+#endif
+}
+
 }  // namespace tessera

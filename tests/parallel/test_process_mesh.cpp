@@ -1,5 +1,6 @@
 // ProcessMesh: coordinates (pure) and the dp/pp/tp communicators (8 ranks as 2x2x2, and
-// other shapes), checked by collectives over each group against the group's known ranks.
+// other shapes), checked by collectives over each group against the group's known ranks; with
+// context parallel (DxPxCxT) also the cp group and the data group (dp x cp).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -24,14 +25,33 @@ std::vector<int> parseShape(const std::string& s) {
 
 TESSERA_WORKER(mesh_groups) {
   auto shape = parseShape(w.arg);
-  int dp = shape[0], pp = shape[1], tp = shape[2];
+  const bool withCp = shape.size() == 4;
+  int dp = shape[0], pp = shape[1], cp = withCp ? shape[2] : 1, tp = shape.back();
   auto ctx = initWorker(w);
-  ProcessMesh mesh(ctx.world, dp, pp, tp);
+  ProcessMesh mesh = withCp ? ProcessMesh(ctx.world, dp, pp, tp, cp) : ProcessMesh(ctx.world, dp, pp, tp);
   auto c = mesh.coord();
-  // tp fastest-varying: rank = (d*pp + p)*tp + t.
-  WCHECK(w.rank == (c.dp * pp + c.pp) * tp + c.tp, "rank {} has coord ({},{},{})", w.rank, c.dp, c.pp, c.tp);
-  const std::pair<MeshAxis, const char*> axes[] = {
+  // tp fastest-varying, then cp: rank = ((d*pp + p)*cp + c)*tp + t.
+  WCHECK(w.rank == ((c.dp * pp + c.pp) * cp + c.cp) * tp + c.tp, "rank {} has coord ({},{},{},{})", w.rank, c.dp, c.pp,
+         c.cp, c.tp);
+  WCHECK(mesh.rankOf(c) == w.rank, "rankOf(coordOf({})) = {}", w.rank, mesh.rankOf(c));
+  WCHECK(withCp || !mesh.cpGroup(), "a cp group without context parallelism");
+  std::vector<std::pair<MeshAxis, const char*>> axes = {
       {MeshAxis::Data, "dp"}, {MeshAxis::Pipeline, "pp"}, {MeshAxis::Tensor, "tp"}};
+  if (withCp) axes.push_back({MeshAxis::Context, "cp"});
+  // The data group: d and c vary, d-major (dp x cp replicas of the gradients).
+  {
+    std::vector<int> want;
+    for (int d = 0; d < dp; ++d)
+      for (int k = 0; k < cp; ++k) want.push_back(mesh.rankOf(MeshCoord{d, c.pp, c.tp, k}));
+    auto& g = mesh.dataGroup();
+    auto mine = at::full({1}, static_cast<int64_t>(w.rank), at::kLong);
+    auto all = at::empty({g->size()}, at::kLong);
+    g->allGather(all, mine)->synchronize();
+    WCHECK(g->size() == dp * cp, "data group of {} ranks, want {}", g->size(), dp * cp);
+    for (int k = 0; k < g->size(); ++k)
+      WCHECK(all[k].item<int64_t>() == want[k], "data group member {} is world rank {}, want {}", k,
+             all[k].item<int64_t>(), want[k]);
+  }
   for (auto [axis, name] : axes) {
     auto& g = mesh.group(axis);
     auto ranks = mesh.groupRanks(axis);
@@ -67,7 +87,8 @@ TEST_P(MeshShapes, GroupsHoldTheRanksTheCoordinatesSay) {
 INSTANTIATE_TEST_SUITE_P(Shapes, MeshShapes,
                          ::testing::Values(std::make_pair(8, "2x2x2"), std::make_pair(8, "1x2x4"),
                                            std::make_pair(8, "4x1x2"), std::make_pair(4, "2x1x2"),
-                                           std::make_pair(1, "1x1x1")));
+                                           std::make_pair(1, "1x1x1"), std::make_pair(8, "2x1x2x2"),
+                                           std::make_pair(8, "1x2x4x1"), std::make_pair(4, "1x1x2x2")));
 
 TESSERA_WORKER(mesh_bad_shape) {
   auto ctx = initWorker(w);
