@@ -4,11 +4,13 @@
 
 #include "common/error.h"
 #include "data/random.h"
+#include "parallel/context/chunks.h"
 #include "synthetic_data.h"
 
 namespace tessera::gpt {
 
-Batches::Batches(const TrainOptions& o, int dpRank, at::Device device) : o_(o), dpRank_(dpRank), device_(device) {
+Batches::Batches(const TrainOptions& o, int dpRank, at::Device device, int cpRank)
+    : o_(o), dpRank_(dpRank), device_(device), cpRank_(cpRank) {
   if (o.data == "synthetic") return;
   data::DataOptions d;
   d.train = o.data;
@@ -35,12 +37,17 @@ void Batches::start(const data::DataState* saved, int64_t step) {
   loader_ = std::make_unique<data::BatchLoader>(train, lo, consumed_);
 }
 
+data::TokenBatch Batches::mine(data::TokenBatch b) const {
+  if (o_.cp == 1) return b;
+  return {cp::shard(b.tokens, 1, o_.cp, cpRank_), cp::shard(b.targets, 1, o_.cp, cpRank_)};
+}
+
 data::TokenBatch Batches::next(int64_t step) {
   consumed_ += o_.batch;
-  if (loader_) return loader_->next();
+  if (loader_) return mine(loader_->next());
   const int64_t local = o_.batch / o_.dp;
   auto b = batchRows(o_.seed, step, o_.batch, dpRank_ * local, local, o_.cfg.vocab, o_.cfg.seqLen, device_);
-  return {b.tokens, b.targets};
+  return mine({b.tokens, b.targets});
 }
 
 data::TokenBatch Batches::validBatch(int64_t k) {
@@ -49,7 +56,7 @@ data::TokenBatch Batches::validBatch(int64_t k) {
   const int64_t rows = o_.batch / o_.dp;
   auto s = data::readSamples(*corpus_->valid(), k * o_.batch + dpRank_ * rows, rows, o_.cfg.vocab);
   auto b = data::splitSamples(s.to(device_));
-  return {b.tokens.contiguous(), b.targets.contiguous()};
+  return mine({b.tokens.contiguous(), b.targets.contiguous()});
 }
 
 data::DataState Batches::state() const {

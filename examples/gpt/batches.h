@@ -15,8 +15,9 @@ namespace tessera::gpt {
 
 class Batches {
  public:
-  // Opens the data (--data); errors name the file and what is wrong.
-  Batches(const TrainOptions& o, int dpRank, at::Device device);
+  // Opens the data (--data); errors name the file and what is wrong. With --cp every batch is
+  // this cp rank's positions of each row (parallel/context/chunks.h), tokens and targets alike.
+  Batches(const TrainOptions& o, int dpRank, at::Device device, int cpRank = 0);
   // The position to start at: `saved` from a checkpoint (checked against this data) or the
   // start; then batches flow from step `step` on.
   void start(const data::DataState* saved, int64_t step);
@@ -34,6 +35,8 @@ class Batches {
   const TrainOptions& o_;
   int dpRank_;
   at::Device device_;
+  int cpRank_ = 0;
+  data::TokenBatch mine(data::TokenBatch b) const;  // this cp rank's positions
   std::shared_ptr<data::GptData> corpus_;  // null: synthetic
   std::unique_ptr<data::BatchLoader> loader_;
   int64_t consumed_ = 0;  // samples of the global batches taken so far

@@ -151,6 +151,15 @@ void check(TrainOptions& o, bool onGpu) {
               "train_gpt: --save-hf-every {} needs --save-hf-dir DIR (each export goes to DIR/step-<s>)", o.saveHfEvery);
   USAGE_CHECK((o.saveHfEvery == 0 && o.saveHfAtEnd.empty() && o.initFromHf.empty()) || o.cfg.arch == models::Arch::Llama,
               "train_gpt: --init-from-hf and --save-hf-* take a Llama (--model llama-*), not {}", o.cfg.describe());
+  USAGE_CHECK(o.fp8 == fp8::Recipe::Off || !onGpu,
+              "train_gpt: --fp8 {} on GPUs needs the cuBLASLt FP8 GEMMs, which are not built yet (on the CPU --fp8 "
+              "runs the exact emulation)",
+              fp8::name(o.fp8));
+  USAGE_CHECK(o.fp8SkipBlocks.empty() || o.fp8 != fp8::Recipe::Off, "train_gpt: --fp8-skip-blocks needs --fp8");
+  for (const int b : o.fp8SkipBlocks)
+    USAGE_CHECK(b >= -o.cfg.layers && b < o.cfg.layers,
+                "train_gpt: --fp8-skip-blocks {}: the model has blocks 0..{} (or -{}..-1 from the end)", b,
+                o.cfg.layers - 1, o.cfg.layers);
   o.lr.total = o.steps;
   try {
     models::validate(o.cfg);
@@ -229,14 +238,23 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu, const Settings& env
 }
 
 void resolveLayout(TrainOptions& o, int world) {
-  USAGE_CHECK(o.pp >= 1 && o.tp >= 1, "train_gpt: --pp and --tp must be >= 1 (pp {}, tp {})", o.pp, o.tp);
+  USAGE_CHECK(o.pp >= 1 && o.tp >= 1 && o.cp >= 1, "train_gpt: --pp, --cp and --tp must be >= 1 (pp {}, cp {}, tp {})",
+              o.pp, o.cp, o.tp);
+  const std::string cpText = o.cp > 1 ? fmt::format(" x cp {}", o.cp) : "";
   if (o.dp == 0) {
-    USAGE_CHECK(world % (o.pp * o.tp) == 0, "train_gpt: the world of {} ranks is not divisible by pp {} x tp {}",
-                world, o.pp, o.tp);
-    o.dp = world / (o.pp * o.tp);
+    USAGE_CHECK(world % (o.pp * o.cp * o.tp) == 0, "train_gpt: the world of {} ranks is not divisible by pp {}{} x tp {}",
+                world, o.pp, cpText, o.tp);
+    o.dp = world / (o.pp * o.cp * o.tp);
   }
-  USAGE_CHECK(o.dp * o.pp * o.tp == world, "train_gpt: dp {} x pp {} x tp {} = {} ranks, but the world has {}", o.dp,
-              o.pp, o.tp, o.dp * o.pp * o.tp, world);
+  USAGE_CHECK(o.dp * o.pp * o.cp * o.tp == world, "train_gpt: dp {} x pp {}{} x tp {} = {} ranks, but the world has {}",
+              o.dp, o.pp, cpText, o.tp, o.dp * o.pp * o.cp * o.tp, world);
+  USAGE_CHECK(o.cfg.seqLen % (2 * o.cp) == 0,
+              "train_gpt: --cp {}: the sequence length {} is not divisible by 2 x cp = {} (each cp rank holds two "
+              "chunks of equal length)",
+              o.cp, o.cfg.seqLen, 2 * o.cp);
+  USAGE_CHECK(!o.sequenceParallel || (o.cfg.seqLen / o.cp) % o.tp == 0,
+              "train_gpt: --sp with --cp {}: each cp rank's {} positions are not divisible by tp = {}", o.cp,
+              o.cfg.seqLen / o.cp, o.tp);
   if (o.microBatches == 0) o.microBatches = o.pp > 1 ? 2 * o.pp : 1;
   if (o.batch == 0) o.batch = 8 * o.dp;
   USAGE_CHECK(o.batch % o.dp == 0, "train_gpt: --batch {} is not divisible by dp {}", o.batch, o.dp);
@@ -287,8 +305,9 @@ bool usesFusedWgrad(const TrainOptions& o) { return o.fusedWgrad && o.dpMode == 
 std::string describe(const TrainOptions& o) {
   const auto& ov = o.overlap;
   const bool overlapSet = ov.forwardChunks > 1 || ov.smCarveout > 0 || ov.ring;
-  return fmt::format("dp {} ({}) x pp {} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}{}; {} steps; {}{}{}",
-                     o.dp, toString(o.dpMode), o.pp, o.tp, o.sequenceParallel ? " +sp" : "", o.microBatches,
+  return fmt::format("dp {} ({}) x pp {}{} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}{}; {} steps; {}{}{}",
+                     o.dp, toString(o.dpMode), o.pp, o.cp > 1 ? fmt::format(" x cp {}", o.cp) : "", o.tp,
+                     o.sequenceParallel ? " +sp" : "", o.microBatches,
                      pipeline::scheduleName(o.schedule),
                      o.chunks > 1                ? fmt::format(" ({} chunks)", o.chunks)
                      : o.extraWarmup > 0 ? fmt::format(" (+{} warm-up forwards)", o.extraWarmup)

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "data/token_source.h"
 #include "models/config.h"
+#include "fp8/fake_quant.h"
 #include "nn/recompute.h"
 #include "optim/lr_schedule.h"
 #include "parallel/tensor/linear_overlap.h"
@@ -31,7 +32,8 @@ class UsageError : public Error {
 };
 
 struct TrainOptions {
-  int dp = 0, pp = 1, tp = 1;     // dp 0: world / (pp · tp)
+  int dp = 0, pp = 1, tp = 1;     // dp 0: world / (pp · cp · tp)
+  int cp = 1;                     // context parallel: each sequence split over cp ranks (parallel/context/)
   DpMode dpMode = DpMode::Ddp;
   int microBatches = 0;           // 0: 1 without pp, else 2 · pp (gradient accumulation without pp)
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
@@ -50,6 +52,8 @@ struct TrainOptions {
   int evalEvery = 0;              // validation loss every N steps (and at the end); 0: never
   int evalBatches = 4;            // global batches of the validation share per evaluation
   Precision precision = Precision::Fp32;  // default: fp32 on CPU, bf16 on GPU
+  fp8::Recipe fp8 = fp8::Recipe::Off;     // the blocks' linears (fp8/fake_quant.h; CPU emulation for now)
+  std::vector<int> fp8SkipBlocks;         // blocks kept out of FP8 (negative: from the end)
   uint64_t seed = 1234;
   // Data (src/data/dataset.h): "synthetic", or a path / Megatron blend "W1 PATH1 W2 PATH2".
   std::string data = "synthetic";

@@ -33,39 +33,60 @@ struct Table {
 };
 
 Flag layoutFlag() {
-  Flag f = make("--layout", "DPxPPxTP", "dp, pp and tp at once, e.g. 2x2x2");
+  Flag f = make("--layout", "DPxPPxTP", "dp, pp and tp at once, e.g. 2x2x2 (DPxPPxCPxTP with context parallel)");
   f.set = [](TrainOptions& o, const std::string& v) {
-    int d = 0, p = 0, t = 0;
-    char x1 = 0, x2 = 0;
+    std::vector<int> n;
     std::stringstream ss(v);
-    if (!((ss >> d >> x1 >> p >> x2 >> t) && x1 == 'x' && x2 == 'x' && ss.eof() && d >= 1 && p >= 1 && t >= 1)) {
-      refuse("--layout", v, "DPxPPxTP with each >= 1 (e.g. 2x2x2)");
+    for (std::string item; std::getline(ss, item, 'x');) {
+      try {
+        n.push_back(static_cast<int>(integer("--layout", item, 1, INT_MAX)));
+      } catch (const UsageError&) {
+        n.clear();
+        break;
+      }
     }
-    o.dp = d, o.pp = p, o.tp = t;
+    if (n.size() != 3 && n.size() != 4) refuse("--layout", v, "DPxPPxTP or DPxPPxCPxTP with each >= 1 (e.g. 2x2x2)");
+    o.dp = n[0], o.pp = n[1], o.tp = n.back();
+    o.cp = n.size() == 4 ? n[2] : 1;
   };
-  return f;  // no get: the config gives dp, pp and tp
+  return f;  // no get: the config gives dp, pp, cp and tp
 }
 
-Flag layersPerStageFlag() {
-  Flag f = make("--layers-per-stage", "A,B,...", "blocks of each stage (pp * chunks entries)");
-  f.shown = "balanced by compute";
-  f.set = [](TrainOptions& o, const std::string& v) {
-    const char* what = "a comma-separated list of block counts >= 1";
-    o.layersPerStage.clear();
+// A comma-separated list of integers >= lo into o.*field (the whole list, or a refusal saying `what`).
+Flag intListFlag(const char* name, const char* meta, const char* help, const char* shown, int64_t lo, const char* what,
+                 std::vector<int> TrainOptions::*field) {
+  Flag f = make(name, meta, help);
+  f.shown = shown;
+  f.set = [=](TrainOptions& o, const std::string& v) {
+    auto& out = o.*field;
+    out.clear();
     std::stringstream ss(v);
     for (std::string item; std::getline(ss, item, ',');) {
       try {
-        o.layersPerStage.push_back(static_cast<int>(integer("--layers-per-stage", item, 1, INT_MAX)));
+        out.push_back(static_cast<int>(integer(name, item, lo, INT_MAX)));
       } catch (const UsageError&) {
-        refuse("--layers-per-stage", v, what);
+        refuse(name, v, what);
       }
     }
-    if (o.layersPerStage.empty()) refuse("--layers-per-stage", v, what);
+    if (out.empty()) refuse(name, v, what);
   };
-  f.get = [](const TrainOptions& o) {
-    return o.layersPerStage.empty() ? std::string() : quoted(fmt::format("{}", fmt::join(o.layersPerStage, ",")));
+  f.get = [=](const TrainOptions& o) {
+    const auto& in = o.*field;
+    return in.empty() ? std::string() : quoted(fmt::format("{}", fmt::join(in, ",")));
   };
   return f;
+}
+
+Flag layersPerStageFlag() {
+  return intListFlag("--layers-per-stage", "A,B,...", "blocks of each stage (pp * chunks entries)",
+                     "balanced by compute", 1, "a comma-separated list of block counts >= 1",
+                     &TrainOptions::layersPerStage);
+}
+
+Flag fp8SkipFlag() {
+  return intListFlag("--fp8-skip-blocks", "I,J,...", "blocks kept out of --fp8 (negative: from the end, e.g. 0,-1)",
+                     "none", INT_MIN + 1, "a comma-separated list of block indices (negative from the end)",
+                     &TrainOptions::fp8SkipBlocks);
 }
 
 Flag modelFlag() {
@@ -105,10 +126,12 @@ std::vector<Flag> flagTable(bool onGpu) {
   Table t;
   t.group = "Layout";
   t.add(layoutFlag());
-  t.add(autoFlag(integerFlag("--dp", "N", "data-parallel size", 1, INT_MAX, FIELD(dp)), "world / (pp * tp)", 0,
+  t.add(autoFlag(integerFlag("--dp", "N", "data-parallel size", 1, INT_MAX, FIELD(dp)), "world / (pp * cp * tp)", 0,
                  FIELD(dp)));
   t.add(integerFlag("--pp", "N", "pipeline stages (layers >= pp * chunks)", 1, INT_MAX, FIELD(pp)));
   t.add(integerFlag("--tp", "N", "tensor-parallel size (divides heads, FFN, vocabulary)", 1, INT_MAX, FIELD(tp)));
+  t.add(integerFlag("--cp", "N", "context-parallel size: each sequence split over N ranks (T divisible by 2N)", 1,
+                    INT_MAX, FIELD(cp)));
   t.add(choiceFlag(
       "--dp-mode", "ddp|fsdp", "DDP or FSDP on the data axis", [](auto& v) { return kDpMode.parse(v); },
       [](DpMode m) { return toString(m); }, FIELD(dpMode)));
@@ -195,6 +218,10 @@ std::vector<Flag> flagTable(bool onGpu) {
   t.add(choiceFlag(
       "--precision", "fp32|bf16", "compute precision (bf16: GPUs)", [](auto& v) { return kPrecision.parse(v); },
       [](Precision p) { return toString(p); }, FIELD(precision)));
+  t.add(choiceFlag(
+      "--fp8", "off|tensorwise|rowwise", "FP8 GEMMs in the blocks' linears (CPU: exact emulation)",
+      fp8::parseRecipe, [](fp8::Recipe r) { return fp8::name(r); }, FIELD(fp8)));
+  t.add(fp8SkipFlag());
   t.add(fusedKernelsFlag(onGpu));
   t.add(switchFlag("--no-fused-wgrad", "weight gradients by autograd, not summed in fp32 by the GEMM", true,
                    FIELD(fusedWgrad)));

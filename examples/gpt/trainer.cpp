@@ -40,28 +40,46 @@ std::vector<ChunkParam> Trainer::State::params() const {
   return out;
 }
 
+// --fp8: the blocks' linears, but those of --fp8-skip-blocks (the embedding and the head stay as
+// they are, as the peers keep them).
+void Trainer::State::setFp8(models::LmChunkImpl& chunk) {
+  const auto layers = static_cast<int>(o.cfg.layers);
+  auto skipped = [&](int b) {
+    return std::any_of(o.fp8SkipBlocks.begin(), o.fp8SkipBlocks.end(),
+                       [&](int s) { return (s < 0 ? s + layers : s) == b; });
+  };
+  const size_t n = std::max(chunk.gptBlocks.size(), chunk.llamaBlocks.size());
+  for (size_t i = 0; i < n; ++i) {
+    const int b = chunk.firstBlock + static_cast<int>(i);
+    if (skipped(b)) continue;
+    if (i < chunk.gptBlocks.size()) tp::setFp8(*chunk.gptBlocks[i], o.fp8);
+    if (i < chunk.llamaBlocks.size()) tp::setFp8(*chunk.llamaBlocks[i], o.fp8);
+  }
+}
+
 void Trainer::State::build() {
   useDevice(device);
-  mesh = std::make_unique<ProcessMesh>(ctx.world, o.dp, o.pp, o.tp);
+  mesh = std::make_unique<ProcessMesh>(ctx.world, o.dp, o.pp, o.tp, o.cp);
   const auto me = mesh->coord();
   const auto& cfg = o.cfg;
   part = models::partitionModel(cfg, o.pp, o.chunks, o.layersPerStage);
   if (!o.checkpointDir.empty() && o.asyncCheckpoint) {
     saver = std::make_unique<checkpoint::AsyncSaver>(ctx.world, ctx.store, ctx.settings.timeout);
   }
-  batches = std::make_unique<Batches>(o, me.dp, device);
+  batches = std::make_unique<Batches>(o, me.dp, device, me.cp);
   // Collective splits, in the same order on every rank: the kv group (Llama, tp > kv heads),
   // then the embedding group (tied embeddings over pp > 1).
   CommPtr kvGroup = cfg.arch == models::Arch::Llama ? models::llamaKvGroup(cfg, mesh->tpGroup()) : nullptr;
   if (cfg.tiedEmbeddings && o.pp > 1) {
     const bool end = me.pp == 0 || me.pp == o.pp - 1;
-    embGroup = ctx.world->split(end ? me.dp * o.tp + me.tp : -1, me.pp, "emb");
+    embGroup = ctx.world->split(end ? (me.dp * o.cp + me.cp) * o.tp + me.tp : -1, me.pp, "emb");
   }
   models::ChunkOptions co;
   co.sequenceParallel = o.sequenceParallel;
   co.recompute = o.recompute;
   co.seed = o.seed;
   co.fusedKernels = o.fusedKernels;
+  co.contextGroup = mesh->cpGroup();  // null without --cp
   for (int c = 0; c < o.chunks; ++c) {
     auto chunk = models::LmChunk(cfg, mesh->tpGroup(), kvGroup, part, part.stageOf(me.pp, c), co);
     chunk->to(device);
@@ -69,6 +87,7 @@ void Trainer::State::build() {
     // Weight gradients summed by the GEMM into .grad across micro-batches: DDP's hooks still see
     // them (tests/parallel/ddp); FSDP's bf16 unit parameters and the tp > 1 ops cannot take it.
     if (usesFusedWgrad(o)) tp::setAccumulateGradInGemm(*chunk, true);
+    if (o.fp8 != fp8::Recipe::Off) setFp8(*chunk);
     chunks.push_back(chunk);
   }
   if (!o.initFromHf.empty()) initFromHf();
@@ -87,7 +106,7 @@ void Trainer::State::build() {
     FsdpOptions fo;
     fo.paramDtype = bf16 ? at::kBFloat16 : at::kFloat;
     fo.prefetchBudgetBytes = static_cast<size_t>(o.fsdpPrefetchMiB) << 20;
-    fsdp = std::make_unique<FullyShardedDataParallel>(std::move(units), mesh->dpGroup(), fo);
+    fsdp = std::make_unique<FullyShardedDataParallel>(std::move(units), mesh->dataGroup(), fo);
     shardedAdam = std::make_unique<ShardedAdamW>(*fsdp, ao, decays);
   } else {
     DistributedDataParallel::Named named;
@@ -106,7 +125,7 @@ void Trainer::State::build() {
     // Interleaved: the last backward runs chunk 0 only; the other chunks' parameters then
     // contribute the gradients they accumulated (DDP's unused-parameter path).
     dopt.findUnusedParameters = o.chunks > 1;
-    ddp = std::make_unique<DistributedDataParallel>(named, DistributedDataParallel::Named{}, mesh->dpGroup(), dopt);
+    ddp = std::make_unique<DistributedDataParallel>(named, DistributedDataParallel::Named{}, mesh->dataGroup(), dopt);
     adam = std::make_unique<optim::AdamW>(tensors, names, decay, ao, /*multiTensor=*/o.fusedKernels);
   }
 
@@ -179,7 +198,7 @@ StepReport Trainer::State::step(int64_t s) {
   const auto t1 = Clock::now();
   syncTiedEmbeddings();
   std::vector<CommPtr> sumOver{mesh->tpGroup(), mesh->ppGroup()};
-  if (fsdp) sumOver.insert(sumOver.begin(), mesh->dpGroup());
+  if (fsdp) sumOver.insert(sumOver.begin(), mesh->dataGroup());
   rep.gradNorm = clipGlobalGradNorm(gradPieces(), sumOver, o.clip, device);
   rep.lr = optim::lrAt(o.lr, s);
   if (saver) saver->beforeUpdate();  // a save's host copies read the parameters: update after them
@@ -193,7 +212,7 @@ StepReport Trainer::State::step(int64_t s) {
     ddp->zeroGrad();
   }
   auto l = loss.reshape({1}).to(at::kFloat).clone();
-  if (mesh->dpSize() > 1) mesh->dpGroup()->allReduce(l, ReduceOp::Avg)->wait();
+  if (mesh->dataGroup()->size() > 1) mesh->dataGroup()->allReduce(l, ReduceOp::Avg)->wait();
   rep.loss = l.item<double>();
   synchronizeDevice(device);
   rep.optimizerMs = msSince(t1);
@@ -213,6 +232,13 @@ StepReport Trainer::State::step(int64_t s) {
   rep.tokensPerS = tokens / (rep.stepMs / 1e3);
   if (o.peakTflops > 0) {
     rep.mfu = rep.tokensPerS * models::flopsPerToken(o.cfg) / (ctx.world->size() * o.peakTflops * 1e12);
+  }
+  if (o.fp8 != fp8::Recipe::Off) {  // validation's casts are counted in the next step
+    const auto c = fp8::takeCounts();
+    auto sums = at::tensor({c.values, c.underflows, c.saturated}, at::kLong).to(device);
+    ctx.world->allReduce(sums, ReduceOp::Sum)->wait();
+    const auto h = sums.cpu();
+    rep.fp8Values = h[0].item<int64_t>(), rep.fp8Underflows = h[1].item<int64_t>(), rep.fp8Saturated = h[2].item<int64_t>();
   }
   auto peak = at::full({1}, peakMemoryGiB(device), at::TensorOptions().dtype(at::kFloat).device(device));
   ctx.world->allReduce(peak, ReduceOp::Max)->wait();  // the fullest rank's peak

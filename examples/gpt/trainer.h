@@ -33,6 +33,8 @@ struct StepReport {
   double bubbleMsEst = 0, dpSyncMsEst = -1, computeMsEst = 0;  // dpSyncMsEst < 0: not measured
   double tokensPerS = 0, mfu = -1, peakMemGiB = 0;
   double lr = 0, validLoss = -1;  // validLoss < 0: not evaluated at this step
+  // --fp8: the step's casts summed over the ranks (fp8::Counts); values < 0 without --fp8.
+  int64_t fp8Values = -1, fp8Underflows = 0, fp8Saturated = 0;
 };
 
 class Trainer {

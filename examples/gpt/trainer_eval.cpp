@@ -75,7 +75,7 @@ double Trainer::State::validationLoss() {
   // A forward without backward leaves FSDP's pass open and its non-resharding units gathered: end
   // it, or the next checkpoint's unshardAll() is refused ("called inside a forward/backward pass").
   if (fsdp) fsdp->reshardAll();
-  if (mesh->dpSize() > 1) mesh->dpGroup()->allReduce(sum, ReduceOp::Avg)->wait();
+  if (mesh->dataGroup()->size() > 1) mesh->dataGroup()->allReduce(sum, ReduceOp::Avg)->wait();
   return sum.item<double>() / o.evalBatches;
 }
 

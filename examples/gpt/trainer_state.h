@@ -59,6 +59,7 @@ struct Trainer::State {
   std::vector<ChunkParam> params() const;
 
   void build();
+  void setFp8(models::LmChunkImpl& chunk);  // --fp8 on its blocks (trainer.cpp)
   StepReport step(int64_t s);
   // trainer_eval.cpp
   std::vector<GradPiece> gradPieces() const;

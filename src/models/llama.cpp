@@ -9,6 +9,8 @@
 #include "common/error.h"
 #include "nn/fused_activations.h"
 #include "nn/fused_norm.h"
+#include "parallel/context/attention.h"
+#include "parallel/context/chunks.h"
 #include "parallel/tensor/checkpoint_pieces.h"
 #include "parallel/tensor/mappings.h"
 
@@ -137,8 +139,11 @@ at::Tensor LlamaBlockImpl::attention(const at::Tensor& x) {
     h = wqkv->forward(x);
   }
   const int64_t s = h.size(0), b = h.size(1);
-  const auto tables =
-      nn::ropeTables(cfg_.seqLen, hd_, cfg_.ropeTheta, cfg_.ropeScaling, x.device());
+  auto tables = nn::ropeTables(cfg_.seqLen, hd_, cfg_.ropeTheta, cfg_.ropeScaling, x.device());
+  if (o_.context) {  // the rows of this cp rank's positions
+    const auto at = cp::positionsOf(cfg_.seqLen, o_.context->size(), o_.context->rank()).to(x.device());
+    tables = {tables.cos.index_select(0, at), tables.sin.index_select(0, at)};
+  }
   at::Tensor q, k;
   if (o_.fusedKernels) {  // q and k rotated in place in the projection's output
     h = nn::ropeQkInPlace(h, lq_ + lkv_, tables);
@@ -151,6 +156,7 @@ at::Tensor LlamaBlockImpl::attention(const at::Tensor& x) {
   auto v = h.narrow(2, (lq_ + lkv_) * hd_, lkv_ * hd_).view({s, b, lkv_, hd_});
   const int64_t rep = lq_ / lkv_;
   const nn::MultiFn core = [s, b, rep, this](const std::vector<at::Tensor>& t) {
+    if (o_.context) return cp::attention(t[0], t[1], t[2], o_.context).reshape({s, b, lq_ * hd_});
     auto bhsd = [&](const at::Tensor& x, int64_t heads) {
       auto y = x.permute({1, 2, 0, 3});  // [B, h, S, hd]
       if (rep == 1) return y;

@@ -62,6 +62,10 @@ struct LlamaBlockOptions {
   // and SwiGLU (which then keeps only its input, as
   // selective recompute of the unfused product does). The same maths as the ATen ops.
   bool fusedKernels = false;
+  // Context parallel (parallel/context/): the cp group, or null. The block then sees this cp
+  // rank's T / cp positions (rotary angles at their global positions) and attention gathers K
+  // and V over the group.
+  CommPtr context;
 };
 
 class LlamaBlockImpl : public torch::nn::Module {

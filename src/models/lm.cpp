@@ -10,6 +10,7 @@
 #include <torch/utils.h>
 
 #include "common/error.h"
+#include "parallel/context/chunks.h"
 #include "parallel/tensor/checkpoint_pieces.h"
 #include "parallel/tensor/mappings.h"
 
@@ -48,8 +49,13 @@ LmChunkImpl::LmChunkImpl(const ModelConfig& c, CommPtr group, CommPtr kvGroup, c
   firstBlock = part.firstBlock(stage);
   endBlock = part.endBlock(stage);
   const bool sp = o.sequenceParallel;
-  TESSERA_CHECK(!sp || c.seqLen % tp->size() == 0,
-                "model: sequence parallel needs T divisible by tp (T {}, tp {})", c.seqLen, tp->size());
+  const int cpSize = o.contextGroup ? o.contextGroup->size() : 1;
+  TESSERA_CHECK(c.seqLen % (2 * cpSize) == 0 || cpSize == 1,
+                "model: context parallel needs T divisible by 2 x cp (T {}, cp {})", c.seqLen, cpSize);
+  localT = c.seqLen / cpSize;
+  TESSERA_CHECK(!sp || localT % tp->size() == 0,
+                "model: sequence parallel needs T{} divisible by tp (T {}, tp {})", cpSize > 1 ? " / cp" : "", localT,
+                tp->size());
   if (first || (last && c.tiedEmbeddings)) {
     const auto table = fullTable(c, o.seed);
     if (first) emb = register_module("emb", tp::VocabParallelEmbedding(table, tp));
@@ -67,13 +73,15 @@ LmChunkImpl::LmChunkImpl(const ModelConfig& c, CommPtr group, CommPtr kvGroup, c
     if (isLlama(c)) {
       llamaBlocks.push_back(register_module(
           fmt::format("block{}", i),
-          LlamaBlock(c, tp, kvGroup, i, o.seed, LlamaBlockOptions{sp, o.recompute, o.fusedKernels}, name)));
+          LlamaBlock(c, tp, kvGroup, i, o.seed, LlamaBlockOptions{sp, o.recompute, o.fusedKernels, o.contextGroup},
+                     name)));
     } else {
       torch::manual_seed(blockSeed(o.seed, i));
       auto b = register_module(fmt::format("block{}", i),
                                tp::ParallelBlock(tp, c.d, c.heads, sp, name, tp::BlockDropout{}, c.ffnSize()));
       b->attn->recomputeCore = b->mlp->recomputeActivation = o.recompute == Recompute::Selective;
       if (c.positions == Positions::Rope) b->attn->ropeTheta = c.ropeTheta;
+      b->attn->context = o.contextGroup;
       b->setFusedKernels(o.fusedKernels);
       gptBlocks.push_back(b);
     }
@@ -108,15 +116,21 @@ at::Tensor LmChunkImpl::tiedTable() {
 }
 
 at::Tensor LmChunkImpl::embed(const at::Tensor& tokens) {
-  TESSERA_CHECK(tokens.dim() == 2 && tokens.size(1) == cfg.seqLen,
-                "model: the first stage takes tokens [batch, {}], got [{}]", cfg.seqLen, c10::str(tokens.sizes()));
+  TESSERA_CHECK(tokens.dim() == 2 && tokens.size(1) == localT,
+                "model: the first stage takes tokens [batch, {}]{}, got [{}]", localT,
+                localT != cfg.seqLen ? " (this cp rank's positions)" : "", c10::str(tokens.sizes()));
   auto x = emb->forward(tokens.t().contiguous());  // [T, b, d], the same on every tp rank
   if (pos.defined() || !opts.sequenceParallel) return x;
   return tp::scatterSeq(x, tp);  // this rank's T/tp tokens
 }
 
 at::Tensor LmChunkImpl::addPositions(const at::Tensor& x) {
-  auto y = x + pos.unsqueeze(1);
+  auto rows = pos;
+  if (opts.contextGroup) {  // the learned positions of this cp rank's tokens
+    const auto& g = opts.contextGroup;
+    rows = pos.index_select(0, cp::positionsOf(cfg.seqLen, g->size(), g->rank()).to(pos.device()));
+  }
+  auto y = x + rows.unsqueeze(1);
   return opts.sequenceParallel ? tp::scatterSeq(y, tp) : y;
 }
 

@@ -52,6 +52,10 @@ struct ChunkOptions {
   // tp::ParallelBlockImpl::setFusedKernels): CUDA kernels on GPUs, their ATen references on CPU.
   // The loss takes them through lmLoss's `fused`.
   bool fusedKernels = false;
+  // Context parallel (parallel/context/): the cp group, or null. The chunk then takes this cp
+  // rank's T / cp positions of every sequence (chunks.h: tokens [b, T / cp]), learned positions
+  // and rotary angles at their global positions, and its blocks' attention gathers K and V.
+  CommPtr contextGroup;
 };
 
 class LmChunkImpl : public torch::nn::Module {
@@ -85,6 +89,7 @@ class LmChunkImpl : public torch::nn::Module {
   ChunkOptions opts;
   bool first, last;
   int stage, firstBlock, endBlock;
+  int64_t localT = 0;  // positions per sequence on this rank: T, or T / cp
   tp::VocabParallelEmbedding emb{nullptr};
   at::Tensor pos;         // GPT learned positions [T, d] (first stage)
   at::Tensor headTable;   // tied, pp > 1, last stage: the copy of the table [V/tp, d]

@@ -101,6 +101,18 @@ TEST(OptionsTest, SwitchValues) {
   EXPECT_NE(refusal({"--sp", "1"}).find("unexpected argument '1'"), std::string::npos);
 }
 
+TEST(OptionsTest, Fp8RecipeAndSkippedBlocks) {
+  auto o = parse({"--fp8", "rowwise", "--fp8-skip-blocks", "0,-1"});
+  EXPECT_EQ(o.fp8, tessera::fp8::Recipe::Rowwise);
+  EXPECT_EQ(o.fp8SkipBlocks, (std::vector<int>{0, -1}));
+  EXPECT_NE(refusal({"--fp8", "blockwise"}).find("'blockwise'"), std::string::npos);
+  EXPECT_NE(refusal({"--fp8-skip-blocks", "0"}).find("--fp8-skip-blocks needs --fp8"), std::string::npos);
+  const auto range = refusal({"--fp8", "tensorwise", "--fp8-skip-blocks", "4"});  // tiny: blocks 0..3
+  EXPECT_NE(range.find("--fp8-skip-blocks 4: the model has blocks 0..3"), std::string::npos) << range;
+  const auto gpu = refusal({"--fp8", "tensorwise"}, /*onGpu=*/true);
+  EXPECT_NE(gpu.find("needs the cuBLASLt FP8 GEMMs"), std::string::npos) << gpu;
+}
+
 TEST(OptionsTest, ShapeFlagsMegatronNamesAndAliases) {
   const auto a =
       parse({"--model", "llama-tiny", "--hidden-size", "96", "--num-layers", "3", "--num-attention-heads", "6",
@@ -268,25 +280,34 @@ TEST(OptionsTest, LayoutErrorsAreUsageErrors) {
   EXPECT_THROW(resolveLayout(o, 4), UsageError);
   o = parse({"--batch", "6"});
   EXPECT_THROW(resolveLayout(o, 4), UsageError);
-  o = parse({"--pp", "2", "--layers-per-stage", "3,3"});
-  try {
-    resolveLayout(o, 2);
-    FAIL() << "layers per stage summing to 6 of 4 layers accepted";
-  } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("--layers-per-stage 3,3"), std::string::npos) << e.what();
-  }
-  o = parse({"--pp", "2", "--schedule", "zb-h1", "--dp-mode", "fsdp"});
-  try {
-    resolveLayout(o, 4);
-    FAIL() << "zb-h1 with fsdp accepted";
-  } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("--dp-mode fsdp with --schedule zb-h1 is not supported"), std::string::npos)
-        << e.what();
-  }
+  // resolveLayout(parse(flags), world) refuses with a message holding `text`.
+  auto refusedLayout = [](std::vector<std::string> flags, int world, const std::string& text) {
+    auto opts = parse(std::move(flags));
+    try {
+      resolveLayout(opts, world);
+      ADD_FAILURE() << "accepted; expected: " << text;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+  };
+  refusedLayout({"--pp", "2", "--layers-per-stage", "3,3"}, 2, "--layers-per-stage 3,3");  // 6 of 4 layers
+  refusedLayout({"--pp", "2", "--schedule", "zb-h1", "--dp-mode", "fsdp"}, 4,
+                "--dp-mode fsdp with --schedule zb-h1 is not supported");
   o = parse({"--pp", "2", "--schedule", "zb-h1"});
   EXPECT_NO_THROW(resolveLayout(o, 4));  // DDP over dp 2
   EXPECT_EQ(o.dp, 2);
   EXPECT_EQ(o.schedule, tessera::pipeline::ScheduleKind::ZeroBubbleH1);
+  refusedLayout({"--cp", "3"}, 3, "sequence length 32 is not divisible by 2 x cp = 6");  // T 32: not 2 x 3 chunks
+  refusedLayout({"--cp", "2", "--tp", "3", "--sp"}, 6, "each cp rank's 16 positions are not divisible by tp = 3");
+  o = parse({"--layout", "2x1x2x2"});
+  EXPECT_NO_THROW(resolveLayout(o, 8));
+  EXPECT_EQ(o.dp, 2);
+  EXPECT_EQ(o.cp, 2);
+  EXPECT_EQ(o.tp, 2);
+  o = parse({"--cp", "2", "--tp", "2"});
+  EXPECT_NO_THROW(resolveLayout(o, 8));
+  EXPECT_EQ(o.dp, 2) << "dp = world / (pp x cp x tp)";
+  EXPECT_THROW(parse({"--layout", "2x2"}), UsageError);
   o = parse({"--heads", "8", "--tp", "2"});
   EXPECT_NO_THROW(resolveLayout(o, 4));
   EXPECT_EQ(o.dp, 2);

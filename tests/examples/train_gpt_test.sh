@@ -93,11 +93,14 @@ run_ranks() {
 }
 
 # reference: the 1-rank run of BASE's flags as $WORK/ref.jsonl, from the cache when it holds it.
+# TESSERA_TRAIN_REF_FLAGS: flags for the reference only (e.g. the micro-batches that give it the
+# layout's token groups, for FP8 tensorwise scales).
+read -r -a REF_FLAGS <<<"${TESSERA_TRAIN_REF_FLAGS:-}"
 reference() {
   local text
-  text=$(printf '%s\n' "${BASE[@]}" "backend=$TESSERA_BACKEND"
+  text=$(printf '%s\n' "${BASE[@]}" "${REF_FLAGS[@]}" "backend=$TESSERA_BACKEND"
          [[ -n $DATA ]] && stat -c '%n %s %Y' "$DATA.idx" "$DATA.bin")
-  cached_run "$WORK/ref.jsonl" "$text" run_ranks ref 1
+  cached_run "$WORK/ref.jsonl" "$text" run_ranks ref 1 "${REF_FLAGS[@]}"
   # The clipping must act, or the 3-axis norm would go untested.
   python3 -c 'import json,sys; n=[json.loads(l)["grad_norm"] for l in open(sys.argv[1]) if "\"step\"" in l];
 sys.exit(0 if max(n) > 0.3 else 1)' "$WORK/ref.jsonl" || fail "the reference's gradient norms stay below the clip (0.3)"
@@ -175,6 +178,21 @@ case $CASE in
       grep -q "${BASH_REMATCH[1]} positions" "$WORK/got.jsonl" || fail "the model has no ${BASH_REMATCH[1]} positions"
     fi
     compare got --rtol "$RTOL"
+    ;;
+  fp8_layout)  # fp8_layout <nproc> <flags...>, with --fp8 in TESSERA_TRAIN_MODEL_FLAGS
+    # An FP8 code flips where float32 sums taken in another order cross a rounding boundary, and
+    # training amplifies the flips: step 1's loss (the forward on the same weights) within 1e-5,
+    # the curve within 2e-3. Both runs cast through FP8 at every step (their logs count the values).
+    n=$1
+    shift
+    reference
+    run_ranks got "$n" "$@"
+    for log in ref got; do
+      python3 -c 'import json,sys; v=[json.loads(l).get("fp8_values", 0) for l in open(sys.argv[1]) if "\"step\"" in l];
+sys.exit(0 if v and min(v) > 0 else 1)' "$WORK/$log.jsonl" || fail "$log.jsonl: steps without FP8 casts"
+    done
+    python3 "$COMPARE" "$WORK/ref.jsonl" "$WORK/got.jsonl" --rtol 1e-5 --steps 1-1 || fail "step 1 (the forward) differs"
+    compare got --rtol 2e-3
     ;;
   srun)
     slurm_up

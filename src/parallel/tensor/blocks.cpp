@@ -14,6 +14,8 @@
 #include "nn/fused_norm.h"
 #include "nn/recompute.h"
 #include "nn/rope.h"
+#include "parallel/context/attention.h"
+#include "parallel/context/chunks.h"
 #include "parallel/tensor/mappings.h"
 
 namespace tessera::tp {
@@ -122,16 +124,22 @@ at::Tensor ParallelAttentionImpl::forward(const at::Tensor& x) {
   // unbinding dim 0 made backward stack into [3, B, h, S, hd] and copy that again into h's
   // layout: two strided copies per layer, 3.8 of a tp=2 step's 88 ms on an H200.) SDPA's output
   // follows q's stride order, [S, B, h, hd], so the reshape below is a view.
-  if (ropeTheta > 0 && fusedRope) {  // q and k rotated in place in h ([q | k | v] per token)
-    h = nn::ropeQkInPlace(h, 2 * localHeads, nn::ropeTables(s, headDim, ropeTheta, {}, x.device()));
-  }
+  auto rope = [&] {  // the rotary tables of these positions (global ones under context parallel)
+    if (!context) return nn::ropeTables(s, headDim, ropeTheta, {}, x.device());
+    const int n = context->size();
+    const auto all = nn::ropeTables(s * n, headDim, ropeTheta, {}, x.device());
+    const auto at = cp::positionsOf(s * n, n, context->rank()).to(x.device());
+    return nn::RopeTables{all.cos.index_select(0, at), all.sin.index_select(0, at)};
+  };
+  if (ropeTheta > 0 && fusedRope) h = nn::ropeQkInPlace(h, 2 * localHeads, rope());  // q, k rotated in place
   auto parts = h.view({s, b, 3, localHeads, headDim}).unbind(2);  // 3 x [S, B, h, hd]
   if (ropeTheta > 0 && !fusedRope) {
-    const auto tables = nn::ropeTables(s, headDim, ropeTheta, {}, x.device());
+    const auto tables = rope();
     parts[0] = nn::applyRope(parts[0], tables);
     parts[1] = nn::applyRope(parts[1], tables);
   }
   const nn::MultiFn core = [s, b, this](const std::vector<at::Tensor>& t) {
+    if (context) return cp::attention(t[0], t[1], t[2], context).reshape({s, b, localHeads * headDim});
     auto bhsd = [](const at::Tensor& x) { return x.permute({1, 2, 0, 3}); };
     return causalSelfAttention(bhsd(t[0]), bhsd(t[1]), bhsd(t[2]))  // [B, h, S, hd]
         .permute({2, 0, 1, 3})

@@ -57,6 +57,10 @@ class ParallelAttentionImpl : public torch::nn::Module {
   std::string name;
   bool recomputeCore = false;  // selective recompute: softmax(q kᵀ) v is recomputed in backward
   double ropeTheta = 0;        // > 0: rotary positions (nn/rope.h) on q and k; 0: none
+  // Context parallel (parallel/context/): the cp group, or null. The input then holds this cp
+  // rank's positions of each sequence (rotary angles at their global positions) and attention
+  // gathers K and V over the group.
+  CommPtr context;
   bool fusedRope = false;      // rotary positions in place on qkv's output (nn::ropeQkInPlace)
 };
 TORCH_MODULE(ParallelAttention);
