@@ -1,0 +1,95 @@
+#!/usr/bin/env python3
+"""The largest gap between a run without FP8 and runs with it (bench/fp8/loss_gap.sh).
+
+  loss_gap.py OUT_PREFIX off=OFF.jsonl RECIPE=RUN.jsonl ... [--command TEXT] [--window N]
+
+Writes OUT_PREFIX.json and OUT_PREFIX.md: per recipe, the largest gap of the training loss over
+every step (raw, and of the N-step moving average, which shows a drift rather than one batch's
+noise), where it was, the final losses and the validation losses at each evaluation."""
+import argparse
+import datetime
+import json
+import platform
+import subprocess
+
+
+def steps(path):
+    out = {}
+    with open(path) as f:
+        for line in f:
+            rec = json.loads(line)
+            if rec.get("event") == "step":
+                out[rec["step"]] = rec
+    return out
+
+
+def moving(xs, n):
+    out, acc = [], 0.0
+    for i, x in enumerate(xs):
+        acc += x
+        if i >= n:
+            acc -= xs[i - n]
+        out.append(acc / min(i + 1, n))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("prefix")
+    ap.add_argument("runs", nargs="+")
+    ap.add_argument("--command", default="")
+    ap.add_argument("--window", type=int, default=20)
+    ap.add_argument("--note", action="append", default=[], help="a line for the table's notes (repeatable)")
+    a = ap.parse_args()
+    runs = dict(r.split("=", 1) for r in a.runs)
+    base = steps(runs.pop("off"))
+    keys = sorted(base)
+    bl = [base[s]["loss"] for s in keys]
+    rows = []
+    for name, path in runs.items():
+        got = steps(path)
+        missing = [s for s in keys if s not in got]
+        if missing:
+            raise SystemExit(f"loss_gap: {path} lacks steps {missing[:5]}...")
+        gl = [got[s]["loss"] for s in keys]
+        gaps = [g - b for g, b in zip(gl, bl)]
+        sm = [g - b for g, b in zip(moving(gl, a.window), moving(bl, a.window))]
+        worst = max(range(len(gaps)), key=lambda i: abs(gaps[i]))
+        worst_sm = max(range(len(sm)), key=lambda i: abs(sm[i]))
+        valid = [(s, base[s]["valid_loss"], got[s]["valid_loss"]) for s in keys if base[s].get("valid_loss") is not None]
+        rows.append({
+            "recipe": name, "steps": len(keys),
+            "largest_gap": gaps[worst], "largest_gap_step": keys[worst],
+            "largest_smoothed_gap": sm[worst_sm], "largest_smoothed_gap_step": keys[worst_sm],
+            "final_loss_off": bl[-1], "final_loss": gl[-1],
+            "final_smoothed_gap": sm[-1],
+            "valid": [{"step": s, "off": v0, "fp8": v1, "gap": v1 - v0} for s, v0, v1 in valid],
+            "fp8_values_last_step": got[keys[-1]].get("fp8_values"),
+            "fp8_underflows_last_step": got[keys[-1]].get("fp8_underflows"),
+            "fp8_saturated_total": sum(got[s].get("fp8_saturated", 0) for s in keys),
+        })
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    meta = {"date": datetime.date.today().isoformat(), "commit": commit, "machine": platform.node(),
+            "command": a.command, "window": a.window, "notes": a.note}
+    with open(a.prefix + ".json", "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    lines = [f"# FP8 against no FP8: {a.prefix.split('/')[-1]}", "",
+             f"{meta['date']}, commit {commit}, `{a.command}`", "",
+             f"| recipe | steps | largest gap (step) | largest {a.window}-step mean gap (step) | final loss off / fp8 |"
+             " final valid gap | fp8 values, underflows (last step) | saturated (all steps) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        v = r["valid"][-1]["gap"] if r["valid"] else float("nan")
+        lines.append(f"| {r['recipe']} | {r['steps']} | {r['largest_gap']:+.4f} ({r['largest_gap_step']}) | "
+                     f"{r['largest_smoothed_gap']:+.4f} ({r['largest_smoothed_gap_step']}) | "
+                     f"{r['final_loss_off']:.4f} / {r['final_loss']:.4f} | {v:+.4f} | "
+                     f"{r['fp8_values_last_step']}, {r['fp8_underflows_last_step']} | {r['fp8_saturated_total']} |")
+    if a.note:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in a.note]
+    with open(a.prefix + ".md", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
