@@ -359,5 +359,22 @@ print(v[-1])' "$WORK/$name.jsonl"
       fail "validation loss $got not below $bound, or the frozen run ($frozen) not above it"
     echo "PASS ($CASE)"
     ;;
+  fp8_gap)  # fp8_gap <steps> <tolerance> <recipe>: FP8 learns as well as float32 on real data
+    # The final validation loss of the FP8 run is at most <tolerance> above the run without it
+    # (same seed and data), and both learned (below the untrained ln 4096 by 1).
+    steps=$1 tol=$2 recipe=$3
+    [[ -n $DATA ]] || fail "fp8_gap needs TESSERA_TRAIN_DATA"
+    for r in off "$recipe"; do
+      run_ranks "$r" 2 --steps "$steps" --eval-every "$steps" --eval-batches 8 --fp8 "$r"
+    done
+    python3 - "$WORK/off.jsonl" "$WORK/$recipe.jsonl" "$tol" <<'PY' || fail "FP8's validation loss is more than $tol above float32's"
+import json, math, sys
+def last(p): return [json.loads(l)["valid_loss"] for l in open(p) if '"step"' in l][-1]
+off, fp8, tol = last(sys.argv[1]), last(sys.argv[2]), float(sys.argv[3])
+print(f"validation loss: without FP8 {off:.4f}, with {fp8:.4f} (gap {fp8 - off:+.4f}, tolerance {tol})")
+sys.exit(0 if fp8 - off <= tol and max(off, fp8) < math.log(4096) - 1 else 1)
+PY
+    echo "PASS ($CASE)"
+    ;;
   *) fail "unknown case '$CASE'" ;;
 esac
