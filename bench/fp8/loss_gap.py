@@ -9,18 +9,18 @@ noise), where it was, the final losses and the validation losses at each evaluat
 import argparse
 import datetime
 import json
+import os
 import platform
 import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import plot_run  # noqa: E402
 
 
 def steps(path):
-    out = {}
-    with open(path) as f:
-        for line in f:
-            rec = json.loads(line)
-            if rec.get("event") == "step":
-                out[rec["step"]] = rec
-    return out
+    """The step records of a train_gpt JSONL log, by step (tools/plot_run.py's reader)."""
+    return {rec["step"]: rec for rec in plot_run.read(path)}
 
 
 def moving(xs, n):
