@@ -78,9 +78,11 @@ int main(int argc, char** argv) try {
       emulate = std::stoi(argv[++i]);
       continue;
     }
-    TESSERA_CHECK(a == "--gpipe" || a == "--interleaved",
-                  "usage: {} [--gpipe | --interleaved] [--emulate P] (got {})", argv[0], a);
-    kind = a == "--gpipe" ? pl::ScheduleKind::GPipe : pl::ScheduleKind::Interleaved1F1B;
+    TESSERA_CHECK(a == "--gpipe" || a == "--interleaved" || a == "--zb-h1",
+                  "usage: {} [--gpipe | --interleaved | --zb-h1] [--emulate P] (got {})", argv[0], a);
+    kind = a == "--gpipe"         ? pl::ScheduleKind::GPipe
+           : a == "--interleaved" ? pl::ScheduleKind::Interleaved1F1B
+                                  : pl::ScheduleKind::ZeroBubbleH1;
   }
   const auto cfg = bench::modelFromEnv();
   const int64_t batch = bench::envInt("B", 16);

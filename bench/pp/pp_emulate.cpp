@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "device_timer.h"
 #include "fused_adamw.h"
+#include "nn/deferred_grads.h"
 #include "parallel/tensor/linear.h"
 #include "pipeline/partition.h"
 #include "pipeline/simulate.h"
@@ -79,7 +80,10 @@ PipelineUnits unitsOf(models::LmChunk& m, const CommPtr& tp) {
 }
 
 struct UnitCosts {
-  std::vector<double> fwd, bwd, opt;  // ms per micro-batch (fwd, bwd) and per step (opt), by unit
+  // ms per micro-batch (fwd; bwd: the input gradient and the weight gradients the linears cannot
+  // defer; wgt: the deferred weight-gradient GEMMs, a zero-bubble schedule's W) and per step (opt),
+  // by unit.
+  std::vector<double> fwd, bwd, wgt, opt;
   std::vector<double> hostFwd, hostBwd;  // the host's time issuing them (ms per micro-batch)
   double hostStepMs = 0;                 // the host's time issuing a whole step (median)
 };
@@ -93,13 +97,13 @@ UnitCosts measure(const models::ModelConfig& cfg, PipelineUnits& u, const at::De
   const auto xy = randomBatch(cfg, batch, kDataSeed, dev);
   auto xs = xy.first.chunk(M, 0), ys = xy.second.chunk(M, 0);
   UnitCosts c{std::vector<double>(n, 0), std::vector<double>(n, 0), std::vector<double>(n, 0),
-              std::vector<double>(n, 0), std::vector<double>(n, 0)};
+              std::vector<double>(n, 0), std::vector<double>(n, 0), std::vector<double>(n, 0)};
   DeviceTimer timer(dev);
   std::vector<double> seq, hostSeq;
   for (int step = 0; step < kWarmSteps + steps; ++step) {
     timer.clear();
     // marks[u]: (begin, end) pairs of unit u's forward, backward, optimizer.
-    std::vector<std::vector<std::pair<int, int>>> fm(n), bm(n), om(n);
+    std::vector<std::vector<std::pair<int, int>>> fm(n), bm(n), wm(n), om(n);
     const int first = timer.mark();
     {
       tessera::Bf16Autocast autocast(dev.is_cuda());
@@ -121,13 +125,20 @@ UnitCosts measure(const models::ModelConfig& cfg, PipelineUnits& u, const at::De
         at::Tensor g;
         for (int k = n - 1; k >= 0; --k) {
           const int a = timer.mark();
-          if (k == n - 1) {
-            torch::autograd::backward({outs[k]});
-          } else {
-            torch::autograd::backward({outs[k]}, {g});
+          nn::WeightGradQueue w;  // B, then W: the weight-gradient GEMMs the linears defer
+          {
+            nn::DeferWeightGrads defer(w);
+            if (k == n - 1) {
+              torch::autograd::backward({outs[k]});
+            } else {
+              torch::autograd::backward({outs[k]}, {g});
+            }
           }
+          const int b = timer.mark();
+          w.run();
           if (k > 0) g = ins[k].grad();
-          bm[k].push_back({a, timer.mark()});
+          bm[k].push_back({a, b});
+          wm[k].push_back({b, timer.mark()});
         }
       }
     }
@@ -145,6 +156,7 @@ UnitCosts measure(const models::ModelConfig& cfg, PipelineUnits& u, const at::De
     for (int k = 0; k < n; ++k) {
       for (auto [a, b] : fm[k]) c.fwd[k] += timer.ms(a, b) / (M * steps), c.hostFwd[k] += timer.hostMs(a, b) / (M * steps);
       for (auto [a, b] : bm[k]) c.bwd[k] += timer.ms(a, b) / (M * steps), c.hostBwd[k] += timer.hostMs(a, b) / (M * steps);
+      for (auto [a, b] : wm[k]) c.wgt[k] += timer.ms(a, b) / (M * steps);
       for (auto [a, b] : om[k]) c.opt[k] += timer.ms(a, b) / steps;
     }
   }
@@ -222,6 +234,7 @@ int emulatePipeline(const models::ModelConfig& cfg, const at::Device& dev, int64
       for (int k : units) {
         costs[s].forward += c.fwd[k];
         costs[s].backward += c.bwd[k];
+        costs[s].weight += c.wgt[k];
         optByRank[s % pp] += c.opt[k];
       }
     }
@@ -231,24 +244,25 @@ int emulatePipeline(const models::ModelConfig& cfg, const at::Device& dev, int64
       auto sim = pl::simulateStep(pl::makeSchedule(kind, pp, M, chunks, x), costs, transferMs);
       Prediction p{name, layers, x, 0, sim.step, *std::max_element(optByRank.begin(), optByRank.end()), {}, sim.idle};
       p.stepMs = p.pipeMs + p.optMs;
-      for (const auto& sc : costs) p.stageMs.push_back(M * (sc.forward + sc.backward));
+      for (const auto& sc : costs) p.stageMs.push_back(M * (sc.forward + sc.backward + sc.weight));
       preds.push_back(p);
     }
   }
 
-  double unitF = 0, unitB = 0, unitO = 0, hostF = 0, hostB = 0;
+  double unitF = 0, unitB = 0, unitW = 0, unitO = 0, hostF = 0, hostB = 0;
   for (size_t k = 0; k < c.fwd.size(); ++k) {
-    unitF += c.fwd[k], unitB += c.bwd[k], unitO += c.opt[k];
+    unitF += c.fwd[k], unitB += c.bwd[k], unitW += c.wgt[k], unitO += c.opt[k];
     if (k > 0 && k < c.fwd.size() - 1) hostF += c.hostFwd[k] / L, hostB += c.hostBwd[k] / L;
   }
   std::cout << fmt::format(
                    "pp emulation on one {}: {} micro-batches of {}; per micro-batch embed F {:.3f} B {:.3f} ms, block "
-                   "F {:.3f} B {:.3f} ms (mean), head+loss F {:.3f} B {:.3f} ms; optimizer {:.2f} ms a step; "
+                   "F {:.3f} B {:.3f} W {:.3f} ms (mean), head+loss F {:.3f} B {:.3f} ms; optimizer {:.2f} ms a step; "
                    "transfer {:.3f} ms ({} bytes); sequential step {:.2f} ms (units summed: {:.2f}); the host issued "
                    "a block's F in {:.3f} ms and B in {:.3f} ms (mean), the step in {:.2f} ms",
                    dev.str(), M, batch / M, c.fwd[0], c.bwd[0], (unitF - c.fwd[0] - c.fwd[L + 1]) / L,
-                   (unitB - c.bwd[0] - c.bwd[L + 1]) / L, c.fwd[L + 1], c.bwd[L + 1], unitO, transferMs, actBytes,
-                   sequentialMs, M * (unitF + unitB) + unitO, hostF, hostB, c.hostStepMs)
+                   (unitB - c.bwd[0] - c.bwd[L + 1]) / L, (unitW - c.wgt[0] - c.wgt[L + 1]) / L, c.fwd[L + 1],
+                   c.bwd[L + 1], unitO, transferMs, actBytes, sequentialMs, M * (unitF + unitB + unitW) + unitO, hostF,
+                   hostB, c.hostStepMs)
             << std::endl;
   std::cout << "| partition | layers per stage | extra warm-up | predicted step ms | pipeline ms | optimizer ms | "
                "stage compute ms | idle ms per rank |\n|---|---|---|---|---|---|---|---|\n";

@@ -2,14 +2,15 @@
 // tessera_bench_pp --emulate P: the pipeline benchmark on ONE device, for when P GPUs are not at
 // hand. The benchmarks' model (bench_model.h, one stage holding it all) is cut into units
 // (embedding, each block, final LayerNorm + head + loss), which run one after another for every
-// micro-batch, each on its own detached input as a stage boundary would have it, and every
-// unit's forward, backward and optimizer step is timed with device events (DeviceTimer; 3 warm-up
-// steps, then the mean over STEPS). Those costs, summed per stage, go through
-// pipeline::simulateStep (src/pipeline/simulate.h) for every candidate partition (the compute- and
-// parameter-balanced ones, and for P = 2 every other split of the blocks) and extra warm-up
-// (extraWarmups): the predicted step is the simulated schedule plus the slowest rank's optimizer
-// step, transfers priced as fake_timing.h's point-to-point under `transfer` (latency + bytes / bus
-// bandwidth).
+// micro-batch, each on its own detached input as a stage boundary would have it, and every unit's
+// forward, backward (B, then the weight-gradient GEMMs its linears defer, W: the costs a
+// zero-bubble schedule places apart; the others pay B + W) and optimizer step is timed with device
+// events (DeviceTimer; 3 warm-up steps, then the mean over STEPS). Those costs, summed per stage,
+// go through pipeline::simulateStep (src/pipeline/simulate.h) for every candidate partition (the
+// compute- and parameter-balanced ones, and for P = 2 every other split of the blocks) and extra
+// warm-up (extraWarmups): the predicted step is the simulated schedule plus the slowest rank's
+// optimizer step, transfers priced as fake_timing.h's point-to-point under `transfer` (latency +
+// bytes / bus bandwidth).
 // Rows (RESULT lines, system "...-emulated", world = P): the partition the 2-GPU benchmark uses
 // (compute-balanced) at extra warm-up 0 and at EXTRA_WARMUP, and the best predicted combination.
 // A table of every combination goes to stdout. Peak memory is not predicted (0 in the rows).

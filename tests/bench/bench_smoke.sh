@@ -92,10 +92,11 @@ read -r d fd <<<"$(two pp-interleaved B=8 MB=4 -- tessera_bench_pp --interleaved
 read -r e fe <<<"$(two pp-nofuse B=8 MB=4 FUSED_WGRAD=0 -- tessera_bench_pp)"
 read -r f ff <<<"$(two pp-extra2 B=8 MB=4 EXTRA_WARMUP=2 -- tessera_bench_pp)"
 read -r g fg <<<"$(two pp-layers B=8 MB=4 LAYERS=3,1 -- tessera_bench_pp)"
-same "pp first loss = single's: 1F1B / even split / GPipe / interleaved / autograd's sums / extra warm-up / LAYERS" \
-  "$s8" "$fa" "$fb" "$fc" "$fd" "$fe" "$ff" "$fg"
-same "pp: 1F1B / even split / GPipe / interleaved / autograd's weight-gradient sums / extra warm-up / LAYERS" \
-  "$a" "$b" "$c" "$d" "$e" "$f" "$g"
+read -r h fh <<<"$(two pp-zb B=8 MB=4 -- tessera_bench_pp --zb-h1)"
+same "pp first loss = single's: 1F1B / even split / GPipe / interleaved / autograd's sums / extra warm-up / LAYERS / ZB-H1" \
+  "$s8" "$fa" "$fb" "$fc" "$fd" "$fe" "$ff" "$fg" "$fh"
+same "pp: 1F1B / even split / GPipe / interleaved / autograd's weight-gradient sums / extra warm-up / LAYERS / ZB-H1" \
+  "$a" "$b" "$c" "$d" "$e" "$f" "$g" "$h"
 
 read -r a _ <<<"$(two fsdp-noprefetch B=2 -- tessera_bench_fsdp --prefetch-mib 0)"
 read -r b _ <<<"$(two fsdp-prefetch B=2 -- tessera_bench_fsdp --prefetch-mib 64)"
@@ -134,6 +135,16 @@ if [ $r -eq 0 ] && [ "$rows" = 3 ]; then
   echo "ok   pp emulation: 3 rows marked emulated"
 else
   echo "FAIL pp emulation: exit $r, $rows emulated row(s); output tail:"
+  tail -15 <<<"$out"
+  rc=1
+fi
+out=$(B=8 MB=4 timeout -k 10 120 "$BUILD/bench/tessera_bench_pp" --emulate 2 --zb-h1 2>&1)
+r=$?
+rows=$(grep -c '^RESULT {"system": "tessera-pp-ZB-H1-mb4-[^"]*emulated"' <<<"$out")
+if [ $r -eq 0 ] && [ "$rows" = 2 ] && grep -q ' W [0-9.]* ms (mean)' <<<"$out"; then
+  echo "ok   pp emulation, ZB-H1: 2 rows marked emulated, W priced"
+else
+  echo "FAIL pp emulation, ZB-H1: exit $r, $rows emulated row(s); output tail:"
   tail -15 <<<"$out"
   rc=1
 fi
