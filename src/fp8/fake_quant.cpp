@@ -4,7 +4,6 @@
 #include <ATen/ATen.h>
 
 #include <atomic>
-#include <cmath>
 
 #include "comm/types.h"
 #include "common/choice.h"
@@ -37,25 +36,19 @@ at::Tensor fakeQuantize(const at::Tensor& t, Format f, Axis axis, const CommPtr&
                     : axis == Axis::Rows ? x.abs().amax({1}, /*keepdim=*/true)
                                          : x.abs().amax({0}, /*keepdim=*/true);
   if (amaxOver && amaxOver->size() > 1) amaxOver->allReduce(amax, ReduceOp::Max)->wait();
-  // scale = max / amax in float32; 1 where amax is 0 or not finite (fp8/quantize.h).
-  const auto usable = at::logical_and(amax > 0, at::isfinite(amax));
-  const auto scale = at::where(usable, at::full({1}, maxFinite(f), at::kFloat) / amax, at::ones_like(amax));
-  const auto inv = at::ones_like(scale) / scale;
-  auto scaled = (x * scale).contiguous();
-  float* p = scaled.data_ptr<float>();
-  const float top = maxFinite(f);
-  int64_t under = 0, sat = 0;
-  const int64_t n = scaled.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = p[i];
-    p[i] = round(v, f, Overflow::Saturate);
-    if (std::isfinite(v) && v != 0 && p[i] == 0) ++under;
-    if (std::fabs(v) > top && std::isfinite(v) && !(std::fabs(round(v, f, Overflow::NoSaturate)) <= top)) ++sat;
-  }
-  gValues += n;
-  gUnderflows += under;
-  gSaturated += sat;
-  return (scaled * inv).to(t.scalar_type()).view(t.sizes());
+  // One scale per amax (fp8/quantize.h's rule), broadcast over the values it scales.
+  auto scales = amax.contiguous().clone();
+  for (float* a = scales.data_ptr<float>(), *end = a + scales.numel(); a != end; ++a) *a = scaleFor(*a, f);
+  const auto scale = scales.expand_as(x).contiguous();
+  auto out = at::empty_like(x);
+  const float *in = x.data_ptr<float>(), *sc = scale.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  Counts c;
+  for (int64_t i = 0, n = x.numel(); i < n; ++i) o[i] = decode(castCounted(in[i], sc[i], f, c), f) * (1.0f / sc[i]);
+  gValues += c.values;
+  gUnderflows += c.underflows;
+  gSaturated += c.saturated;
+  return out.to(t.scalar_type()).view(t.sizes());
 }
 
 }  // namespace tessera::fp8

@@ -21,6 +21,7 @@
 
 #include "comm/communicator.h"
 #include "fp8/format.h"
+#include "fp8/quantize.h"
 
 namespace tessera::fp8 {
 
@@ -28,13 +29,9 @@ enum class Axis { Tensor, Rows, Cols };
 
 at::Tensor fakeQuantize(const at::Tensor& t, Format f, Axis axis, const CommPtr& amaxOver = nullptr);
 
-// What the casts of this process did since the last take (every fakeQuantize adds to it; any
-// thread): values cast, non-zero finite values that became ±0 (underflows), and values clamped
-// to the largest finite one (saturated; with current scaling only a float32 rounding of the
-// scale can cause it). Local; train_gpt sums it over the ranks into each step's log.
-struct Counts {
-  int64_t values = 0, underflows = 0, saturated = 0;
-};
+// What the casts of this process did since the last take (fp8/quantize.h's Counts; every
+// fakeQuantize adds to it, any thread; with current scaling only a float32 rounding of the scale
+// can saturate). Local; train_gpt sums it over the ranks into each step's log.
 Counts takeCounts();
 
 // The training recipes (train_gpt --fp8): which GEMMs of a linear run in FP8 and how they scale.

@@ -12,23 +12,31 @@ namespace tessera::fp8 {
 
 const char* name(Scaling s) { return s == Scaling::Tensorwise ? "tensorwise" : "rowwise"; }
 
-namespace {
-
 float scaleFor(float amax, Format f) {
   if (!(amax > 0) || !std::isfinite(amax)) return 1.0f;
   return maxFinite(f) / amax;  // float32 division, as the kernels
 }
 
+uint8_t castCounted(float x, float scale, Format f, Counts& c) {
+  const float scaled = x * scale, top = maxFinite(f);
+  const uint8_t code = encode(scaled, f, Overflow::Saturate);
+  ++c.values;
+  if (std::isfinite(x) && x != 0 && (code & 0x7f) == 0) ++c.underflows;
+  if (std::isfinite(scaled) && std::fabs(scaled) > top && !(std::fabs(round(scaled, f, Overflow::NoSaturate)) <= top))
+    ++c.saturated;
+  return code;
+}
+
+namespace {
+
 // Codes of rows of `x` ([rows, cols] float32, contiguous) with per-row scales (`perRow`) or one.
-void castRows(const at::Tensor& x, Format f, bool perRow, at::Tensor& codes, at::Tensor& scaleInv, double& underflows,
-              double& saturated) {
+void castRows(const at::Tensor& x, Format f, bool perRow, at::Tensor& codes, at::Tensor& scaleInv, Counts& counts) {
   const int64_t rows = x.size(0), cols = x.size(1);
   const float* in = x.data_ptr<float>();
   codes = at::empty({rows, cols}, at::kByte);
   scaleInv = perRow ? at::empty({rows, 1}, at::kFloat) : at::empty({1}, at::kFloat);
   uint8_t* out = codes.data_ptr<uint8_t>();
   float* inv = scaleInv.data_ptr<float>();
-  const float top = maxFinite(f);
   float amaxAll = 0;
   if (!perRow) {
     for (int64_t i = 0; i < rows * cols; ++i) amaxAll = std::fmax(amaxAll, std::fabs(in[i]));
@@ -41,14 +49,7 @@ void castRows(const at::Tensor& x, Format f, bool perRow, at::Tensor& codes, at:
     }
     const float scale = scaleFor(amax, f);
     if (perRow || r == 0) inv[perRow ? r : 0] = 1.0f / scale;
-    for (int64_t c = 0; c < cols; ++c) {
-      const float v = in[r * cols + c];
-      const float scaled = v * scale;
-      const uint8_t code = encode(scaled, f, Overflow::Saturate);
-      out[r * cols + c] = code;
-      if (std::isfinite(v) && v != 0 && (code & 0x7f) == 0) underflows += 1;
-      if (std::isfinite(scaled) && !(std::fabs(round(scaled, f, Overflow::NoSaturate)) <= top)) saturated += 1;
-    }
+    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = castCounted(in[r * cols + c], scale, f, counts);
   }
 }
 
@@ -64,12 +65,12 @@ Quantized quantizeReference(const at::Tensor& x, Format f, Scaling s, bool trans
   q.format = f;
   q.scaling = s;
   const auto xf = x.to(at::kFloat).contiguous();
-  double under = 0, sat = 0;
+  Counts counts;
   const bool perRow = s == Scaling::Rowwise;
-  castRows(xf, f, perRow, q.codes, q.scaleInv, under, sat);
-  if (transposed) castRows(xf.t().contiguous(), f, perRow, q.codesT, q.scaleInvT, under, sat);
-  q.underflows = at::full({1}, under, at::kFloat);
-  q.saturated = at::full({1}, sat, at::kFloat);
+  castRows(xf, f, perRow, q.codes, q.scaleInv, counts);
+  if (transposed) castRows(xf.t().contiguous(), f, perRow, q.codesT, q.scaleInvT, counts);
+  q.underflows = at::full({1}, static_cast<double>(counts.underflows), at::kFloat);
+  q.saturated = at::full({1}, static_cast<double>(counts.saturated), at::kFloat);
   return q;
 }
 

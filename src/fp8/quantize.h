@@ -28,6 +28,18 @@ namespace tessera::fp8 {
 enum class Scaling { Tensorwise, Rowwise };
 const char* name(Scaling s);  // "tensorwise" | "rowwise"
 
+// What casts did: values cast, non-zero finite values whose code is ±0 (underflows), and values
+// clamped to the largest finite one (saturated).
+struct Counts {
+  int64_t values = 0, underflows = 0, saturated = 0;
+};
+// The scale rule of every scaled cast: maxFinite(f) / amax in float32, 1 when amax is 0 or not
+// finite.
+float scaleFor(float amax, Format f);
+// The code of x · scale (float32 product, saturating), counted into `c`. The one per-value cast
+// of quantizeReference and fp8::fakeQuantize (fake_quant.h).
+uint8_t castCounted(float x, float scale, Format f, Counts& c);
+
 struct Quantized {
   Format format = Format::E4M3;
   Scaling scaling = Scaling::Tensorwise;
