@@ -33,7 +33,6 @@ class WeightGradQueue {
   void run();
   size_t size() const { return work_.size(); }
   bool empty() const { return work_.empty(); }
-  void clear() { work_.clear(); }
 
  private:
   std::vector<std::function<void()>> work_;

@@ -81,6 +81,9 @@ class Reducer {
   void unflatten(Bucket& b, const std::vector<bool>& globallyUnused);
   void finalize();
   std::vector<int> completeIteration(bool deliver);
+  // Waits for every bucket, copies the averages into .grad (deliver, not bucket views, not
+  // handed over already) and orders the caller's stream after onBucketReduced's side stream.
+  void awaitBuckets(bool deliver, const std::vector<bool>& globallyUnused);
   void finishAbortedIteration();
   void resetIteration();
   std::optional<std::vector<int>> agreedReadyOrder(bool offer);

@@ -99,18 +99,7 @@ std::vector<int> Reducer::completeIteration(bool deliver) {
     const int32_t* counts = cpu.data_ptr<int32_t>();  // one read, not a tensor per parameter
     for (size_t i = 0; i < params_.size(); ++i) globallyUnused[i] = counts[i] == 0;
   }
-  for (auto& b : buckets_) {
-    if (b.work) b.work->wait();
-    // With onBucketReduced every bucket was copied back when it was handed over (afterReduce).
-    if (!deliver || viewMode() || opts_.onBucketReduced || !b.work) continue;
-    unflatten(b, globallyUnused);
-  }
-  if (sideStream_) {  // the caller's stream after onBucketReduced's work
-    const auto dev = params_[0].tensor.device();
-    c10::Event done(dev.type());
-    done.record(*sideStream_);
-    done.block(c10::impl::VirtualGuardImpl(dev.type()).getStream(dev));
-  }
+  awaitBuckets(deliver, globallyUnused);
   if (opts_.rebuildBuckets && !rebuilt_) {
     // Rank 0 offers its order from a backward that went through, else the next one's is used.
     if (auto order = agreedReadyOrder(deliver && (missing.empty() || opts_.findUnusedParameters))) {
@@ -134,9 +123,15 @@ void Reducer::reduceNow() {
   for (auto& p : params_) p.ready = true;
   for (auto& b : buckets_) b.pending = 0;
   launchReady();
+  awaitBuckets(/*deliver=*/true, {});
+}
+
+void Reducer::awaitBuckets(bool deliver, const std::vector<bool>& globallyUnused) {
   for (auto& b : buckets_) {
     if (b.work) b.work->wait();
-    if (!viewMode() && !opts_.onBucketReduced && b.work) unflatten(b, {});
+    // With onBucketReduced every bucket was copied back when it was handed over (afterReduce).
+    if (!deliver || viewMode() || opts_.onBucketReduced || !b.work) continue;
+    unflatten(b, globallyUnused);
   }
   if (sideStream_) {  // the caller's stream after onBucketReduced's work
     const auto dev = params_[0].tensor.device();
