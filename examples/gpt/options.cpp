@@ -237,10 +237,14 @@ TrainOptions parseOptions(int argc, char** argv, bool onGpu, const Settings& env
   return o;
 }
 
+namespace {
+std::string cpFactor(const TrainOptions& o) { return o.cp > 1 ? fmt::format(" x cp {}", o.cp) : ""; }
+}  // namespace
+
 void resolveLayout(TrainOptions& o, int world) {
   USAGE_CHECK(o.pp >= 1 && o.tp >= 1 && o.cp >= 1, "train_gpt: --pp, --cp and --tp must be >= 1 (pp {}, cp {}, tp {})",
               o.pp, o.cp, o.tp);
-  const std::string cpText = o.cp > 1 ? fmt::format(" x cp {}", o.cp) : "";
+  const std::string cpText = cpFactor(o);
   if (o.dp == 0) {
     USAGE_CHECK(world % (o.pp * o.cp * o.tp) == 0, "train_gpt: the world of {} ranks is not divisible by pp {}{} x tp {}",
                 world, o.pp, cpText, o.tp);
@@ -306,7 +310,7 @@ std::string describe(const TrainOptions& o) {
   const auto& ov = o.overlap;
   const bool overlapSet = ov.forwardChunks > 1 || ov.smCarveout > 0 || ov.ring;
   return fmt::format("dp {} ({}) x pp {}{} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}{}; {} steps; {}{}{}",
-                     o.dp, toString(o.dpMode), o.pp, o.cp > 1 ? fmt::format(" x cp {}", o.cp) : "", o.tp,
+                     o.dp, toString(o.dpMode), o.pp, cpFactor(o), o.tp,
                      o.sequenceParallel ? " +sp" : "", o.microBatches,
                      pipeline::scheduleName(o.schedule),
                      o.chunks > 1                ? fmt::format(" ({} chunks)", o.chunks)

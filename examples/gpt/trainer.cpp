@@ -144,10 +144,9 @@ void Trainer::State::build() {
   pipeline::ExecutorOptions eo;
   eo.device = device;
   // A split backward (ZB-H1) finishes the weight gradients after the last B: DDP then averages
-  // them after the step (reduceGradients), not in the last backward.
-  const bool splitBackward = o.schedule == pipeline::ScheduleKind::ZeroBubbleH1;
-  eo.beforeBackward = [this, splitBackward](int, int, bool last) {
-    if (last && !splitBackward) {  // gradients are reduced over dp in this backward
+  // them after the step (reduceGradients, in step()), not in the last backward.
+  eo.beforeBackward = [this](int, int, bool last) {
+    if (last && !exec->schedule().splitsBackward()) {  // gradients are reduced over dp in this backward
       ddpNoSync.reset();
       fsdpNoSync.reset();
     }

@@ -141,8 +141,8 @@ at::Tensor LlamaBlockImpl::attention(const at::Tensor& x) {
   const int64_t s = h.size(0), b = h.size(1);
   auto tables = nn::ropeTables(cfg_.seqLen, hd_, cfg_.ropeTheta, cfg_.ropeScaling, x.device());
   if (o_.context) {  // the rows of this cp rank's positions
-    const auto at = cp::positionsOf(cfg_.seqLen, o_.context->size(), o_.context->rank()).to(x.device());
-    tables = {tables.cos.index_select(0, at), tables.sin.index_select(0, at)};
+    const int n = o_.context->size(), r = o_.context->rank();
+    tables = {cp::shard(tables.cos, 0, n, r), cp::shard(tables.sin, 0, n, r)};
   }
   at::Tensor q, k;
   if (o_.fusedKernels) {  // q and k rotated in place in the projection's output

@@ -125,11 +125,8 @@ at::Tensor LmChunkImpl::embed(const at::Tensor& tokens) {
 }
 
 at::Tensor LmChunkImpl::addPositions(const at::Tensor& x) {
-  auto rows = pos;
-  if (opts.contextGroup) {  // the learned positions of this cp rank's tokens
-    const auto& g = opts.contextGroup;
-    rows = pos.index_select(0, cp::positionsOf(cfg.seqLen, g->size(), g->rank()).to(pos.device()));
-  }
+  const auto& g = opts.contextGroup;  // cp: the learned positions of this rank's tokens
+  const auto rows = g ? cp::shard(pos, 0, g->size(), g->rank()) : pos;
   auto y = x + rows.unsqueeze(1);
   return opts.sequenceParallel ? tp::scatterSeq(y, tp) : y;
 }

@@ -126,10 +126,9 @@ at::Tensor ParallelAttentionImpl::forward(const at::Tensor& x) {
   // follows q's stride order, [S, B, h, hd], so the reshape below is a view.
   auto rope = [&] {  // the rotary tables of these positions (global ones under context parallel)
     if (!context) return nn::ropeTables(s, headDim, ropeTheta, {}, x.device());
-    const int n = context->size();
+    const int n = context->size(), r = context->rank();
     const auto all = nn::ropeTables(s * n, headDim, ropeTheta, {}, x.device());
-    const auto at = cp::positionsOf(s * n, n, context->rank()).to(x.device());
-    return nn::RopeTables{all.cos.index_select(0, at), all.sin.index_select(0, at)};
+    return nn::RopeTables{cp::shard(all.cos, 0, n, r), cp::shard(all.sin, 0, n, r)};
   };
   if (ropeTheta > 0 && fusedRope) h = nn::ropeQkInPlace(h, 2 * localHeads, rope());  // q, k rotated in place
   auto parts = h.view({s, b, 3, localHeads, headDim}).unbind(2);  // 3 x [S, B, h, hd]
