@@ -23,7 +23,11 @@ void StreamWriter::add(const std::string& name, const at::Tensor& t) {
   TESSERA_CHECK(!done_, "checkpoint: {}: tensor '{}' added after finish()", dir_, name);
   TESSERA_CHECK(names_.insert(name).second, "checkpoint: {}: tensor '{}' is given twice", dir_, name);
   TESSERA_CHECK(t.defined(), "checkpoint: {}: tensor '{}' is undefined", dir_, name);
-  auto host = t.detach().to(at::kCPU).contiguous().clone();
+  // No copy of a host tensor that is its whole storage (import-hf's are fresh, and as large as an
+  // 8B model's embedding); a view is copied, or its file would hold the whole storage.
+  const bool keep = t.is_cpu() && t.is_contiguous() && t.storage_offset() == 0 &&
+                    t.storage().nbytes() == static_cast<size_t>(t.numel()) * t.element_size();
+  auto host = keep ? t.detach() : t.detach().to(at::kCPU).contiguous().clone();
   group_.push_back(whole(name, host));
   host_.push_back(host);
   groupBytes_ += static_cast<uint64_t>(host.numel()) * host.element_size();

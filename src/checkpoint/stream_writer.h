@@ -6,7 +6,7 @@
 // previous checkpoint at <dir> stays until then). Its metadata says world 1. load() and Reader
 // read it into any layout. Local (no communication).
 // Memory: the group being filled (at most maxFileBytes, or one larger tensor) twice while the
-// group is serialised. Errors: a tensor given twice, add() after finish(), I/O failures (naming
+// group is serialised; tensors handed over as contiguous host tensors are kept, not copied. Errors: a tensor given twice, add() after finish(), I/O failures (naming
 // the file).
 #include <ATen/core/Tensor.h>
 
@@ -28,7 +28,9 @@ class StreamWriter {
  public:
   // Empties <dir>.tmp.
   explicit StreamWriter(std::string dir, StreamWriterOptions o = {});
-  // The whole tensor `name` (any device; copied to host memory now).
+  // The whole tensor `name`. A contiguous host tensor spanning its whole storage is kept as it is
+  // until its group is written (the caller must not modify it meanwhile); any other is copied to
+  // host memory now.
   void add(const std::string& name, const at::Tensor& t);
   // Writes the last group and publishes the checkpoint at `step` with `extra`.
   void finish(int64_t step, const std::map<std::string, std::string>& extra);
