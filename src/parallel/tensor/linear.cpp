@@ -9,6 +9,7 @@
 #include "nn/accum_linear.h"
 #include "parallel/tensor/mappings.h"
 #include "parallel/tensor/row_linear.h"
+#include "parallel/tensor/vocab.h"
 
 namespace tessera::tp {
 namespace {
@@ -174,6 +175,7 @@ void setAccumulateGradInGemm(torch::nn::Module& root, bool on) {
   for (const auto& m : root.modules(/*include_self=*/true)) {
     if (auto* c = dynamic_cast<ColumnParallelLinearImpl*>(m.get())) c->opts.accumulateGradInGemm = on;
     if (auto* r = dynamic_cast<RowParallelLinearImpl*>(m.get())) r->opts.accumulateGradInGemm = on;
+    if (auto* e = dynamic_cast<VocabParallelEmbeddingImpl*>(m.get())) e->accumulateGrad = on;
   }
 }
 

@@ -94,7 +94,8 @@ at::Tensor rowParallelLinear(const at::Tensor& x, const at::Tensor& weight, cons
 // Local: sets `overlap` on every Column/RowParallelLinear inside `root` (itself included), e.g.
 // to try other forward pieces or SM carveouts on a built model.
 void setOverlap(torch::nn::Module& root, const LinearOverlap& overlap);
-// Local: sets ParallelLinearOptions::accumulateGradInGemm on every such layer inside `root`.
+// Local: sets ParallelLinearOptions::accumulateGradInGemm on every such layer inside `root`, and
+// VocabParallelEmbedding::accumulateGrad on every embedding (its gradient summed row by row).
 void setAccumulateGradInGemm(torch::nn::Module& root, bool on);
 // Local: sets ParallelLinearOptions::fp8 on every such layer inside `root` (a block: the
 // embedding and the head are other layers and stay as they are).

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "kernels/cross_entropy.h"
+#include "nn/accum_embedding.h"
 #include "parallel/tensor/mappings.h"
 
 namespace tessera::tp {
@@ -178,11 +179,11 @@ void VocabParallelEmbeddingImpl::loadFull(const at::Tensor& fullWeight) {
 }
 
 at::Tensor VocabParallelEmbeddingImpl::forward(const at::Tensor& ids) {
-  return vocabParallelEmbedding(ids, weight, tp_, vocab_);
+  return vocabParallelEmbedding(ids, weight, tp_, vocab_, accumulateGrad);
 }
 
 at::Tensor vocabParallelEmbedding(const at::Tensor& ids, const at::Tensor& weight, const CommPtr& tp,
-                                  int64_t vocab) {
+                                  int64_t vocab, bool accumulateGrad) {
   TESSERA_CHECK(tp != nullptr, "VocabParallelEmbedding: no tensor-parallel group given");
   const VocabRange range = vocabRange(vocab, tp->rank(), tp->size(), "VocabParallelEmbedding");
   TESSERA_CHECK(weight.defined() && weight.dim() == 2 && weight.size(0) == range.size(),
@@ -194,10 +195,13 @@ at::Tensor vocabParallelEmbedding(const at::Tensor& ids, const at::Tensor& weigh
   TESSERA_CHECK(ids.device() == weight.device(), "VocabParallelEmbedding: ids are on {} but the weight is on {}",
                 ids.device().str(), weight.device().str());
   checkIdRange("VocabParallelEmbedding", ids, vocab);
-  if (tp->size() == 1) return at::embedding(weight, ids);
+  auto lookup = [&](const at::Tensor& rows) {
+    return accumulateGrad ? nn::embeddingAccumulateGrad(rows, weight) : at::embedding(weight, rows);
+  };
+  if (tp->size() == 1) return lookup(ids);
   at::Tensor outside = (ids < range.start).logical_or(ids >= range.end);
   at::Tensor local = (ids - range.start).masked_fill(outside, 0);
-  at::Tensor partial = at::embedding(weight, local).masked_fill(outside.unsqueeze(-1), 0.0);
+  at::Tensor partial = lookup(local).masked_fill(outside.unsqueeze(-1), 0.0);
   return reduceFromRegion(partial, tp);
 }
 

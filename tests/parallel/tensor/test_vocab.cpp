@@ -1,7 +1,8 @@
 // Vocab-parallel embedding and cross-entropy for TP = 1, 2, 4 (Gloo, one process per rank),
 // each against the unsharded reference computed in every worker from the same seeded tensors:
 // outputs, losses, and gradients (this rank's shard of the full gradient). Ids and targets
-// include 0, V-1 and both sides of every shard boundary. Bad sizes give clear errors.
+// include 0, V-1 and both sides of every shard boundary; the embedding also with its gradient
+// summed into .grad over two micro-batches (accumulateGrad). Bad sizes give clear errors.
 // Worker arg "cuda": the same checks on NCCL with CUDA tensors (references stay on the CPU);
 // built as test_vocab_gpu (TESSERA_TP_GPU_SUITE, in place of the CPU cases), it runs where 2
 // GPUs are visible and skips visibly elsewhere.
@@ -15,6 +16,7 @@
 #ifdef TESSERA_TP_GPU_SUITE
 #include "comm/gpu/gpu_test_util.h"
 #endif
+#include "parallel/tensor/linear.h"
 #include "parallel/tensor/vocab.h"
 
 using namespace tessera;
@@ -99,6 +101,26 @@ TESSERA_WORKER(vocab_embedding) {
          w.rank);
   emb->loadFull(other.to(dev));
   WCHECK(emb(ids.to(dev)).cpu().equal(at::embedding(other, ids)), "rank {}: output after loadFull differs", w.rank);
+
+  // accumulateGrad (set by tp::setAccumulateGradInGemm): two micro-batches summed row by row into
+  // .grad give the same output and this rank's rows of the dense reference's gradient sum.
+  VocabParallelEmbedding acc(other.to(dev), tp);
+  tp::setAccumulateGradInGemm(*acc, true);
+  WCHECK(acc->accumulateGrad, "rank {}: setAccumulateGradInGemm left the embedding unset", w.rank);
+  at::Tensor otherRef = other.clone().requires_grad_(true);
+  for (uint64_t mb = 0; mb < 2; ++mb) {
+    at::Tensor mbIds = edgeAndRandomIds(24, tp->size(), 40 + mb).view({4, 6});
+    at::Tensor gy = seededRandn({4, 6, dim}, 50 + mb);
+    at::Tensor y = acc(mbIds.to(dev)).cpu();
+    at::Tensor yRef = at::embedding(otherRef, mbIds);
+    WCHECK(y.equal(yRef.detach()), "rank {}: micro-batch {}: accumulating embedding's output differs", w.rank, mb);
+    y.backward(gy);
+    yRef.backward(gy);
+  }
+  at::Tensor wantAcc = otherRef.grad().slice(0, r0, r0 + rows);
+  WCHECK(acc->weight.grad().defined() && close(acc->weight.grad().cpu(), wantAcc, 1e-6, 1e-6),
+         "rank {}: accumulated weight grad differs by {}", w.rank,
+         acc->weight.grad().defined() ? maxDiff(acc->weight.grad().cpu(), wantAcc) : -1.0);
 }
 
 // Cross-entropy: loss equals torch's cross_entropy on the full logits, the logits shard's
