@@ -73,6 +73,33 @@ class Bf16Autocast : public CudaAutocast {
   explicit Bf16Autocast(bool enabled = true) : CudaAutocast(enabled, c10::ScalarType::BFloat16) {}
 };
 
+// While alive (and `enabled`): autocast's cast cache on this thread outlives the autocast regions
+// opened inside it, e.g. the micro-batches of one training step, so each parameter is cast once
+// per step instead of once per micro-batch (micro-batches in flight then share one copy). The
+// destructor clears the cache once no region is open: end it before the parameters change (the
+// optimizer step). Autocast itself stays as the regions inside set it. LibTorch 1.13: nothing.
+class CudaAutocastCacheScope {
+ public:
+  explicit CudaAutocastCacheScope(bool enabled) {
+#if TORCH_VERSION_MAJOR >= 2
+    on_ = enabled;
+    if (on_) at::autocast::increment_nesting();
+#else
+    (void)enabled;
+#endif
+  }
+  ~CudaAutocastCacheScope() {
+#if TORCH_VERSION_MAJOR >= 2
+    if (on_ && at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+#endif
+  }
+  CudaAutocastCacheScope(const CudaAutocastCacheScope&) = delete;
+  CudaAutocastCacheScope& operator=(const CudaAutocastCacheScope&) = delete;
+
+ private:
+  bool on_ = false;
+};
+
 // A parameter (a float32 leaf that requires grad) in the CUDA autocast dtype through autocast's
 // cast cache, as at::linear under autocast gets it: one cast per parameter per autocast region,
 // shared with every op that uses the parameter; the cast is recorded by autograd like autocast's.
