@@ -15,8 +15,8 @@ llama_1gpu, data_gpu):
   overhead_ms   (rows on more than one GPU) step_ms minus the reference's step_ms scaled to the row's
                 tokens per GPU per step: exposed communication and any other cost of splitting
   hidden_comm_fraction  (rows with allreduce_ms) 1 - overhead_ms / allreduce_ms, clamped to [0, 1]
-  scaled_against, scaling_vs_pytorch_single, vs_<system>, vs_pytorch: the reference, the same over
-                pytorch-single, tokens/s over another row's, over PyTorch's row of the same layout
+  scaled_against, scaling_vs_pytorch_single, vs_<system>, vs_pytorch, vs_compiled: the reference, the same over
+                pytorch-single, tokens/s over another row's, over PyTorch's row of the same layout (eager, compiled)
 Collectives rows: {"system": "pytorch-nccl" | "tessera-nccl", "op", "size_mib", "busbw_gbs",
 "busbw_ratio" (tessera's over PyTorch's for the same op and size)}. Data rows: {"system", "dataset",
 "measurement", "us_mean", "us_p50", "us_p99", "tokens_per_s", ...} (host time and read rates).
@@ -106,22 +106,24 @@ def reference(row, rows, refs):
     return rows.get(ref)
 
 
-def pytorch_twin(system, rows, prefixes):
-    """PyTorch's row of the same layout: for a row named <prefix><layout>, pytorch-<layout> or, the layout's
-    last "-" parts dropped one by one, the longest such PyTorch row (tessera-train-tp-sp -> pytorch-tp)."""
+def pytorch_twin(system, rows, prefixes, twin="pytorch-"):
+    """PyTorch's row of the same layout: for a row named <prefix><layout>, <twin><layout> (pytorch-<layout>;
+    pytorch-compiled-<layout> for the compiled anchor) or, the layout's last "-" parts dropped one by one,
+    the longest such PyTorch row (tessera-train-tp-sp -> pytorch-tp)."""
     for prefix in prefixes:
         if system.startswith(prefix):
             parts = system[len(prefix):].split("-")
             for n in range(len(parts), 0, -1):
-                twin = rows.get("pytorch-" + "-".join(parts[:n]))
-                if twin:
-                    return twin
+                twin_row = rows.get(twin + "-".join(parts[:n]))
+                if twin_row:
+                    return twin_row
     return None
 
 
 def derive(rows, refs=(), versus=(), layouts=()):
     """Adds scaling, overhead_ms, hidden_comm_fraction, scaling_vs_pytorch_single, vs_<system> and
-    (rows named by a prefix in `layouts`) vs_pytorch: tokens/s over pytorch_twin's (see above)."""
+    (rows named by a prefix in `layouts`) vs_pytorch and vs_compiled: tokens/s over pytorch_twin's, eager
+    (pytorch-<layout>) and compiled (pytorch-compiled-<layout>), where that row ran."""
     refs = sorted(refs, key=lambda pt: -len(pt[0]))
     ps = rows.get("pytorch-single")
     for r in rows.values():
@@ -142,6 +144,9 @@ def derive(rows, refs=(), versus=(), layouts=()):
         twin = pytorch_twin(r["system"], rows, layouts)
         if twin:
             r["vs_pytorch"] = round(r["tokens_per_s"] / twin["tokens_per_s"], 3)
+        compiled = pytorch_twin(r["system"], rows, layouts, twin="pytorch-compiled-")
+        if compiled:
+            r["vs_compiled"] = round(r["tokens_per_s"] / compiled["tokens_per_s"], 3)
 
 
 def cell(v, col):

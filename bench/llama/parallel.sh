@@ -5,6 +5,9 @@
 # (bench/results.py gpt: each system scaled against its own 1-GPU row, vs_pytorch against PyTorch's row of
 # the same layout, MFU, the fullest rank's peak memory).
 #   bench/llama/parallel.sh BUILD_DIR LOG_DIR [single] [dp] [fsdp] [tp] [pp]      (default: all, in that order)
+# With torch >= 2 every PyTorch run but DTensor TP's is made twice: eager (pytorch-<layout>) and with each block
+# under torch.compile (pytorch-compiled-<layout>, torchtitan's per-block compile: the compiled anchor of issue
+# 40); tessera's rows get vs_pytorch and vs_compiled.
 # Runs (N = NPROC, default 2; each under `timeout RUN_TIMEOUT`, a failed run leaves its row out):
 #   single  pytorch-single, tessera-train-single (1 GPU, B sequences: the scaling references)
 #   dp      pytorch-ddp, tessera-train-ddp (--layout Nx1x1)                         B per GPU
@@ -14,15 +17,17 @@
 #   pp      pytorch-pp-mbMB (Schedule1F1B, embedding and head untied), tessera-train-pp-mbMB
 #           (--layout 1xNx1 --micro-batches MB --schedule 1f1b, tied as the preset), tessera-train-pp-zb-mbMB
 #           (the same with --schedule zb-h1: weight gradients deferred into the bubble)  PP_B in MB micro-batches
-# Env: B (4: llama3-1b at seq 2048 on one 80 GB H100 runs B=4 without recompute, llama_1gpu.md), TP_B (N x B:
-# each GPU's share of tokens as the single run's), PP_B (16), MB (16: micro-batches of one sequence, 2048
-# tokens as GPT-735M's pp runs), STEPS (10 timed after 3 warm-ups), RUN_TIMEOUT (s per run, 150), BUDGET_S
-# (s for the whole script, 0 = none: a run that cannot finish within it is cut short or skipped, so the
-# results are always written), MODEL (llama3-1b; llama-tiny on a CPU: fp32, a smoke run of the plumbing), T
-# (the preset's seq len), DATA (a Megatron prefix for train_gpt; default its synthetic tokens, as PyTorch's
-# random ones), PYTHON (python3: its torch runs the PyTorch side), RESULTS (bench/results), RESULT_NAME
-# (llama_<N>gpu). Under torch 1.x (the CPU machines) only PyTorch's single and ddp run; its other modes
-# are left out with a note. Exit status 0 when every run produced its row.
+# Env: COMPILED (1 under torch >= 2: the compiled rows; 0: eager only), RECOMPUTE (none|selective|full, both
+# sides: train_gpt --recompute, the PyTorch Llama's RECOMPUTE), B (4: llama3-1b at seq 2048 on one 80 GB H100
+# runs B=4 without recompute, llama_1gpu.md), TP_B (N x B: each GPU's share of tokens as the single run's),
+# PP_B (16), MB (16: micro-batches of one sequence, 2048 tokens as GPT-735M's pp runs), STEPS (10 timed after
+# 3 warm-ups), RUN_TIMEOUT (s per run, 150), BUDGET_S (s for the whole script, 0 = none: a run that cannot
+# finish within it is cut short or skipped, so the results are always written), MODEL (llama3-1b, llama3-8b;
+# llama-tiny on a CPU: fp32, a smoke run of the plumbing), T (the preset's seq len), DATA (a Megatron prefix
+# for train_gpt; default its synthetic tokens, as PyTorch's random ones), PYTHON (python3: its torch runs the
+# PyTorch side), RESULTS (bench/results), RESULT_NAME (llama_<N>gpu). Under torch 1.x (the CPU machines) only
+# PyTorch's single and ddp run; its other modes are left out with a note. Exit status 0 when every run
+# produced its row.
 set -uo pipefail
 BUILD=${1:?build dir}
 LOGS=${2:?log dir}
@@ -44,7 +49,9 @@ B=${B:-4} TP_B=${TP_B:-$((N * ${B:-4}))} PP_B=${PP_B:-16} MB=${MB:-16}
 RUN_TIMEOUT=${RUN_TIMEOUT:-150} BUDGET_S=${BUDGET_S:-0}
 PY=${PYTHON:-python3}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-PRECISION=() TRAIN_ARGS=()
+RECOMPUTE=${RECOMPUTE:-none}
+case $RECOMPUTE in none | selective | full) ;; *) echo "parallel.sh: RECOMPUTE=$RECOMPUTE (none selective full)" >&2; exit 2 ;; esac
+PRECISION=() TRAIN_ARGS=(--recompute "$RECOMPUTE")
 nvidia-smi -L >/dev/null 2>&1 && PRECISION=(--precision bf16)
 [ -n "${T:-}" ] && export T && TRAIN_ARGS+=(--seq-len "$T")
 [ -n "${DATA:-}" ] && TRAIN_ARGS+=(--data "$DATA" --split 98,2 --eod-token 2)
@@ -56,6 +63,7 @@ BENCH="llama parallel bench"
 source "$HERE/../run_lib.sh"  # run NAME CMD..., torchrun_cmd, machine
 torchrun_cmd                   # TORCHRUN=(torchrun --standalone [-r 1 -t 1 under torch 1.x])
 TORCH_MAJOR=$("$PY" -c 'import torch;print(torch.__version__.split(".")[0])' 2>/dev/null)
+COMPILED=${COMPILED:-$([ "$TORCH_MAJOR" = 1 ] && echo 0 || echo 1)}
 
 brun() {  # brun NAME CMD...: `run` within BUDGET_S; returns 0 when the run succeeded
   local name=$1 t=$RUN_TIMEOUT before=$rc ok
@@ -76,14 +84,16 @@ brun() {  # brun NAME CMD...: `run` within BUDGET_S; returns 0 when the run succ
   rc=$((before | ok))
   return $ok
 }
-torch_run() {  # torch_run NAME NPROC MODE (B, MB from the caller's environment)
-  local name=$1 n=$2 mode=$3
-  if [ "$TORCH_MAJOR" = 1 ] && [ "$mode" != single ] && [ "$mode" != ddp ]; then
-    echo "=== $BENCH: $name left out: torch 1.x has no FSDP2, DTensor or pipelining"
-    notes+=("$name: not run, torch $TORCH_MAJOR.x has no FSDP2, DTensor or pipelining")
+torch_run() {  # torch_run NAME NPROC MODE [compiled] (B, MB from the caller's environment)
+  local name=$1 n=$2 mode=$3 compiled=0
+  [ "${4:-}" = compiled ] && compiled=1
+  if [ "$TORCH_MAJOR" = 1 ] && { [ $compiled = 1 ] || { [ "$mode" != single ] && [ "$mode" != ddp ]; }; }; then
+    echo "=== $BENCH: $name left out: torch 1.x has no torch.compile, FSDP2, DTensor or pipelining"
+    notes+=("$name: not run, torch $TORCH_MAJOR.x has no torch.compile, FSDP2, DTensor or pipelining")
     return 0
   fi
-  brun "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" "$HERE/torch_llama_parallel.py" "$mode"
+  COMPILE=$compiled RECOMPUTE=$RECOMPUTE brun "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" \
+    "$HERE/torch_llama_parallel.py" "$mode"
 }
 train() {  # train NAME NPROC train_gpt-flags...: then its RESULT line from the JSONL log (3 warm-ups)
   local name=$1 n=$2
@@ -99,12 +109,15 @@ for s in "${SECTIONS[@]}"; do
   case $s in
     single)
       B=$B torch_run pytorch-single 1 single
+      [ "$COMPILED" = 1 ] && B=$B torch_run pytorch-compiled-single 1 single compiled
       train tessera-train-single 1 --layout 1x1x1 --batch "$B" ;;
     dp)
       B=$B torch_run pytorch-ddp "$N" ddp
+      [ "$COMPILED" = 1 ] && B=$B torch_run pytorch-compiled-ddp "$N" ddp compiled
       train tessera-train-ddp "$N" --layout "${N}x1x1" --batch $((N * B)) ;;
     fsdp)
       B=$B torch_run pytorch-fsdp "$N" fsdp
+      [ "$COMPILED" = 1 ] && B=$B torch_run pytorch-compiled-fsdp "$N" fsdp compiled
       train tessera-train-fsdp "$N" --layout "${N}x1x1" --dp-mode fsdp --batch $((N * B)) ;;
     tp)
       B=$TP_B torch_run pytorch-tp "$N" tp
@@ -112,6 +125,7 @@ for s in "${SECTIONS[@]}"; do
       train tessera-train-tp-sp "$N" --layout "1x1x${N}" --batch "$TP_B" --sp ;;
     pp)
       B=$PP_B MB=$MB torch_run "pytorch-pp-mb$MB" "$N" pp
+      [ "$COMPILED" = 1 ] && B=$PP_B MB=$MB torch_run "pytorch-compiled-pp-mb$MB" "$N" pp compiled
       train "tessera-train-pp-mb$MB" "$N" --layout "1x${N}x1" --batch "$PP_B" --micro-batches "$MB" --schedule 1f1b
       train "tessera-train-pp-zb-mb$MB" "$N" --layout "1x${N}x1" --batch "$PP_B" --micro-batches "$MB" --schedule zb-h1 ;;
   esac
@@ -133,9 +147,11 @@ for e in "${expect[@]}"; do expect_args+=(--expect "$e"); done
   --title "$MODEL on $N GPU(s): train_gpt beside the PyTorch Llama (DDP, FSDP2, DTensor TP, pipelining)" \
   --config "$MODEL ${PRECISION[*]:-fp32}; sequences per step: single B=$B, dp/fsdp B=$B per GPU, tp TP_B=$TP_B shared, pp PP_B=$PP_B in MB=$MB micro-batches; train_gpt ${DATA:-synthetic} tokens, PyTorch random tokens" \
   --method "3 warm-ups then the median of $STEPS steps (upper median), the device synchronised around each step: train_gpt's JSONL log (results.py from-jsonl), PyTorch's own timing; peak memory = max allocated by the caching allocator on the fullest rank" \
-  --reference pytorch=pytorch-single --reference tessera-train=tessera-train-single --vs-pytorch tessera-train- \
-  --columns mode,micro_batches,scaled_against,vs_pytorch,overhead_ms,notes \
+  --reference pytorch=pytorch-single --reference pytorch-compiled=pytorch-compiled-single \
+  --reference tessera-train=tessera-train-single --vs-pytorch tessera-train- \
+  --columns mode,micro_batches,scaled_against,vs_pytorch,vs_compiled,overhead_ms,notes \
   --note "PyTorch's pp unties the embedding and the head (its stages hold them apart); train_gpt's keeps them tied, summing the table's gradient over the first and last stage" \
-  --note "PyTorch: the Llama of tests/models/torch_llama.py in bf16 autocast over fp32 weights (FSDP2: bf16 parameters, fp32 reduction), AdamW fused (tp: foreach=False); tp_sp gathers each norm's output once in bf16" \
+  --note "PyTorch: the Llama of tests/models/torch_llama.py in bf16 autocast over fp32 weights (FSDP2: bf16 parameters, fp32 reduction), AdamW fused (tp: foreach=False), gradient-norm clipping at 1.0 (pp: per stage); tp_sp gathers each norm's output once in bf16; recompute $RECOMPUTE on both sides" \
+  --note "pytorch-compiled-*: the same runs with each block under torch.compile (torchtitan's per-block compile); vs_compiled: tessera's tokens/s over the compiled row of its layout; DTensor TP runs eager only" \
   "${note_args[@]}" "${expect_args[@]}" || rc=1
 exit $rc

@@ -16,7 +16,11 @@ MODE (B: env, sequences per step):
           shards; the embedding's output split, the final norm's input gathered (logits replicated)
   pp      torch.distributed.pipelining, PipelineStage + Schedule1F1B, B split into MB (16) micro-batches;
           stage 0 holds the embedding, the last stage the final norm and head: UNTIED (noted in the row)
-Env: MODEL (llama3-1b; llama-tiny for a smoke run), B (4), T (the preset's seq_len), STEPS (10), MB (16).
+Env: MODEL (llama3-1b, llama3-8b; llama-tiny for a smoke run), B (4), T (the preset's seq_len), STEPS (10),
+MB (16); COMPILE=1: each block under torch.compile before the parallel wrapper (torchtitan's per-block
+compile; the anchor of issue 40), RECOMPUTE none|selective|full (none: selective recomputes attention's core,
+as train_gpt's --recompute selective; full checkpoints each block), CLIP (1.0, train_gpt's default; 0: none:
+clip_grad_norm_ with foreach over the model's parameters, DTensors included; pp: each stage's own).
 Prints rank 0's "RESULT {json}" in bench/results.py's keys (mode, world, batch = sequences per step over all
 GPUs, step_ms, tokens_per_s, mfu_vs_989, peak_mem_GiB = the fullest rank's). Without CUDA it runs on the
 CPU over Gloo in fp32 (torch 1.13 there: single and ddp only), a smoke test of the script.
@@ -49,6 +53,45 @@ def build(cfg, dev):
     with torch.no_grad():
         model.emb.weight.normal_(0.0, 0.02)
     return model.to(dev)
+
+
+class Checkpointed(torch.nn.Module):
+    """A block recomputed in backward (RECOMPUTE=full)."""
+
+    def __init__(self, blk):
+        super().__init__()
+        self.blk = blk
+
+    def forward(self, x, cos, sin):
+        from torch.utils.checkpoint import checkpoint
+        return checkpoint(self.blk, x, cos, sin, use_reentrant=False)
+
+
+def prepare_blocks(model, recompute, compile_blocks):
+    """Recompute and per-block compile, applied to `model.blocks` in place (before any parallel wrapper, as
+    torchtitan orders them: activation checkpointing, then compile, then FSDP)."""
+    for i, blk in enumerate(model.blocks):
+        blk.recompute_core = recompute == "selective"
+        if recompute == "full":
+            blk = Checkpointed(blk)
+        if compile_blocks:
+            blk = torch.compile(blk)
+        model.blocks[i] = blk
+    return model
+
+
+def clip_grads(params, max_norm):
+    """Gradient-norm clipping as torchtitan does it: the total norm over all gradients (foreach; DTensor
+    gradients of FSDP2 and TP give a DTensor norm, made whole), then every gradient scaled by it. torch 1.x:
+    clip_grad_norm_."""
+    params = [p for p in params if p.grad is not None]
+    if not hasattr(torch.nn.utils, "get_total_norm"):
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    total = torch.nn.utils.get_total_norm([p.grad for p in params], foreach=True)
+    if hasattr(total, "full_tensor"):
+        total = total.full_tensor()
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
+    return total
 
 
 def tensor_parallel(model, world, sp):
@@ -122,6 +165,16 @@ def main():
     cfg = Config(**PRESETS[name])
     cfg.seq_len = int(os.environ.get("T", cfg.seq_len))
     B, steps, mb = int(os.environ.get("B", 4)), int(os.environ.get("STEPS", 10)), int(os.environ.get("MB", 16))
+    compile_blocks = os.environ.get("COMPILE", "0") == "1"
+    recompute = os.environ.get("RECOMPUTE", "none")
+    clip = float(os.environ.get("CLIP", "1.0"))
+    if recompute not in ("none", "selective", "full"):
+        sys.exit(f"torch_llama_parallel.py: RECOMPUTE={recompute} is not none, selective or full")
+    if recompute == "selective" and not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        sys.exit(f"torch_llama_parallel.py: RECOMPUTE=selective recomputes scaled_dot_product_attention, which torch "
+                 f"{torch.__version__} lacks")
+    if compile_blocks and not hasattr(torch, "compile"):
+        sys.exit(f"torch_llama_parallel.py: COMPILE=1 needs torch >= 2 (this is torch {torch.__version__})")
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -131,22 +184,29 @@ def main():
     if mode == "single" and world != 1:
         sys.exit(f"torch_llama_parallel.py: mode single runs on 1 rank, not {world}")
     data_parallel = mode in ("single", "ddp", "fsdp")
+    if mode in ("tp", "tp_sp") and (compile_blocks or recompute == "full"):
+        sys.exit("torch_llama_parallel.py: DTensor TP runs eager and without RECOMPUTE=full here (its plan names "
+                 "the blocks' own linears)")
+
+    def make(c, d):  # the model with RECOMPUTE and COMPILE applied to its blocks
+        return prepare_blocks(build(c, d), recompute, compile_blocks)
+
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
     notes = None
     if mode in ("single", "ddp"):
-        model = build(cfg, dev)
+        model = make(cfg, dev)
         if mode == "ddp":
             model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if cuda else None)
     elif mode == "fsdp":
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-        model = build(cfg, dev)
+        model = make(cfg, dev)
         mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
         for blk in model.blocks:
             fully_shard(blk, mp_policy=mp)
         fully_shard(model, mp_policy=mp)
         autocast = contextlib.nullcontext()  # the policy's bf16 parameters instead
     elif mode in ("tp", "tp_sp"):
-        model = tensor_parallel(build(cfg, dev), world, mode == "tp_sp")
+        model = tensor_parallel(make(cfg, dev), world, mode == "tp_sp")
     else:  # pp
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B
         assert cfg.layers % world == 0 and B % mb == 0 and mb >= world, \
@@ -154,7 +214,7 @@ def main():
         untied = copy.copy(cfg)
         untied.tied = False
         per = cfg.layers // world
-        model = Stage(build(untied, dev), rank * per, (rank + 1) * per, rank == 0, rank == world - 1)
+        model = Stage(make(untied, dev), rank * per, (rank + 1) * per, rank == 0, rank == world - 1)
         sched = Schedule1F1B(PipelineStage(model, rank, world, dev), n_microbatches=mb,
                              loss_fn=lambda out, tgt: loss_fn(out, tgt))
         notes = PP_NOTE
@@ -195,6 +255,8 @@ def main():
                 loss = loss_fn(model(x), y)
             loss.backward()
         with step_ctx():
+            if clip > 0:
+                clip_grads(model.parameters(), clip)
             opt.step()
         opt.zero_grad(set_to_none=True)
         sync()
@@ -209,6 +271,7 @@ def main():
                step_ms=round(med * 1e3, 2), tokens_per_s=round(tokens / med),  # MFU and memory: GPUs only
                mfu_vs_989=round(tokens / med * fpt / (world * PEAK_FLOPS), 4) if cuda else None,
                peak_mem_GiB=round(peak.item(), 2) if cuda else None)
+    res.update(compiled=compile_blocks, recompute=recompute, clip=clip)
     if mode == "pp":
         res["micro_batches"] = mb
     if loss is not None:

@@ -30,6 +30,8 @@ from torch_llama import Config, Llama, loss_fn, tessera_init  # noqa: E402
 PRESETS = {  # the shapes of train_gpt's presets (src/models/config.cpp)
     "llama3-1b": dict(d=2048, layers=16, heads=32, kv_heads=8, ffn=8192, vocab=128256, seq_len=2048, tied=True,
                       theta=500000.0, scaling=dict(factor=32.0, low=1.0, high=4.0, original=8192)),
+    "llama3-8b": dict(d=4096, layers=32, heads=32, kv_heads=8, ffn=14336, vocab=128256, seq_len=8192, tied=False,
+                      theta=500000.0, scaling=None),
     "llama-tiny": dict(d=64, layers=4, heads=4, kv_heads=2, ffn=192, vocab=4096, seq_len=64, tied=True,
                        theta=10000.0, scaling=None),
 }

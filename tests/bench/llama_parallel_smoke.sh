@@ -13,10 +13,10 @@ BUILD=$1
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export TESSERA_BACKEND=gloo OMP_NUM_THREADS=1
-PYTHON=/usr/bin/python3 MODEL=llama-tiny STEPS=2 B=2 PP_B=4 MB=2 RESULTS="$WORK/results" \
+PYTHON=/usr/bin/python3 MODEL=llama-tiny STEPS=2 B=2 PP_B=4 MB=2 RECOMPUTE=full RESULTS="$WORK/results" \
   timeout -k 10 270 bash "$(dirname "$0")/../../bench/llama/parallel.sh" "$BUILD" "$WORK/logs" single dp pp || {
   echo "FAIL: bench/llama/parallel.sh failed"; exit 1; }
-/usr/bin/python3 - "$WORK" <<'PY' || exit 1
+/usr/bin/python3 - "$WORK" "$(cd "$(dirname "$0")/../.." && pwd)" <<'PY' || exit 1
 import json, math, os, sys
 w = sys.argv[1]
 res = json.load(open(os.path.join(w, "results", "llama_2gpu.json")))
@@ -32,7 +32,23 @@ assert rows["tessera-train-ddp"]["vs_pytorch"] > 0 and rows["tessera-train-singl
 assert rows["pytorch-ddp"]["gpus"] == 2 and rows["pytorch-ddp"]["batch"] == 4, rows["pytorch-ddp"]
 for pp in ("tessera-train-pp-mb2", "tessera-train-pp-zb-mb2"):
     assert rows[pp]["micro_batches"] == 2 and rows[pp]["batch"] == 4, rows[pp]
+assert rows["pytorch-ddp"]["recompute"] == "full" and rows["pytorch-ddp"]["clip"] == 1.0, rows["pytorch-ddp"]
 notes = " ".join(res["notes"])
+assert "recompute full on both sides" in notes, notes
+# The compiled anchor's rows (torch >= 2 only, so not made here): scaled against their own single row, and
+# tessera's rows get vs_compiled beside vs_pytorch.
+import importlib.util
+spec = importlib.util.spec_from_file_location("results", os.path.join(sys.argv[2], "bench", "results.py"))
+results = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(results)
+syn = {s: dict(system=s, gpus=g, tokens_per_s=t, step_ms=100.0, batch=4 * g) for s, g, t in [
+    ("pytorch-single", 1, 100.0), ("pytorch-compiled-single", 1, 125.0), ("tessera-train-single", 1, 130.0),
+    ("pytorch-ddp", 2, 180.0), ("pytorch-compiled-ddp", 2, 240.0), ("tessera-train-ddp", 2, 252.0)]}
+results.derive(syn, [("pytorch", "pytorch-single"), ("pytorch-compiled", "pytorch-compiled-single"),
+                     ("tessera-train", "tessera-train-single")], layouts=["tessera-train-"])
+assert syn["pytorch-compiled-ddp"]["scaled_against"] == "pytorch-compiled-single", syn["pytorch-compiled-ddp"]
+assert syn["tessera-train-ddp"]["vs_pytorch"] == 1.4 and syn["tessera-train-ddp"]["vs_compiled"] == 1.05, syn
+assert syn["tessera-train-single"]["vs_compiled"] == 1.04 and "vs_compiled" not in syn["pytorch-ddp"], syn
 assert "pytorch-pp-mb2: not run" in notes, notes
 tessera_first = next(json.loads(l)["loss"] for l in open(os.path.join(w, "logs", "tessera-train-single.jsonl"))
                      if '"step": 1,' in l)

@@ -77,6 +77,9 @@ class Block(torch.nn.Module):
         self.w1 = torch.nn.Linear(cfg.d, cfg.ffn, bias=False)
         self.w3 = torch.nn.Linear(cfg.d, cfg.ffn, bias=False)
         self.w2 = torch.nn.Linear(cfg.ffn, cfg.d, bias=False)
+        # Recompute attention's core (softmax(q kᵀ) v) in backward instead of keeping it: train_gpt's
+        # `--recompute selective`, for benchmarks that match it (bench/llama/torch_llama_parallel.py).
+        self.recompute_core = False
 
     def forward(self, x, cos, sin):
         cfg, hd = self.cfg, self.hd
@@ -89,7 +92,10 @@ class Block(torch.nn.Module):
         rep = cfg.heads // cfg.kv_heads
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
-        if hasattr(F, "scaled_dot_product_attention"):
+        if hasattr(F, "scaled_dot_product_attention") and self.recompute_core:
+            from torch.utils.checkpoint import checkpoint
+            o = checkpoint(F.scaled_dot_product_attention, q, k, v, None, 0.0, True, use_reentrant=False)
+        elif hasattr(F, "scaled_dot_product_attention"):
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             scores = q @ k.transpose(-2, -1) / math.sqrt(hd)
