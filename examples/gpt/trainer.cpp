@@ -201,17 +201,22 @@ StepReport Trainer::State::step(int64_t s) {
   syncTiedEmbeddings();
   std::vector<CommPtr> sumOver{mesh->tpGroup(), mesh->ppGroup()};
   if (fsdp) sumOver.insert(sumOver.begin(), mesh->dataGroup());
-  rep.gradNorm = clipGlobalGradNorm(gradPieces(), sumOver, o.clip, device);
   rep.lr = optim::lrAt(o.lr, s);
-  if (saver) saver->beforeUpdate();  // a save's host copies read the parameters: update after them
   if (fsdp) {
+    rep.gradNorm = clipGlobalGradNorm(gradPieces(), sumOver, o.clip, device);
+    if (saver) saver->beforeUpdate();  // a save's host copies read the parameters: update after them
     shardedAdam->options().lr = rep.lr;
     shardedAdam->step();
     shardedAdam->zeroGrad();
   } else {
+    // Clipping's coefficient goes to AdamW, which scales the gradients as it reads them (one pass
+    // over them less); the norm is read back once the update is queued.
+    const auto clip = globalGradNorm(gradPieces(), sumOver, o.clip, device);
+    if (saver) saver->beforeUpdate();
     adam->setLr(rep.lr);
-    adam->step();
+    adam->step(o.clip > 0 ? clip.coef : at::Tensor());
     ddp->zeroGrad();
+    rep.gradNorm = clip.norm.item<double>();
   }
   auto l = loss.reshape({1}).to(at::kFloat).clone();
   if (mesh->dataGroup()->size() > 1) mesh->dataGroup()->allReduce(l, ReduceOp::Avg)->wait();

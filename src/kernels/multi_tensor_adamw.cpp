@@ -60,13 +60,20 @@ AdamWStep withDecay(const AdamWStep& s, bool decay) {
 
 void multiTensorAdamW(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                       const std::vector<at::Tensor>& expAvgs, const std::vector<at::Tensor>& expAvgSqs,
-                      const std::vector<bool>& decay, const AdamWStep& s, const std::vector<at::Tensor>& copies) {
+                      const std::vector<bool>& decay, const AdamWStep& s, const std::vector<at::Tensor>& copies,
+                      const at::Tensor& gradScale) {
   checkAll(params, grads, expAvgs, expAvgSqs, decay, s, copies);
+  TESSERA_CHECK(!gradScale.defined() ||
+                    (gradScale.scalar_type() == at::kFloat && gradScale.numel() == 1 &&
+                     (params.empty() || gradScale.device() == params[0].device())),
+                "{}: gradScale must be one float32 value on {} (got {})", kOp,
+                params.empty() ? "the params' device" : params[0].device().str(), detail::describe(gradScale));
   if (params.empty()) return;
   if (!detail::onCuda(kOp, params[0])) {
     at::NoGradGuard noGrad;
     for (size_t i = 0; i < params.size(); ++i) {
-      adamwStepReference(params[i], grads[i], expAvgs[i], expAvgSqs[i], withDecay(s, decay[i]));
+      const auto g = gradScale.defined() ? grads[i].mul(gradScale.reshape({})) : grads[i];
+      adamwStepReference(params[i], g, expAvgs[i], expAvgSqs[i], withDecay(s, decay[i]));
       if (!copies.empty()) copies[i].copy_(params[i]);
     }
     return;
@@ -81,7 +88,8 @@ void multiTensorAdamW(const std::vector<at::Tensor>& params, const std::vector<a
                   decay[i] ? k.decay : 1.0f});
   }
   const auto err =
-      detail::launchMultiTensorAdamW(ts.data(), static_cast<int>(ts.size()), k, detail::launchFor(params[0]));
+      detail::launchMultiTensorAdamW(ts.data(), static_cast<int>(ts.size()), k, detail::launchFor(params[0]),
+                                     gradScale.defined() ? gradScale.data_ptr<float>() : nullptr);
   TESSERA_CHECK(err.empty(), "{}: CUDA kernel multiTensorAdamWKernel failed on {} ({} tensors): {}", kOp,
                 params[0].device().str(), params.size(), err);
 #endif

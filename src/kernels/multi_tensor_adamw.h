@@ -17,6 +17,10 @@
 // synchronisation, no device allocation); per element the math of the per-tensor kernel
 // (adamw_math.cuh), so both CUDA paths agree bitwise and stay within a few ulps of the CPU
 // reference (tests/kernels/test_adamw_gpu.cpp states the bound).
+// gradScale: undefined, or a one-element float32 tensor on the params' device (clipping's
+// coefficient, computed on the device: no host synchronisation). Every gradient is then read
+// multiplied by it, rounded once, so the step is bitwise the step on gradients scaled first
+// (at::_foreach_mul_); the gradients themselves are not written.
 #include <ATen/core/Tensor.h>
 
 #include <vector>
@@ -28,6 +32,6 @@ namespace tessera::kernels {
 void multiTensorAdamW(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                       const std::vector<at::Tensor>& expAvgs, const std::vector<at::Tensor>& expAvgSqs,
                       const std::vector<bool>& decay, const AdamWStep& s,
-                      const std::vector<at::Tensor>& bf16Copies = {});
+                      const std::vector<at::Tensor>& bf16Copies = {}, const at::Tensor& gradScale = {});
 
 }  // namespace tessera::kernels

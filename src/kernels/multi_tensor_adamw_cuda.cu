@@ -32,12 +32,13 @@ struct Batch {
   int count;
   long long totalChunks;
   AdamWScalars s;
+  const float* gradScale;  // null: 1
 };
 static_assert(sizeof(Batch) <= 4000, "the kernel parameter must stay under 4 KiB");
 
-__device__ __forceinline__ void updateOne(const Entry& e, long long i, const AdamWScalars& s) {
+__device__ __forceinline__ void updateOne(const Entry& e, long long i, float scale, const AdamWScalars& s) {
   float p = e.p[i], m = e.m[i], v = e.v[i];
-  adamwUpdate(p, e.g[i], m, v, e.decay, s);
+  adamwUpdate(p, __fmul_rn(e.g[i], scale), m, v, e.decay, s);
   e.p[i] = p;
   e.m[i] = m;
   e.v[i] = v;
@@ -45,6 +46,8 @@ __device__ __forceinline__ void updateOne(const Entry& e, long long i, const Ada
 }
 
 __global__ void __launch_bounds__(kThreads) multiTensorAdamWKernel(const __grid_constant__ Batch b) {
+  // Gradients read scaled (clipping's coefficient): g * 1 is g exactly, so no scale costs nothing.
+  const float scale = b.gradScale != nullptr ? *b.gradScale : 1.0f;
   for (long long c = blockIdx.x; c < b.totalChunks; c += gridDim.x) {
     int lo = 0, hi = b.count - 1;  // the last entry whose first chunk is <= c
     while (lo < hi) {
@@ -65,7 +68,7 @@ __global__ void __launch_bounds__(kThreads) multiTensorAdamWKernel(const __grid_
         loadFloats<float, 4>(e.m + i, m);
         loadFloats<float, 4>(e.v + i, v);
 #pragma unroll
-        for (int k = 0; k < 4; ++k) adamwUpdate(p[k], g[k], m[k], v[k], e.decay, b.s);
+        for (int k = 0; k < 4; ++k) adamwUpdate(p[k], __fmul_rn(g[k], scale), m[k], v[k], e.decay, b.s);
         storeFloats<float, 4>(e.p + i, p);
         storeFloats<float, 4>(e.m + i, m);
         storeFloats<float, 4>(e.v + i, v);
@@ -73,7 +76,7 @@ __global__ void __launch_bounds__(kThreads) multiTensorAdamWKernel(const __grid_
       }
       scalarFrom = vend;
     }
-    for (long long i = scalarFrom + threadIdx.x; i < end; i += blockDim.x) updateOne(e, i, b.s);
+    for (long long i = scalarFrom + threadIdx.x; i < end; i += blockDim.x) updateOne(e, i, scale, b.s);
   }
 }
 
@@ -81,11 +84,13 @@ bool aligned(const void* p, unsigned bytes) { return reinterpret_cast<uintptr_t>
 
 }  // namespace
 
-std::string launchMultiTensorAdamW(const AdamWTensor* ts, int count, const AdamWScalars& s, const Launch& l) {
+std::string launchMultiTensorAdamW(const AdamWTensor* ts, int count, const AdamWScalars& s, const Launch& l,
+                                   const float* gradScale) {
   nccl_detail::DeviceGuard guard(l.device);
   const long long cap = static_cast<long long>(smCount(l.device)) * kBlocksPerSm;
   Batch b{};
   b.s = s;
+  b.gradScale = gradScale;
   auto flush = [&]() -> std::string {
     if (b.count == 0) return "";
     const auto blocks = static_cast<unsigned>(b.totalChunks < cap ? b.totalChunks : cap);

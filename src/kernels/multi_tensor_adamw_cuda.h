@@ -22,7 +22,9 @@ struct AdamWTensor {
 };
 
 // Enqueues the updates of ts[0..count) (numel 0 skipped), at most kMaxTensorsPerLaunch per
-// launch. Returns "" or the CUDA error text.
-std::string launchMultiTensorAdamW(const AdamWTensor* ts, int count, const AdamWScalars& s, const Launch& l);
+// launch; gradScale: null, or a device float every gradient is multiplied by as it is read.
+// Returns "" or the CUDA error text.
+std::string launchMultiTensorAdamW(const AdamWTensor* ts, int count, const AdamWScalars& s, const Launch& l,
+                                   const float* gradScale = nullptr);
 
 }  // namespace tessera::kernels::detail

@@ -31,7 +31,9 @@ AdamW::AdamW(std::vector<at::Tensor> params, std::vector<std::string> names, std
   }
 }
 
-void AdamW::step() {
+void AdamW::step() { step(at::Tensor()); }
+
+void AdamW::step(const at::Tensor& gradScale) {
   at::NoGradGuard ng;
   ++step_;
   const auto s = adamwKernelStep(o_, step_), noDecay = adamwKernelStep(o_, step_, false);
@@ -44,8 +46,12 @@ void AdamW::step() {
     grads.push_back(g.is_contiguous() ? g : g.contiguous());
   }
   if (multiTensor_ && !params_.empty() && params_[0].is_cuda()) {
-    kernels::multiTensorAdamW(params_, grads, m_, v_, decay_, s);
+    kernels::multiTensorAdamW(params_, grads, m_, v_, decay_, s, {}, gradScale);
     return;
+  }
+  if (gradScale.defined()) {
+    const auto c = gradScale.reshape({});
+    for (auto& g : grads) g.mul_(c);
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     kernels::adamwStep(params_[i], grads[i], m_[i], v_[i], decay_[i] ? s : noDecay);

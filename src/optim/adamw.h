@@ -29,6 +29,12 @@ class AdamW {
   AdamW(std::vector<at::Tensor> params, std::vector<std::string> names, std::vector<bool> decay, AdamWOptions o,
         bool multiTensor = false);
   void step();
+  // The step with every gradient multiplied by `gradScale` (a one-element float32 tensor on the
+  // parameters' device: gradient clipping's coefficient, computed there without a host
+  // synchronisation; see parallel/grad_norm.h). The multi-tensor CUDA path scales as it reads
+  // (one pass less over the gradients, .grad left as it was); the others scale .grad in place
+  // first. Either way the update is bitwise that of step() on the scaled gradients.
+  void step(const at::Tensor& gradScale);
   void setLr(double lr) { o_.lr = lr; }
   int64_t steps() const { return step_; }
   void setSteps(int64_t s) { step_ = s; }

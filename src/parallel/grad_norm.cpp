@@ -32,15 +32,13 @@ at::Tensor sumOfSquares(const std::vector<at::Tensor>& ts, at::Device device) {
 
 }  // namespace
 
-double clipGlobalGradNorm(const std::vector<GradPiece>& pieces, const std::vector<CommPtr>& sumOver, double maxNorm,
-                          at::Device device) {
+GradNormClip globalGradNorm(const std::vector<GradPiece>& pieces, const std::vector<CommPtr>& sumOver, double maxNorm,
+                            at::Device device) {
   at::NoGradGuard ng;
   std::map<double, std::vector<at::Tensor>> byWeight;
-  std::vector<at::Tensor> grads;
   for (const auto& p : pieces) {
     if (!p.grad.defined() || p.grad.numel() == 0) continue;
     byWeight[p.weight].push_back(p.grad);
-    grads.push_back(p.grad);
   }
   auto sq = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
   for (const auto& [w, ts] : byWeight) sq.add_(sumOfSquares(ts, device).mul(w));
@@ -48,16 +46,25 @@ double clipGlobalGradNorm(const std::vector<GradPiece>& pieces, const std::vecto
     if (g && g->size() > 1) g->allReduce(sq, ReduceOp::Sum)->wait();
   }
   auto norm = sq.sqrt();
+  auto coef = maxNorm > 0 ? (maxNorm / (norm + 1e-6)).clamp_max(1.0) : at::ones_like(norm);
+  return {norm, coef};
+}
+
+double clipGlobalGradNorm(const std::vector<GradPiece>& pieces, const std::vector<CommPtr>& sumOver, double maxNorm,
+                          at::Device device) {
+  at::NoGradGuard ng;
+  std::vector<at::Tensor> grads;
+  for (const auto& p : pieces) {
+    if (p.grad.defined() && p.grad.numel() > 0) grads.push_back(p.grad);
+  }
+  const auto [norm, coefTensor] = globalGradNorm(pieces, sumOver, maxNorm, device);
   if (maxNorm > 0 && !grads.empty()) {
-#if TORCH_VERSION_MAJOR >= 2
     // Scaled by min(1, c) on the device: no host round trip before the optimizer's kernels.
-    auto coef = (maxNorm / (norm + 1e-6)).clamp_max(1.0).reshape({});  // 0-dim, as _foreach_mul_ wants
-    at::_foreach_mul_(grads, coef);
+    const auto c = coefTensor.reshape({});  // 0-dim, as _foreach_mul_ wants
+#if TORCH_VERSION_MAJOR >= 2
+    at::_foreach_mul_(grads, c);
 #else
-    const double coef = maxNorm / (norm.item<double>() + 1e-6);
-    if (coef < 1) {
-      for (auto& g : grads) g.mul_(coef);
-    }
+    for (auto& g : grads) g.mul_(c);
 #endif
   }
   return norm.item<double>();

@@ -13,8 +13,8 @@
 // CUDA the norm is read back to the host once, after the scaling is queued (one
 // synchronisation). Returns the norm before clipping; when maxNorm > 0 and
 // c = maxNorm / (norm + 1e-6) < 1, every piece is scaled in place by c, as
-// torch::nn::utils::clip_grad_norm_ (LibTorch 2.x: every piece is multiplied by min(1, c) on the
-// device, one multi-tensor kernel; ×1 leaves a value unchanged). Pieces are fp32 or lower;
+// torch::nn::utils::clip_grad_norm_ (every piece is multiplied by min(1, c), computed in float32
+// on the device; LibTorch 2.x: one multi-tensor kernel; ×1 leaves a value unchanged). Pieces are fp32 or lower;
 // the sum is accumulated in fp32 on the pieces' device. No pieces: contributes 0.
 #include <ATen/core/Tensor.h>
 
@@ -31,5 +31,16 @@ struct GradPiece {
 
 double clipGlobalGradNorm(const std::vector<GradPiece>& pieces, const std::vector<CommPtr>& sumOver, double maxNorm,
                           at::Device device);
+
+// The same norm, leaving the gradients to an optimizer that scales them as it reads them
+// (optim::AdamW::step(gradScale)): the norm and the coefficient min(1, maxNorm / (norm + 1e-6))
+// (1 when maxNorm <= 0), one-element float32 tensors on `device`, with no host synchronisation.
+// Collective as clipGlobalGradNorm. Scaling every piece by `coef` is clipGlobalGradNorm's
+// scaling bit for bit.
+struct GradNormClip {
+  at::Tensor norm, coef;
+};
+GradNormClip globalGradNorm(const std::vector<GradPiece>& pieces, const std::vector<CommPtr>& sumOver, double maxNorm,
+                            at::Device device);
 
 }  // namespace tessera

@@ -156,21 +156,32 @@ TEST(FusedCrossEntropy, GradInPlaceIsTheGradient) {
       {"crossEntropyGradInPlace", "contiguous"}));
 }
 
+// AdamW's lists of the given sizes (values spread over many binades), and twins to step apart.
+struct AdamWLists {
+  std::vector<at::Tensor> p, g, m, v, p2, g2, m2, v2;
+};
+AdamWLists adamwLists(const std::vector<int64_t>& sizes) {
+  AdamWLists a;
+  for (int64_t n : sizes) {
+    a.p.push_back(at::randn({n}));
+    a.g.push_back(spread({n}, -7, 1));
+    a.m.push_back(spread({n}, -8, 0));
+    a.v.push_back(spread({n}, -14, 2).abs());
+    a.p2.push_back(a.p.back().clone());
+    a.g2.push_back(a.g.back().clone());
+    a.m2.push_back(a.m.back().clone());
+    a.v2.push_back(a.v.back().clone());
+  }
+  return a;
+}
+
 TEST(MultiTensorAdamW, CpuIsThePerTensorReferenceWithTheDecayMask) {
   at::manual_seed(8);
   const std::vector<int64_t> sizes = {1, 0, 257, 4099, 3, 70000};
   const std::vector<bool> decay = {true, false, true, false, true, true};
-  std::vector<at::Tensor> p, g, m, v, p2, m2, v2, copies;
-  for (int64_t n : sizes) {
-    p.push_back(at::randn({n}));
-    g.push_back(spread({n}, -7, 1));
-    m.push_back(spread({n}, -8, 0));
-    v.push_back(spread({n}, -14, 2).abs());
-    p2.push_back(p.back().clone());
-    m2.push_back(m.back().clone());
-    v2.push_back(v.back().clone());
-    copies.push_back(at::empty({n}, at::kBFloat16));
-  }
+  auto [p, g, m, v, p2, g2, m2, v2] = adamwLists(sizes);
+  std::vector<at::Tensor> copies;
+  for (int64_t n : sizes) copies.push_back(at::empty({n}, at::kBFloat16));
   for (int64_t step : {1, 2, 1000}) {
     const kernels::AdamWStep s{3e-4, 0.9, 0.95, 1e-8, 0.1, step};
     kernels::multiTensorAdamW(p, g, m, v, decay, s, copies);
@@ -183,6 +194,34 @@ TEST(MultiTensorAdamW, CpuIsThePerTensorReferenceWithTheDecayMask) {
       EXPECT_TRUE(at::equal(copies[i], p[i].to(at::kBFloat16))) << "bf16 copy of tensor " << i;
     }
   }
+}
+
+// gradScale (clipping's coefficient on the device): the step on the gradients scaled first, bit
+// for bit, and the gradients left as they were; a scale that is not one float32 value is an error.
+TEST(MultiTensorAdamW, GradScaleIsTheStepOnScaledGradients) {
+  at::manual_seed(9);
+  const std::vector<int64_t> sizes = {5, 0, 4099};
+  const std::vector<bool> decay = {true, false, true};
+  auto [p, g, m, v, p2, g0, m2, v2] = adamwLists(sizes);
+  const auto scale = at::full({1}, 0.3719f);
+  for (int64_t step : {1, 7}) {
+    const kernels::AdamWStep s{3e-4, 0.9, 0.95, 1e-8, 0.1, step};
+    kernels::multiTensorAdamW(p, g, m, v, decay, s, {}, scale);
+    std::vector<at::Tensor> g2;
+    for (const auto& gi : g) g2.push_back(gi.mul(scale.reshape({})));
+    kernels::multiTensorAdamW(p2, g2, m2, v2, decay, s);
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      EXPECT_TRUE(at::equal(p[i], p2[i]) && at::equal(m[i], m2[i]) && at::equal(v[i], v2[i]))
+          << "tensor " << i << " step " << step;
+      EXPECT_TRUE(at::equal(g[i], g0[i])) << "tensor " << i << ": the gradient was written";
+    }
+  }
+  EXPECT_NO_THROW(expectErrorContaining(
+      [&] { kernels::multiTensorAdamW(p, g, m, v, decay, {}, {}, at::ones({2})); },
+      {"multiTensorAdamW", "gradScale", "one float32 value"}));
+  EXPECT_NO_THROW(expectErrorContaining(
+      [&] { kernels::multiTensorAdamW(p, g, m, v, decay, {}, {}, at::ones({1}, at::kDouble)); },
+      {"multiTensorAdamW", "gradScale"}));
 }
 
 TEST(MultiTensorAdamW, BadListsAreErrors) {

@@ -91,6 +91,31 @@ TEST(MultiTensorAdamWGpu, BitwiseThePerTensorKernel) {
   }
 }
 
+// Clipping's coefficient read by the kernel (gradScale) gives bitwise the step on gradients scaled
+// first by _foreach_mul_ (the old clipping pass), and leaves the gradients unwritten.
+TEST(MultiTensorAdamWGpu, GradScaleBitwiseTheScaledGradients) {
+  TESSERA_REQUIRE_CUDA_LIBTORCH();
+  at::manual_seed(43);
+  std::mt19937 rng(43);
+  auto a = randomLists(60, rng);
+  auto p2 = clones(a.p), m2 = clones(a.m), v2 = clones(a.v), g0 = clones(a.g);
+  const auto scale = at::full({1}, 0.2917f, a.p[0].options());
+  for (int64_t step : {1, 5}) {
+    const AdamWStep s{3e-4, 0.9, 0.95, 1e-8, 0.1, step};
+    multiTensorAdamW(a.p, a.g, a.m, a.v, a.decay, s, {}, scale);
+    auto g2 = clones(a.g);
+    at::_foreach_mul_(g2, scale.reshape({}));
+    multiTensorAdamW(p2, g2, m2, v2, a.decay, s);
+    for (size_t i = 0; i < a.p.size(); ++i) {
+      const auto where = fmt::format("step {}, tensor {} ({} elements)", step, i, a.p[i].numel());
+      EXPECT_TRUE(at::equal(a.p[i], p2[i])) << where << ": param";
+      EXPECT_TRUE(at::equal(a.m[i], m2[i])) << where << ": exp_avg";
+      EXPECT_TRUE(at::equal(a.v[i], v2[i])) << where << ": exp_avg_sq";
+      EXPECT_TRUE(at::equal(a.g[i], g0[i])) << where << ": the gradient was written";
+    }
+  }
+}
+
 TEST(MultiTensorAdamWGpu, WithinTheBoundsOfTheCpuReference) {
   TESSERA_REQUIRE_CUDA_LIBTORCH();
   at::manual_seed(42);
@@ -143,8 +168,14 @@ TEST(MultiTensorAdamWGpu, OptimizerSwitchStepsAlike) {
       p1[i].mutable_grad() = g.clone();
       p2[i].mutable_grad() = g.clone();
     }
-    multi.step();
-    single.step();
+    if (step == 2) {  // clipping's coefficient: read by the kernel, or scaled into .grad first
+      const auto scale = at::full({1}, 0.61f, at::TensorOptions().device(kGpu));
+      multi.step(scale);
+      single.step(scale);
+    } else {
+      multi.step();
+      single.step();
+    }
     for (size_t i = 0; i < p1.size(); ++i) {
       EXPECT_TRUE(at::equal(p1[i], p2[i])) << "step " << step << " " << names[i];
       EXPECT_TRUE(at::equal(multi.expAvgSq()[i], single.expAvgSq()[i])) << "step " << step << " " << names[i];

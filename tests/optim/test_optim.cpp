@@ -1,5 +1,6 @@
 // src/optim: the learning-rate schedules as tables (pure functions of the step) and their bad
-// options; the weight-decay rule by parameter name.
+// options; the weight-decay rule by parameter name; AdamW's step with a gradient scale.
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,6 +65,34 @@ TEST(LrSchedule, BadOptionsNameTheOption) {
   bad([](LrSchedule& s) { s.kind = LrKind::Wsd, s.warmup = 5, s.decay = 6; }, "exceed the run of 10");
   EXPECT_THROW(parseLrKind("step"), Error);
   EXPECT_EQ(parseLrKind("wsd"), LrKind::Wsd);
+}
+
+// step(gradScale) on the CPU: the step on gradients multiplied by the scale first (in place).
+TEST(AdamW, GradScaleIsTheStepOnScaledGradients) {
+  at::manual_seed(3);
+  std::vector<at::Tensor> p1, p2;
+  for (int64_t n : {5, 300}) {
+    auto t = at::randn({n});
+    p1.push_back(t.clone().requires_grad_());
+    p2.push_back(t.clone().requires_grad_());
+  }
+  const std::vector<std::string> names = {"blocks.0.w.weight", "norm.weight"};
+  AdamWOptions o;
+  AdamW a(p1, names, {true, false}, o), b(p2, names, {true, false}, o);
+  const auto scale = at::full({1}, 0.25f);
+  for (int step = 0; step < 2; ++step) {
+    for (size_t i = 0; i < p1.size(); ++i) {
+      auto g = at::randn(p1[i].sizes());
+      p1[i].mutable_grad() = g.clone();
+      p2[i].mutable_grad() = g.mul(scale.reshape({}));
+    }
+    a.step(scale);
+    b.step();
+    for (size_t i = 0; i < p1.size(); ++i) {
+      EXPECT_TRUE(at::equal(p1[i], p2[i])) << "step " << step << " " << names[i];
+      EXPECT_TRUE(at::equal(a.expAvgSq()[i], b.expAvgSq()[i])) << "step " << step << " " << names[i];
+    }
+  }
 }
 
 TEST(AdamW, DecayRuleByName) {
