@@ -202,22 +202,21 @@ StepReport Trainer::State::step(int64_t s) {
   std::vector<CommPtr> sumOver{mesh->tpGroup(), mesh->ppGroup()};
   if (fsdp) sumOver.insert(sumOver.begin(), mesh->dataGroup());
   rep.lr = optim::lrAt(o.lr, s);
+  // Clipping's coefficient goes to AdamW, which scales the gradients as it reads them (one pass
+  // over them less); the norm is read back once the update is queued.
+  const auto clip = globalGradNorm(gradPieces(), sumOver, o.clip, device);
+  const auto scale = o.clip > 0 ? clip.coef : at::Tensor();
+  if (saver) saver->beforeUpdate();  // a save's host copies read the parameters: update after them
   if (fsdp) {
-    rep.gradNorm = clipGlobalGradNorm(gradPieces(), sumOver, o.clip, device);
-    if (saver) saver->beforeUpdate();  // a save's host copies read the parameters: update after them
     shardedAdam->options().lr = rep.lr;
-    shardedAdam->step();
+    shardedAdam->step(scale);
     shardedAdam->zeroGrad();
   } else {
-    // Clipping's coefficient goes to AdamW, which scales the gradients as it reads them (one pass
-    // over them less); the norm is read back once the update is queued.
-    const auto clip = globalGradNorm(gradPieces(), sumOver, o.clip, device);
-    if (saver) saver->beforeUpdate();
     adam->setLr(rep.lr);
-    adam->step(o.clip > 0 ? clip.coef : at::Tensor());
+    adam->step(scale);
     ddp->zeroGrad();
-    rep.gradNorm = clip.norm.item<double>();
   }
+  rep.gradNorm = clip.norm.item<double>();
   auto l = loss.reshape({1}).to(at::kFloat).clone();
   if (mesh->dataGroup()->size() > 1) mesh->dataGroup()->allReduce(l, ReduceOp::Avg)->wait();
   rep.loss = l.item<double>();

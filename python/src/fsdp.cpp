@@ -170,7 +170,7 @@ void bindFsdp(pb::module_& m) {
           "lr", [](ShardedAdamW& a) { return a.options().lr; }, [](ShardedAdamW& a, double lr) { a.options().lr = lr; })
       .def("state_dict", &ShardedAdamW::stateDict)
       .def("load_state_dict", &ShardedAdamW::loadStateDict, pb::arg("state_dict"))
-      .def("step", &ShardedAdamW::step, pb::call_guard<pb::gil_scoped_release>())
+      .def("step", [](ShardedAdamW& a) { a.step(); }, pb::call_guard<pb::gil_scoped_release>())
       .def("zero_grad", &ShardedAdamW::zeroGrad)
       .def_property_readonly("steps", &ShardedAdamW::steps);
 }

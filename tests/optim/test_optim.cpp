@@ -1,5 +1,6 @@
 // src/optim: the learning-rate schedules as tables (pure functions of the step) and their bad
-// options; the weight-decay rule by parameter name; AdamW's step with a gradient scale.
+// options; the weight-decay rule by parameter name; AdamW's step with a gradient scale; the
+// gradient norm's weighting and clipping coefficient (no ranks).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -8,6 +9,7 @@
 #include "common/error.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "parallel/grad_norm.h"
 
 using namespace tessera;
 using namespace tessera::optim;
@@ -93,6 +95,27 @@ TEST(AdamW, GradScaleIsTheStepOnScaledGradients) {
       EXPECT_TRUE(at::equal(a.expAvgSq()[i], b.expAvgSq()[i])) << "step " << step << " " << names[i];
     }
   }
+}
+
+// Gradient-norm clipping without ranks (parallel/grad_norm.h): pieces weighted, the norm and
+// the coefficient on the device; clipGlobalGradNorm scales in place by exactly that coefficient,
+// and leaves gradients under the limit unchanged.
+TEST(GradNorm, WeightedNormCoefficientAndInPlaceClip) {
+  auto a = at::tensor({3.0f, 4.0f}), b = at::tensor({2.0f, 2.0f, 2.0f, 2.0f});
+  // ‖a‖² = 25, ‖b‖² = 16 held by 2 ranks (weight 1/2): 25 + 8 = 33.
+  const std::vector<GradPiece> pieces = {{a, 1.0}, {b, 0.5}};
+  const auto n = globalGradNorm(pieces, {}, 1.0, at::kCPU);
+  EXPECT_NEAR(n.norm.item<double>(), std::sqrt(33.0), 1e-6);
+  EXPECT_FLOAT_EQ(n.coef.item<float>(), static_cast<float>(1.0 / (std::sqrt(33.0) + 1e-6)));
+  EXPECT_FLOAT_EQ(globalGradNorm(pieces, {}, 0.0, at::kCPU).coef.item<float>(), 1.0f);
+  EXPECT_FLOAT_EQ(globalGradNorm(pieces, {}, 100.0, at::kCPU).coef.item<float>(), 1.0f);
+  const auto a0 = a.clone(), b0 = b.clone();
+  const double norm = clipGlobalGradNorm(pieces, {}, 1.0, at::kCPU);
+  EXPECT_NEAR(norm, std::sqrt(33.0), 1e-6);
+  EXPECT_TRUE(at::equal(a, a0 * n.coef.reshape({})) && at::equal(b, b0 * n.coef.reshape({})));
+  const auto a1 = a.clone();
+  clipGlobalGradNorm({{a, 1.0}}, {}, 100.0, at::kCPU);
+  EXPECT_TRUE(at::equal(a, a1));
 }
 
 TEST(AdamW, DecayRuleByName) {

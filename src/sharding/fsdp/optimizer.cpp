@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "kernels/multi_tensor_adamw.h"
 
 namespace tessera {
 
@@ -36,17 +37,22 @@ ShardedAdamW::ShardedAdamW(FullyShardedDataParallel& fsdp, AdamWOptions o, Decay
   }
 }
 
-void ShardedAdamW::step() {
+void ShardedAdamW::step(const at::Tensor& gradScale) {
   torch::NoGradGuard ng;
   ++step_;
-  const auto s = adamwKernelStep(opts_, step_), noDecay = adamwKernelStep(opts_, step_, false);
+  std::vector<at::Tensor> p, g, m, v;
+  std::vector<bool> decay;
   for (size_t u = 0; u < fsdp_.numUnits(); ++u) {
     for (const auto& run : runs_[u]) {
       const int64_t a = run.begin, n = run.end - run.begin;
-      kernels::adamwStep(fsdp_.masterShard(u).narrow(0, a, n), fsdp_.gradShard(u).narrow(0, a, n),
-                         expAvg_[u].narrow(0, a, n), expAvgSq_[u].narrow(0, a, n), run.decay ? s : noDecay);
+      p.push_back(fsdp_.masterShard(u).narrow(0, a, n));
+      g.push_back(fsdp_.gradShard(u).narrow(0, a, n));
+      m.push_back(expAvg_[u].narrow(0, a, n));
+      v.push_back(expAvgSq_[u].narrow(0, a, n));
+      decay.push_back(run.decay);
     }
   }
+  kernels::multiTensorAdamW(p, g, m, v, decay, adamwKernelStep(opts_, step_), {}, gradScale);
 }
 
 std::map<std::string, at::Tensor> ShardedAdamW::stateDict() const {

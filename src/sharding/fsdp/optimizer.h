@@ -35,7 +35,10 @@ class ShardedAdamW {
   using DecayRule = std::function<bool(const std::string&)>;
   ShardedAdamW(FullyShardedDataParallel& fsdp, AdamWOptions options = {}, DecayRule decays = nullptr);
 
-  void step();
+  // Every run of every unit in one multi-tensor AdamW (kernels/multi_tensor_adamw.h: a few
+  // launches on CUDA, bitwise the per-tensor kernel). gradScale: as optim::AdamW::step's
+  // (clipping's coefficient on the device, applied as the gradients are read).
+  void step(const at::Tensor& gradScale = {});
   void zeroGrad() { fsdp_.zeroGrad(); }
   int64_t steps() const { return step_; }
   AdamWOptions& options() { return opts_; }
