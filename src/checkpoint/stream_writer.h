@@ -6,8 +6,8 @@
 // previous checkpoint at <dir> stays until then). Its metadata says world 1. load() and Reader
 // read it into any layout. Local (no communication).
 // Memory: the group being filled (at most maxFileBytes, or one larger tensor) twice while the
-// group is serialised; tensors handed over as contiguous host tensors are kept, not copied. Errors: a tensor given twice, add() after finish(), I/O failures (naming
-// the file).
+// group is serialised; host tensors spanning their whole storage are kept, not copied. Errors: a
+// tensor given twice, add() after finish(), I/O failures (naming the file).
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>

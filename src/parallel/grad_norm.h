@@ -14,8 +14,8 @@
 // synchronisation). Returns the norm before clipping; when maxNorm > 0 and
 // c = maxNorm / (norm + 1e-6) < 1, every piece is scaled in place by c, as
 // torch::nn::utils::clip_grad_norm_ (every piece is multiplied by min(1, c), computed in float32
-// on the device; LibTorch 2.x: one multi-tensor kernel; ×1 leaves a value unchanged). Pieces are fp32 or lower;
-// the sum is accumulated in fp32 on the pieces' device. No pieces: contributes 0.
+// on the device; LibTorch 2.x: one multi-tensor kernel; ×1 leaves a value unchanged). Pieces are
+// fp32 or lower; the sum is accumulated in fp32 on the pieces' device. No pieces: contributes 0.
 #include <ATen/core/Tensor.h>
 
 #include <vector>
