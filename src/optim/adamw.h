@@ -4,8 +4,9 @@
 // reference on the CPU): the update ShardedAdamW applies to FSDP's flat shards, so DDP and
 // FSDP runs step identically. With `multiTensor` (CUDA parameters only), one call of
 // kernels/multi_tensor_adamw.h steps every parameter in a few launches (the same math per
-// element, bitwise the per-tensor kernel's); CPU parameters always take the per-tensor reference. Each parameter has its own weight-decay switch (no decay on
-// norms and biases: decaysByName). State is allocated at construction (zeros) so checkpoints
+// element, bitwise the per-tensor kernel's); CPU parameters always take the per-tensor
+// reference. Each parameter has its own weight-decay switch (no decay on norms and biases:
+// decaysByName). State is allocated at construction (zeros) so checkpoints
 // can address it before the first step. Every parameter is stepped, also with a zero gradient;
 // one without .grad is an error naming it. The learning rate may change between steps
 // (setLr: LR schedules). Local; not thread-safe.
