@@ -58,16 +58,19 @@ AdamWStep withDecay(const AdamWStep& s, bool decay) {
 
 }  // namespace
 
+void checkGradScale(const char* op, const at::Tensor& gradScale, const at::Tensor& like) {
+  TESSERA_CHECK(!gradScale.defined() || (gradScale.scalar_type() == at::kFloat && gradScale.numel() == 1 &&
+                                         (!like.defined() || gradScale.device() == like.device())),
+                "{}: gradScale must be one float32 value on {} (got {})", op,
+                like.defined() ? like.device().str() : "the params' device", detail::describe(gradScale));
+}
+
 void multiTensorAdamW(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& grads,
                       const std::vector<at::Tensor>& expAvgs, const std::vector<at::Tensor>& expAvgSqs,
                       const std::vector<bool>& decay, const AdamWStep& s, const std::vector<at::Tensor>& copies,
                       const at::Tensor& gradScale) {
   checkAll(params, grads, expAvgs, expAvgSqs, decay, s, copies);
-  TESSERA_CHECK(!gradScale.defined() ||
-                    (gradScale.scalar_type() == at::kFloat && gradScale.numel() == 1 &&
-                     (params.empty() || gradScale.device() == params[0].device())),
-                "{}: gradScale must be one float32 value on {} (got {})", kOp,
-                params.empty() ? "the params' device" : params[0].device().str(), detail::describe(gradScale));
+  checkGradScale(kOp, gradScale, params.empty() ? at::Tensor() : params[0]);
   if (params.empty()) return;
   if (!detail::onCuda(kOp, params[0])) {
     at::NoGradGuard noGrad;

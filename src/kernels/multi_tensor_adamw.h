@@ -34,4 +34,8 @@ void multiTensorAdamW(const std::vector<at::Tensor>& params, const std::vector<a
                       const std::vector<bool>& decay, const AdamWStep& s,
                       const std::vector<at::Tensor>& bf16Copies = {}, const at::Tensor& gradScale = {});
 
+// The gradScale rule above (undefined, or one float32 value on `like`'s device), for every
+// optimizer path that takes one; a tessera::Error naming `op` otherwise.
+void checkGradScale(const char* op, const at::Tensor& gradScale, const at::Tensor& like);
+
 }  // namespace tessera::kernels

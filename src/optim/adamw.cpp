@@ -34,6 +34,7 @@ AdamW::AdamW(std::vector<at::Tensor> params, std::vector<std::string> names, std
 void AdamW::step() { step(at::Tensor()); }
 
 void AdamW::step(const at::Tensor& gradScale) {
+  kernels::checkGradScale("AdamW::step", gradScale, params_.empty() ? at::Tensor() : params_[0]);
   at::NoGradGuard ng;
   ++step_;
   const auto s = adamwKernelStep(o_, step_), noDecay = adamwKernelStep(o_, step_, false);

@@ -95,6 +95,14 @@ TEST(AdamW, GradScaleIsTheStepOnScaledGradients) {
       EXPECT_TRUE(at::equal(a.expAvgSq()[i], b.expAvgSq()[i])) << "step " << step << " " << names[i];
     }
   }
+  // The per-tensor path checks the scale as the multi-tensor kernel does.
+  try {
+    a.step(at::ones({2}));
+    ADD_FAILURE() << "a two-element gradScale was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("AdamW::step: gradScale must be one float32 value"), std::string::npos)
+        << e.what();
+  }
 }
 
 // Gradient-norm clipping without ranks (parallel/grad_norm.h): pieces weighted, the norm and
