@@ -151,10 +151,6 @@ void check(TrainOptions& o, bool onGpu) {
               "train_gpt: --save-hf-every {} needs --save-hf-dir DIR (each export goes to DIR/step-<s>)", o.saveHfEvery);
   USAGE_CHECK((o.saveHfEvery == 0 && o.saveHfAtEnd.empty() && o.initFromHf.empty()) || o.cfg.arch == models::Arch::Llama,
               "train_gpt: --init-from-hf and --save-hf-* take a Llama (--model llama-*), not {}", o.cfg.describe());
-  USAGE_CHECK(o.fp8 == fp8::Recipe::Off || !onGpu,
-              "train_gpt: --fp8 {} on GPUs needs the cuBLASLt FP8 GEMMs, which are not built yet (on the CPU --fp8 "
-              "runs the exact emulation)",
-              fp8::name(o.fp8));
   USAGE_CHECK(o.fp8SkipBlocks.empty() || o.fp8 != fp8::Recipe::Off, "train_gpt: --fp8-skip-blocks needs --fp8");
   for (const int b : o.fp8SkipBlocks)
     USAGE_CHECK(b >= -o.cfg.layers && b < o.cfg.layers,

@@ -52,7 +52,7 @@ struct TrainOptions {
   int evalEvery = 0;              // validation loss every N steps (and at the end); 0: never
   int evalBatches = 4;            // global batches of the validation share per evaluation
   Precision precision = Precision::Fp32;  // default: fp32 on CPU, bf16 on GPU
-  fp8::Recipe fp8 = fp8::Recipe::Off;     // the blocks' linears (fp8/fake_quant.h; CPU emulation for now)
+  fp8::Recipe fp8 = fp8::Recipe::Off;     // the blocks' linears (GPU: cuBLASLt FP8; CPU: emulation)
   std::vector<int> fp8SkipBlocks;         // blocks kept out of FP8 (negative: from the end)
   uint64_t seed = 1234;
   // Data (src/data/dataset.h): "synthetic", or a path / Megatron blend "W1 PATH1 W2 PATH2".

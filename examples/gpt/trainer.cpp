@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/profiler.h"
+#include "kernels/fp8.h"
 #include "parallel/tensor/linear.h"
 #include "parallel/grad_norm.h"
 #include "pipeline/schedule.h"
@@ -240,8 +241,9 @@ StepReport Trainer::State::step(int64_t s) {
     rep.mfu = rep.tokensPerS * models::flopsPerToken(o.cfg) / (ctx.world->size() * o.peakTflops * 1e12);
   }
   if (o.fp8 != fp8::Recipe::Off) {  // validation's casts are counted in the next step
-    const auto c = fp8::takeCounts();
-    auto sums = at::tensor({c.values, c.underflows, c.saturated}, at::kLong).to(device);
+    const auto c = fp8::takeCounts(), g = kernels::takeFp8Counts();  // the CPU emulation's, the GPU casts'
+    auto sums = at::tensor({c.values + g.values, c.underflows + g.underflows, c.saturated + g.saturated}, at::kLong)
+                    .to(device);
     ctx.world->allReduce(sums, ReduceOp::Sum)->wait();
     const auto h = sums.cpu();
     rep.fp8Values = h[0].item<int64_t>(), rep.fp8Underflows = h[1].item<int64_t>(), rep.fp8Saturated = h[2].item<int64_t>();

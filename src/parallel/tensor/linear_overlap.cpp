@@ -12,6 +12,7 @@
 #include "fp8/fake_quant.h"
 #include "kernels/gemm_accumulate.h"
 #include "nn/accum_linear.h"
+#include "parallel/tensor/fp8_linear.h"
 #include "parallel/tensor/seq_chunks.h"
 
 namespace tessera::tp {
@@ -193,6 +194,9 @@ at::Tensor columnLinearAsyncGrad(const at::Tensor& x, const at::Tensor& weight, 
   TESSERA_CHECK(x.dim() >= 1, "tp::column_linear_async_grad: input must have at least one dimension");
   // A group of one: no communication (with FP8 the op itself, its collectives on one rank).
   if (tp->size() == 1 && fp8 == fp8::Recipe::Off) return at::linear(x, weight, bias);
+  if (fp8 != fp8::Recipe::Off && x.is_cuda())  // real FP8 GEMMs (fp8_linear.h); the CPU emulates them below
+    return fp8ParallelLinear(castForCudaAutocast(x), weight, bias,
+                             {Fp8Parallel::Column, tp, sequenceParallel, accumulateGrad, fp8});
   // Under CUDA autocast the input is saved and (sequence parallel) all-gathered in bf16/fp16,
   // as at::linear would cast it anyway: half the bytes of an fp32 LayerNorm output.
   auto st = c10::make_intrusive<OverlapState>(tp, sequenceParallel, overlap, std::move(trace));

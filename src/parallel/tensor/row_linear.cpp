@@ -12,6 +12,7 @@
 #include "nn/accum_linear.h"
 #include "common/sm_carveout.h"
 #include "fp8/fake_quant.h"
+#include "parallel/tensor/fp8_linear.h"
 #include "parallel/tensor/seq_chunks.h"
 
 namespace tessera::tp {
@@ -229,6 +230,8 @@ at::Tensor rowLinearReduce(const at::Tensor& x, const at::Tensor& weight, const 
                 "tp::row_linear_reduce: with sequence parallel, dimension 0 of the input (size {}) must be divisible "
                 "by the tensor-parallel size {} (rank {})",
                 x.dim() ? x.size(0) : 0, tp->size(), tp->rank());
+  if (fp8 != fp8::Recipe::Off && x.is_cuda())  // real FP8 GEMMs (fp8_linear.h); the CPU emulates them below
+    return fp8ParallelLinear(x, weight, bias, {Fp8Parallel::Row, tp, sequenceParallel, accumulateGrad, fp8});
   auto st = c10::make_intrusive<RowState>(tp, sequenceParallel, overlap);
   if (accumulateGrad) st->weight = weight, st->bias = bias;
   st->fp8 = fp8;
