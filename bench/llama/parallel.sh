@@ -4,7 +4,7 @@
 # without sequence parallel) and pipelining, in one run, then bench/results/llama_<N>gpu.{json,md}
 # (bench/results.py gpt: each system scaled against its own 1-GPU row, vs_pytorch against PyTorch's row of
 # the same layout, MFU, the fullest rank's peak memory).
-#   bench/llama/parallel.sh BUILD_DIR LOG_DIR [single] [dp] [fsdp] [tp] [pp]      (default: all, in that order)
+#   bench/llama/parallel.sh BUILD_DIR LOG_DIR [single] [dp] [fsdp] [tp] [pp] [fp8]  (default: all but fp8, in order)
 # With torch >= 2 every PyTorch run but DTensor TP's is made twice: eager (pytorch-<layout>) and with each block
 # under torch.compile (pytorch-compiled-<layout>, torchtitan's per-block compile: the compiled anchor of issue
 # 40); tessera's rows get vs_pytorch and vs_compiled.
@@ -17,6 +17,9 @@
 #   pp      pytorch-pp-mbMB (Schedule1F1B, embedding and head untied), tessera-train-pp-mbMB
 #           (--layout 1xNx1 --micro-batches MB --schedule 1f1b, tied as the preset), tessera-train-pp-zb-mbMB
 #           (the same with --schedule zb-h1: weight gradients deferred into the bubble)  PP_B in MB micro-batches
+#   fp8     issue 37: FP8_LAYOUT (fsdp with N > 1, else single) in bf16 and in FP8 on both sides: tessera-train-L,
+#           tessera-train-L-fp8 (--fp8 FP8_RECIPE, tensorwise), pytorch-compiled-L, pytorch-compiled-L-fp8 (FP8=1:
+#           bench/fp8/torch_float8.py over torch._scaled_mm); vs_tessera_train_L: over tessera's bf16 row
 # Env: COMPILED (1 under torch >= 2: the compiled rows; 0: eager only), RECOMPUTE (none|selective|full, both
 # sides: train_gpt --recompute, the PyTorch Llama's RECOMPUTE), B (4: llama3-1b at seq 2048 on one 80 GB H100
 # runs B=4 without recompute, llama_1gpu.md), TP_B (N x B: each GPU's share of tokens as the single run's),
@@ -36,12 +39,12 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 SECTIONS=("$@")
 [ ${#SECTIONS[@]} -eq 0 ] && SECTIONS=(single dp fsdp tp pp)
 for s in "${SECTIONS[@]}"; do
-  case $s in single | dp | fsdp | tp | pp) ;; *) echo "parallel.sh: unknown section $s (single dp fsdp tp pp)" >&2; exit 2 ;; esac
+  case $s in single | dp | fsdp | tp | pp | fp8) ;; *) echo "parallel.sh: unknown section $s (single dp fsdp tp pp fp8)" >&2; exit 2 ;; esac
 done
 N=${NPROC:-2}
 [[ $N =~ ^[1-9][0-9]*$ ]] || { echo "parallel.sh: NPROC=$N is not a GPU count" >&2; exit 2; }
-if ((N < 2)) && [ "${SECTIONS[*]}" != single ]; then
-  echo "parallel.sh: NPROC=$N: the sections ${SECTIONS[*]} need 2 GPUs or more (only single runs on one)" >&2
+if ((N < 2)) && [ "${SECTIONS[*]}" != single ] && [ "${SECTIONS[*]}" != fp8 ]; then
+  echo "parallel.sh: NPROC=$N: the sections ${SECTIONS[*]} need 2 GPUs or more (only single and fp8 run on one)" >&2
   exit 2
 fi
 export MODEL=${MODEL:-llama3-1b} STEPS=${STEPS:-10}
@@ -58,7 +61,7 @@ nvidia-smi -L >/dev/null 2>&1 && PRECISION=(--precision bf16)
 [ -x "$BUILD/examples/train_gpt" ] || { echo "parallel.sh: $BUILD/examples/train_gpt was not built" >&2; exit 1; }
 mkdir -p "$LOGS"
 rc=0
-logs=() expect=() notes=()
+logs=() expect=() notes=() VERSUS=() EXTRA_COLS=""
 BENCH="llama parallel bench"
 source "$HERE/../run_lib.sh"  # run NAME CMD..., torchrun_cmd, machine
 torchrun_cmd                   # TORCHRUN=(torchrun --standalone [-r 1 -t 1 under torch 1.x])
@@ -84,7 +87,7 @@ brun() {  # brun NAME CMD...: `run` within BUDGET_S; returns 0 when the run succ
   rc=$((before | ok))
   return $ok
 }
-torch_run() {  # torch_run NAME NPROC MODE [compiled] (B, MB from the caller's environment)
+torch_run() {  # torch_run NAME NPROC MODE [compiled] (B, MB, FP8 from the caller's environment)
   local name=$1 n=$2 mode=$3 compiled=0
   [ "${4:-}" = compiled ] && compiled=1
   if [ "$TORCH_MAJOR" = 1 ] && { [ $compiled = 1 ] || { [ "$mode" != single ] && [ "$mode" != ddp ]; }; }; then
@@ -92,7 +95,7 @@ torch_run() {  # torch_run NAME NPROC MODE [compiled] (B, MB from the caller's e
     notes+=("$name: not run, torch $TORCH_MAJOR.x has no torch.compile, FSDP2, DTensor or pipelining")
     return 0
   fi
-  COMPILE=$compiled RECOMPUTE=$RECOMPUTE brun "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" \
+  COMPILE=$compiled RECOMPUTE=$RECOMPUTE FP8=${FP8:-0} brun "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" \
     "$HERE/torch_llama_parallel.py" "$mode"
 }
 train() {  # train NAME NPROC train_gpt-flags...: then its RESULT line from the JSONL log (3 warm-ups)
@@ -128,6 +131,20 @@ for s in "${SECTIONS[@]}"; do
       [ "$COMPILED" = 1 ] && B=$PP_B MB=$MB torch_run "pytorch-compiled-pp-mb$MB" "$N" pp compiled
       train "tessera-train-pp-mb$MB" "$N" --layout "1x${N}x1" --batch "$PP_B" --micro-batches "$MB" --schedule 1f1b
       train "tessera-train-pp-zb-mb$MB" "$N" --layout "1x${N}x1" --batch "$PP_B" --micro-batches "$MB" --schedule zb-h1 ;;
+    fp8)
+      L=${FP8_LAYOUT:-$( ((N > 1)) && echo fsdp || echo single)}
+      case $L in
+        single) lay=(--layout 1x1x1 --batch "$B") tmode=single ;;
+        fsdp) lay=(--layout "${N}x1x1" --dp-mode fsdp --batch $((N * B))) tmode=fsdp ;;
+        dp) lay=(--layout "${N}x1x1" --batch $((N * B))) tmode=ddp ;;
+        *) echo "parallel.sh: FP8_LAYOUT=$L (single fsdp dp)" >&2; exit 2 ;;
+      esac
+      n=$([ "$L" = single ] && echo 1 || echo "$N")
+      [[ " ${SECTIONS[*]} " == *" $L "* ]] || train "tessera-train-$L" "$n" "${lay[@]}"
+      train "tessera-train-$L-fp8" "$n" "${lay[@]}" --fp8 "${FP8_RECIPE:-tensorwise}"
+      [[ " ${SECTIONS[*]} " == *" $L "* ]] || B=$B torch_run "pytorch-compiled-$L" "$n" "$tmode" compiled
+      FP8=1 B=$B torch_run "pytorch-compiled-$L-fp8" "$n" "$tmode" compiled
+      VERSUS+=(--versus "tessera-train-$L") EXTRA_COLS+=",vs_tessera_train_$L" ;;
   esac
 done
 # PyTorch's sequence parallel last: the one run whose plan (tp_sp) had not run on GPUs before this script.
@@ -148,8 +165,8 @@ for e in "${expect[@]}"; do expect_args+=(--expect "$e"); done
   --config "$MODEL ${PRECISION[*]:-fp32}; sequences per step: single B=$B, dp/fsdp B=$B per GPU, tp TP_B=$TP_B shared, pp PP_B=$PP_B in MB=$MB micro-batches; train_gpt ${DATA:-synthetic} tokens, PyTorch random tokens" \
   --method "3 warm-ups then the median of $STEPS steps (upper median), the device synchronised around each step: train_gpt's JSONL log (results.py from-jsonl), PyTorch's own timing; peak memory = max allocated by the caching allocator on the fullest rank" \
   --reference pytorch=pytorch-single --reference pytorch-compiled=pytorch-compiled-single \
-  --reference tessera-train=tessera-train-single --vs-pytorch tessera-train- \
-  --columns mode,micro_batches,scaled_against,vs_pytorch,vs_compiled,overhead_ms,notes \
+  --reference tessera-train=tessera-train-single --vs-pytorch tessera-train- "${VERSUS[@]}" \
+  --columns "mode,micro_batches,scaled_against,vs_pytorch,vs_compiled$EXTRA_COLS,overhead_ms,notes" \
   --note "PyTorch's pp unties the embedding and the head (its stages hold them apart); train_gpt's keeps them tied, summing the table's gradient over the first and last stage" \
   --note "PyTorch: the Llama of tests/models/torch_llama.py in bf16 autocast over fp32 weights (FSDP2: bf16 parameters, fp32 reduction), AdamW fused (tp: foreach=False), gradient-norm clipping at 1.0 (pp: per stage); tp_sp gathers each norm's output once in bf16; recompute $RECOMPUTE on both sides" \
   --note "pytorch-compiled-*: the same runs with each block under torch.compile (torchtitan's per-block compile); vs_compiled: tessera's tokens/s over the compiled row of its layout; DTensor TP runs eager only" \

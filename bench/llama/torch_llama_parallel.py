@@ -18,7 +18,8 @@ MODE (B: env, sequences per step):
           stage 0 holds the embedding, the last stage the final norm and head: UNTIED (noted in the row)
 Env: MODEL (llama3-1b, llama3-8b; llama-tiny for a smoke run), B (4), T (the preset's seq_len), STEPS (10),
 MB (16); COMPILE=1: each block under torch.compile before the parallel wrapper (torchtitan's per-block
-compile; the anchor of issue 40), RECOMPUTE none|selective|full (none: selective recomputes attention's core,
+compile; the anchor of issue 40), FP8=1 (the blocks' linears in FP8 over torch._scaled_mm, tensorwise:
+bench/fp8/torch_float8.py; issue 37's anchor), RECOMPUTE none|selective|full (none: selective recomputes attention's core,
 as train_gpt's --recompute selective; full checkpoints each block), CLIP (1.0, train_gpt's default; 0: none:
 clip_grad_norm_ with foreach over the model's parameters, DTensors included; pp: each stage's own).
 Prints rank 0's "RESULT {json}" in bench/results.py's keys (mode, world, batch = sequences per step over all
@@ -188,8 +189,16 @@ def main():
         sys.exit("torch_llama_parallel.py: DTensor TP runs eager and without RECOMPUTE=full here (its plan names "
                  "the blocks' own linears)")
 
-    def make(c, d):  # the model with RECOMPUTE and COMPILE applied to its blocks
-        return prepare_blocks(build(c, d), recompute, compile_blocks)
+    fp8 = os.environ.get("FP8", "0") == "1"
+
+    def make(c, d):  # the model with FP8, RECOMPUTE and COMPILE applied to its blocks
+        model = build(c, d)
+        if fp8:  # the blocks' linears over torch._scaled_mm (bench/fp8/torch_float8.py)
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fp8"))
+            from torch_float8 import swap_linears
+            for blk in model.blocks:
+                swap_linears(blk)
+        return prepare_blocks(model, recompute, compile_blocks)
 
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
     notes = None
@@ -271,7 +280,7 @@ def main():
                step_ms=round(med * 1e3, 2), tokens_per_s=round(tokens / med),  # MFU and memory: GPUs only
                mfu_vs_989=round(tokens / med * fpt / (world * PEAK_FLOPS), 4) if cuda else None,
                peak_mem_GiB=round(peak.item(), 2) if cuda else None)
-    res.update(compiled=compile_blocks, recompute=recompute, clip=clip)
+    res.update(compiled=compile_blocks, recompute=recompute, clip=clip, fp8="tensorwise" if fp8 else "off")
     if mode == "pp":
         res["micro_batches"] = mb
     if loss is not None:
