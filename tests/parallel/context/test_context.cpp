@@ -1,7 +1,8 @@
 // Context parallelism (src/parallel/context): the chunk assignment as a table, the reordering of
 // gathered shards, the errors; and the attention over a split sequence against causal attention
 // over the whole sequence in one process (Gloo, cp 2 and 4, grouped-query and multi-head, chunks
-// of an odd length): every rank's output and its shares of the q, k and v gradients, rtol 1e-5.
+// of an odd length): every rank's output and its shares of the q, k and v gradients, rtol 1e-5;
+// the math kernel asked for by name is the CPU's default, the fused ones are refused by name.
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -105,6 +106,12 @@ TESSERA_WORKER(cp_attention) {
     near(ql.grad(), mine(q.grad()), "q gradient");
     near(kl.grad(), mine(k.grad()), "k gradient");
     near(vl.grad(), mine(v.grad()), "v gradient");
+    // The CPU's kernel is the math path; the fused kernels are refused by name.
+    auto ql2 = ql.detach(), kl2 = kl.detach(), vl2 = vl.detach();
+    WCHECK(at::equal(cp::attention(ql2, kl2, vl2, g, cp::Kernel::Math), out.detach()), "{}: math is not auto", where);
+    for (auto kernel : {cp::Kernel::Flash, cp::Kernel::Efficient})
+      expectErrorContaining([&] { cp::attention(ql2, kl2, vl2, g, kernel); },
+                            {"rank", "kernel", cp::kernelName(kernel)});
   }
 }
 
