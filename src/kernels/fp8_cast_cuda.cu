@@ -1,6 +1,8 @@
 // The FP8 cast kernels (see fp8_cuda.h): amaxes, then codes (and their transpose) in one pass.
-// The encoding is fp8/format.cpp's, in float32: every step (scaling by a power of two, rounding to
-// an integer with ties to even) is exact, so the codes equal the CPU reference's bit for bit.
+// The encoding is fp8/format.cpp's (the hardware's round-to-nearest-even conversion; NaN and the
+// saturation count as the reference has them), so the codes equal the CPU reference's bit for bit.
+#include <cuda_fp8.h>
+
 #include "kernels/cuda_common.cuh"
 #include "kernels/fp8_cuda.h"
 
@@ -8,8 +10,6 @@
 
 namespace tessera::kernels::detail {
 namespace {
-
-constexpr int kTile = 32, kRowsPerThread = 4;  // a 32 × 32 tile per block of 32 × 8 threads
 
 __device__ __forceinline__ float warpMax(float v) {
 #pragma unroll
@@ -40,12 +40,17 @@ __device__ __forceinline__ void atomicMaxNonNegative(float* at, float v) {
   atomicMax(reinterpret_cast<int*>(at), __float_as_int(v));
 }
 
-template <typename T>
+// V elements per load (16 bytes) when n is a multiple of V and x 16-byte aligned, else 1.
+template <typename T, int V>
 __global__ void amaxTensorKernel(const T* __restrict__ x, long long n, float* amax) {
   float m = 0.f;
-  for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<long long>(gridDim.x) * blockDim.x)
-    m = fmaxf(m, fabsf(toFloat<T>(x[i])));
+  for (long long i = (blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x) * V; i < n;
+       i += static_cast<long long>(gridDim.x) * blockDim.x * V) {
+    float v[V];
+    loadFloats<T, V>(x + i, v);
+#pragma unroll
+    for (int k = 0; k < V; ++k) m = fmaxf(m, fabsf(v[k]));
+  }
   m = blockMax(m);
   if (threadIdx.x == 0) atomicMaxNonNegative(amax, m);
 }
@@ -83,66 +88,94 @@ __device__ __forceinline__ float scaleOf(float amax, bool e5m2) {
   return __fdiv_rn(e5m2 ? 57344.f : 448.f, amax);
 }
 
-// fp8::encode(v, Saturate) (format.cpp), with whether a finite v was clamped to the largest value.
+// fp8::encode(v, Saturate) (format.cpp): the hardware conversion (round to nearest even,
+// saturating, sm_89+), NaN kept with its sign as the reference keeps it (the instruction writes one
+// canonical NaN). `saturated`: a finite v that rounds above the largest value (the reference's
+// rounding without saturation: E4M3 above 464, E5M2 from 61440 on, a tie rounding up to 2^16).
 __device__ __forceinline__ uint8_t encodeFp8(float v, bool e5m2, bool& saturated) {
-  const int manBits = e5m2 ? 2 : 3, bias = e5m2 ? 15 : 7;
-  const float top = e5m2 ? 57344.f : 448.f;
-  const uint8_t sign = signbit(v) ? 0x80 : 0x00, largest = e5m2 ? 0x7b : 0x7e;
-  if (isnan(v)) return sign | (e5m2 ? 0x7e : 0x7f);
+  if (isnan(v)) return (signbit(v) ? 0x80 : 0x00) | (e5m2 ? 0x7e : 0x7f);
   const float a = fabsf(v);
-  if (isinf(a)) return sign | largest;
-  if (a == 0.f) return sign;
-  const int minExp = 1 - bias;
-  const int e = max(ilogbf(a), minExp), quantum = e - manBits;
-  const float rounded = ldexpf(rintf(ldexpf(a, -quantum)), quantum);
-  if (rounded > top) {
-    saturated = true;
-    return sign | largest;
-  }
-  if (rounded == 0.f) return sign;
-  const int re = ilogbf(rounded);
-  if (re < minExp) return sign | static_cast<uint8_t>(ldexpf(rounded, manBits - minExp));
-  const unsigned man = static_cast<unsigned>(ldexpf(rounded, manBits - re)) - (1u << manBits);
-  return sign | static_cast<uint8_t>((static_cast<unsigned>(re + bias) << manBits) | man);
+  saturated = !isinf(a) && (e5m2 ? a >= 61440.f : a > 464.f);
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3));
 }
 
+// A tile of 32 rows × 128 columns per block of 256 threads: thread t casts 4 consecutive columns
+// (4·(t mod 32)) of rows t/32 + 8i, i < 4 (vector loads and one 4-byte store where aligned), then,
+// from shared memory, writes 16 bytes of one transposed row (a column of the tile).
+constexpr int kTileRows = 32, kTileCols = 128;
+
 template <typename T>
-__global__ void castKernel(const Fp8CastArgs a) {
-  __shared__ uint8_t tile[kTile][kTile + 4];
+__global__ void castKernel(const Fp8CastArgs a, bool vec) {
+  __shared__ uint8_t tile[kTileRows][kTileCols + 4];
   const T* x = static_cast<const T*>(a.x);
-  const long long r0 = blockIdx.x * static_cast<long long>(kTile), c0 = blockIdx.y * static_cast<long long>(kTile);
-  const long long c = c0 + threadIdx.x;
+  const long long r0 = blockIdx.x * static_cast<long long>(kTileRows), c0 = blockIdx.y * static_cast<long long>(kTileCols);
+  const int lane = threadIdx.x & 31, rowInTile = threadIdx.x >> 5;
+  const long long c = c0 + 4 * lane;
   float under = 0.f, sat = 0.f;
+  const float tensorScale = a.axis == Fp8Axis::Tensor ? scaleOf(a.amax[0], a.e5m2) : 0.f;
+  if (a.axis == Fp8Axis::Tensor && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
+    a.scaleInv[0] = __fdiv_rn(1.f, tensorScale);
 #pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) {
-    const int tr = threadIdx.y + 8 * i;
+  for (int i = 0; i < 4; ++i) {
+    const int tr = rowInTile + 8 * i;
     const long long r = r0 + tr;
     if (r >= a.rows || c >= a.cols) continue;
-    const long long which = a.axis == Fp8Axis::Tensor ? 0 : a.axis == Fp8Axis::Rows ? r : c;
-    const float scale = scaleOf(a.amax[which], a.e5m2);
-    const bool writesScale = a.axis == Fp8Axis::Tensor ? (r == 0 && c == 0) : a.axis == Fp8Axis::Rows ? c == 0 : r == 0;
-    if (writesScale) a.scaleInv[which] = __fdiv_rn(1.f, scale);
-    const float v = toFloat<T>(x[r * a.cols + c]);
-    bool s = false;
-    const uint8_t code = encodeFp8(__fmul_rn(v, scale), a.e5m2, s);
-    if (isfinite(v) && v != 0.f && (code & 0x7f) == 0) under += 1.f;
-    if (s && isfinite(__fmul_rn(v, scale))) sat += 1.f;
-    if (a.codes) a.codes[r * a.cols + c] = code;
-    tile[tr][threadIdx.x] = code;
+    const int n = static_cast<int>(min(4LL, a.cols - c));
+    float v[4] = {0.f, 0.f, 0.f, 0.f};
+    if (vec && n == 4) {
+      loadFloats<T, 4>(x + r * a.cols + c, v);
+    } else {
+      for (int j = 0; j < n; ++j) v[j] = toFloat<T>(x[r * a.cols + c + j]);
+    }
+    uint32_t packed = 0;
+    for (int j = 0; j < n; ++j) {
+      float scale = tensorScale;
+      if (a.axis == Fp8Axis::Rows) {
+        scale = scaleOf(a.amax[r], a.e5m2);
+        if (c + j == 0) a.scaleInv[r] = __fdiv_rn(1.f, scale);
+      } else if (a.axis == Fp8Axis::Cols) {
+        scale = scaleOf(a.amax[c + j], a.e5m2);
+        if (r == 0) a.scaleInv[c + j] = __fdiv_rn(1.f, scale);
+      }
+      const float scaled = __fmul_rn(v[j], scale);
+      bool s = false;
+      const uint8_t code = encodeFp8(scaled, a.e5m2, s);
+      if (isfinite(v[j]) && v[j] != 0.f && (code & 0x7f) == 0) under += 1.f;
+      if (s) sat += 1.f;
+      packed |= static_cast<uint32_t>(code) << (8 * j);
+      tile[tr][4 * lane + j] = code;
+    }
+    if (a.codes) {
+      if (vec && n == 4) {
+        *reinterpret_cast<uint32_t*>(a.codes + r * a.cols + c) = packed;
+      } else {
+        for (int j = 0; j < n; ++j) a.codes[r * a.cols + c + j] = static_cast<uint8_t>(packed >> (8 * j));
+      }
+    }
   }
   if (a.codesT) {
     __syncthreads();
+    const int tc = threadIdx.x >> 1, half = threadIdx.x & 1;  // transposed row c0 + tc, its bytes half·16 ..
+    const long long cT = c0 + tc, rT = r0 + 16 * half;
+    if (cT < a.cols && rT < a.rows) {
+      uint8_t* dst = a.codesT + cT * a.rows + rT;
+      const int n = static_cast<int>(min(16LL, a.rows - rT));
+      if (vec && n == 16 && a.rows % 16 == 0) {
+        uint32_t w[4];
 #pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) {
-      const int tc = threadIdx.y + 8 * i;
-      const long long cT = c0 + tc, rT = r0 + threadIdx.x;
-      if (cT < a.cols && rT < a.rows) a.codesT[cT * a.rows + rT] = tile[threadIdx.x][tc];
+        for (int q = 0; q < 4; ++q)
+          w[q] = tile[16 * half + 4 * q][tc] | (tile[16 * half + 4 * q + 1][tc] << 8) |
+                 (tile[16 * half + 4 * q + 2][tc] << 16) | (static_cast<uint32_t>(tile[16 * half + 4 * q + 3][tc]) << 24);
+        *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+      } else {
+        for (int q = 0; q < n; ++q) dst[q] = tile[16 * half + q][tc];
+      }
     }
   }
   if (a.counts) {
     under = warpSum(under);
     sat = warpSum(sat);
-    if ((threadIdx.x & 31) == 0) {
+    if (lane == 0) {
       if (under > 0.f) atomicAdd(a.counts, under);
       if (sat > 0.f) atomicAdd(a.counts + 1, sat);
     }
@@ -162,8 +195,15 @@ std::string launchFp8Amax(const void* x, ElemType type, long long rows, long lon
   TESSERA_DISPATCH_ELEM(type, T, {
     const T* p = static_cast<const T*>(x);
     if (axis == Fp8Axis::Tensor) {
-      const long long blocks = std::min((rows * cols + 255) / 256, 4LL * smCount(l.device));
-      amaxTensorKernel<T><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, rows * cols, amax);
+      constexpr int V = 16 / sizeof(T);
+      const long long n = rows * cols;
+      const bool vec = n % V == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+      const long long blocks = std::min((n / (vec ? V : 1) + 255) / 256, 4LL * smCount(l.device));
+      if (vec) {
+        amaxTensorKernel<T, V><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, n, amax);
+      } else {
+        amaxTensorKernel<T, 1><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, n, amax);
+      }
     } else if (axis == Fp8Axis::Rows) {
       amaxRowsKernel<T><<<static_cast<unsigned>(rows), rowThreads(cols, 1, 256), 0, stream>>>(p, cols, amax);
     } else {
@@ -181,10 +221,14 @@ std::string launchFp8Amax(const void* x, ElemType type, long long rows, long lon
 std::string launchFp8Cast(const Fp8CastArgs& a, const Launch& l) {
   if (a.rows <= 0 || a.cols <= 0) return "";
   nccl_detail::DeviceGuard guard(l.device);
-  const long long colTiles = (a.cols + kTile - 1) / kTile;
-  if (colTiles > 65535) return "fp8 cast: more than 65535 × 32 columns";
-  const dim3 grid(static_cast<unsigned>((a.rows + kTile - 1) / kTile), static_cast<unsigned>(colTiles));
-  TESSERA_DISPATCH_ELEM(a.type, T, { castKernel<T><<<grid, dim3(32, 8), 0, static_cast<cudaStream_t>(l.stream)>>>(a); });
+  const long long colTiles = (a.cols + kTileCols - 1) / kTileCols;
+  if (colTiles > 65535) return "fp8 cast: more than 65535 × 128 columns";
+  // Vector access: rows of whole 4-element groups, 16-byte aligned buffers (the allocator's).
+  const auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+  const bool vec = a.cols % 4 == 0 && addr(a.x) % 16 == 0 && (!a.codes || addr(a.codes) % 16 == 0) &&
+                   (!a.codesT || addr(a.codesT) % 16 == 0);
+  const dim3 grid(static_cast<unsigned>((a.rows + kTileRows - 1) / kTileRows), static_cast<unsigned>(colTiles));
+  TESSERA_DISPATCH_ELEM(a.type, T, { castKernel<T><<<grid, 256, 0, static_cast<cudaStream_t>(l.stream)>>>(a, vec); });
   return lastLaunchError("fp8 castKernel");
 }
 

@@ -9,6 +9,7 @@
 // fails that. The row layer sums its weight gradient into .grad in the GEMM (accumulateGrad).
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/types.h>
