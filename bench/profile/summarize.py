@@ -7,6 +7,7 @@ import argparse, collections, json, re
 
 
 def short(name):
+    name = name.replace("(anonymous namespace)::", "")
     name = re.sub(r"<.*", "", name)          # template arguments
     name = re.sub(r"\(.*", "", name)         # parameter lists
     return name.strip()[:90]

@@ -41,11 +41,22 @@ __device__ __forceinline__ void atomicMaxNonNegative(float* at, float v) {
 }
 
 // V elements per load (16 bytes) when n is a multiple of V and x 16-byte aligned, else 1.
+// Four loads in flight per thread (the loop is latency-bound otherwise).
 template <typename T, int V>
 __global__ void amaxTensorKernel(const T* __restrict__ x, long long n, float* amax) {
   float m = 0.f;
-  for (long long i = (blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x) * V; i < n;
-       i += static_cast<long long>(gridDim.x) * blockDim.x * V) {
+  const long long stride = static_cast<long long>(gridDim.x) * blockDim.x * V;
+  long long i = (blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x) * V;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    float v[4][V];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) loadFloats<T, V>(x + i + u * stride, v[u]);
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+      for (int k = 0; k < V; ++k) m = fmaxf(m, fabsf(v[u][k]));
+  }
+  for (; i < n; i += stride) {
     float v[V];
     loadFloats<T, V>(x + i, v);
 #pragma unroll
@@ -139,7 +150,9 @@ __global__ void castKernel(const Fp8CastArgs a, bool vec) {
       }
       const float scaled = __fmul_rn(v[j], scale);
       bool s = false;
-      const uint8_t code = encodeFp8(scaled, a.e5m2, s);
+      // A NaN keeps x's sign (the GPU's product is the canonical NaN; the CPU's keeps the operand).
+      const uint8_t code = isnan(v[j]) ? (signbit(v[j]) ? 0x80 : 0x00) | (a.e5m2 ? 0x7e : 0x7f)
+                                       : encodeFp8(scaled, a.e5m2, s);
       if (isfinite(v[j]) && v[j] != 0.f && (code & 0x7f) == 0) under += 1.f;
       if (s) sat += 1.f;
       packed |= static_cast<uint32_t>(code) << (8 * j);
@@ -198,7 +211,7 @@ std::string launchFp8Amax(const void* x, ElemType type, long long rows, long lon
       constexpr int V = 16 / sizeof(T);
       const long long n = rows * cols;
       const bool vec = n % V == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-      const long long blocks = std::min((n / (vec ? V : 1) + 255) / 256, 4LL * smCount(l.device));
+      const long long blocks = std::min((n / (vec ? V : 1) + 255) / 256, 8LL * smCount(l.device));
       if (vec) {
         amaxTensorKernel<T, V><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, n, amax);
       } else {
