@@ -117,7 +117,7 @@ constexpr int kTileRows = 32, kTileCols = 128;
 
 template <typename T>
 __global__ void castKernel(const Fp8CastArgs a, bool vec) {
-  __shared__ uint8_t tile[kTileRows][kTileCols + 4];
+  __shared__ __align__(16) uint8_t tile[kTileRows][kTileCols + 4];
   const T* x = static_cast<const T*>(a.x);
   const long long r0 = blockIdx.x * static_cast<long long>(kTileRows), c0 = blockIdx.y * static_cast<long long>(kTileCols);
   const int lane = threadIdx.x & 31, rowInTile = threadIdx.x >> 5;
@@ -132,14 +132,20 @@ __global__ void castKernel(const Fp8CastArgs a, bool vec) {
     const long long r = r0 + tr;
     if (r >= a.rows || c >= a.cols) continue;
     const int n = static_cast<int>(min(4LL, a.cols - c));
+    // Constant indices only (an unrolled loop with a guard): a runtime index would put v in local
+    // memory, which made this kernel a third of the memory's pace.
     float v[4] = {0.f, 0.f, 0.f, 0.f};
     if (vec && n == 4) {
       loadFloats<T, 4>(x + r * a.cols + c, v);
     } else {
-      for (int j = 0; j < n; ++j) v[j] = toFloat<T>(x[r * a.cols + c + j]);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (j < n) v[j] = toFloat<T>(x[r * a.cols + c + j]);
     }
     uint32_t packed = 0;
-    for (int j = 0; j < n; ++j) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (j >= n) continue;
       float scale = tensorScale;
       if (a.axis == Fp8Axis::Rows) {
         scale = scaleOf(a.amax[r], a.e5m2);
@@ -156,8 +162,8 @@ __global__ void castKernel(const Fp8CastArgs a, bool vec) {
       if (isfinite(v[j]) && v[j] != 0.f && (code & 0x7f) == 0) under += 1.f;
       if (s) sat += 1.f;
       packed |= static_cast<uint32_t>(code) << (8 * j);
-      tile[tr][4 * lane + j] = code;
     }
+    *reinterpret_cast<uint32_t*>(&tile[tr][4 * lane]) = packed;
     if (a.codes) {
       if (vec && n == 4) {
         *reinterpret_cast<uint32_t*>(a.codes + r * a.cols + c) = packed;
