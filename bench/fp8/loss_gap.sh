@@ -4,9 +4,10 @@
 # table with the largest gap and tools/plot_run.py overlays the curves in one PNG.
 #   bench/fp8/loss_gap.sh BUILD_DIR OUT_DIR NAME [train_gpt flags...]
 # Env: NPROC (2), STEPS (500), RECIPES ("off tensorwise rowwise"), LAUNCH (mpirun; or torchrun),
-# NOTE (a line for the table's notes: the machine, what the run stands for).
-# On the CPU --fp8 is the exact emulation (src/fp8); the same script runs on GPUs once --fp8
-# runs there (pass --precision bf16 and a larger --model).
+# NOTE (a line for the table's notes: the machine, what the run stands for), PYTHON (/usr/bin/python3:
+# the tables; the PNG is skipped with a message where it has no matplotlib).
+# On the CPU --fp8 is the exact emulation (src/fp8); on GPUs the FP8 GEMMs (pass --precision bf16,
+# LAUNCH=torchrun; tests/fp8/gpu_loss_gap.sh does).
 set -euo pipefail
 BUILD=$1 OUT=$2 NAME=$3
 shift 3
@@ -29,6 +30,8 @@ for r in ${RECIPES:-off tensorwise rowwise}; do
 done
 notes=()
 [[ -n ${NOTE:-} ]] && notes=(--note "$NOTE")
-/usr/bin/python3 "$HERE/loss_gap.py" "$OUT/$NAME" "${logs[@]}" --command "bench/fp8/loss_gap.sh $* (NPROC $NPROC, STEPS $STEPS)" \
+PY=${PYTHON:-/usr/bin/python3}
+"$PY" "$HERE/loss_gap.py" "$OUT/$NAME" "${logs[@]}" --command "bench/fp8/loss_gap.sh $* (NPROC $NPROC, STEPS $STEPS)" \
   "${notes[@]}"
-/usr/bin/python3 "$HERE/../../tools/plot_run.py" "${logs[@]}" -o "$OUT/$NAME.png" --title "$NAME: loss with and without FP8"
+"$PY" "$HERE/../../tools/plot_run.py" "${logs[@]}" -o "$OUT/$NAME.png" --title "$NAME: loss with and without FP8" ||
+  echo "loss_gap.sh: no PNG (tools/plot_run.py failed: matplotlib?)" >&2

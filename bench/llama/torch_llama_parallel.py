@@ -83,15 +83,23 @@ def prepare_blocks(model, recompute, compile_blocks):
 
 def clip_grads(params, max_norm):
     """Gradient-norm clipping as torchtitan does it: the total norm over all gradients (foreach; DTensor
-    gradients of FSDP2 and TP give a DTensor norm, made whole), then every gradient scaled by it. torch 1.x:
-    clip_grad_norm_."""
+    gradients of FSDP2 and TP give a DTensor norm, made whole), then every gradient scaled by it. DTensor and
+    plain gradients (DTensor TP leaves the embedding and norms plain) are normed apart and combined: foreach
+    ops refuse a mixed list. torch 1.x: clip_grad_norm_."""
     params = [p for p in params if p.grad is not None]
     if not hasattr(torch.nn.utils, "get_total_norm"):
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
-    total = torch.nn.utils.get_total_norm([p.grad for p in params], foreach=True)
-    if hasattr(total, "full_tensor"):
-        total = total.full_tensor()
-    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total, foreach=True)
+    groups = [[p for p in params if hasattr(p.grad, "full_tensor")],
+              [p for p in params if not hasattr(p.grad, "full_tensor")]]
+    norms = []
+    for g in groups:
+        if g:
+            n = torch.nn.utils.get_total_norm([p.grad for p in g], foreach=True)
+            norms.append(n.full_tensor() if hasattr(n, "full_tensor") else n)
+    total = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
+    for g in groups:
+        if g:
+            torch.nn.utils.clip_grads_with_norm_(g, max_norm, total, foreach=True)
     return total
 
 
