@@ -13,6 +13,7 @@
 #include "harness/multiprocess.h"
 #include "parallel/context/attention.h"
 #include "parallel/context/chunks.h"
+#include "reference.h"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -86,11 +87,7 @@ TESSERA_WORKER(cp_attention) {
     auto v = at::randn({T, B, hkv, D}, gen).requires_grad_(true);
     auto gy = at::randn({T, B, hq, D}, gen);
     // The whole sequence in this process: causal attention with each kv head repeated.
-    auto heads = [](const at::Tensor& x, int64_t rep) {
-      auto y = x.permute({1, 2, 0, 3});
-      return rep == 1 ? y : y.repeat_interleave(rep, 1);
-    };
-    auto ref = causalSelfAttention(heads(q, 1), heads(k, hq / hkv), heads(v, hq / hkv)).permute({2, 0, 1, 3});
+    auto ref = causalReference(q, k, v);
     (ref * gy).sum().backward();
     // This rank's share through the context-parallel op.
     auto mine = [&](const at::Tensor& x) { return cp::shard(x.detach(), 0, n, r); };

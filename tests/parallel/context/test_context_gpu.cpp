@@ -21,6 +21,7 @@
 #include "harness/multiprocess.h"
 #include "parallel/context/attention.h"
 #include "parallel/context/chunks.h"
+#include "reference.h"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -49,11 +50,7 @@ TESSERA_WORKER(cp_fused) {
     auto v = bf16Exact(at::randn({T, B, hkv, D}, gen, at::kDouble)).requires_grad_(true);
     auto gy = bf16Exact(at::randn({T, B, hq, D}, gen, at::kDouble));
     // The whole sequence, fp64 on the CPU: causal attention with each kv head repeated.
-    auto heads = [](const at::Tensor& x, int64_t rep) {
-      auto y = x.permute({1, 2, 0, 3});
-      return rep == 1 ? y : y.repeat_interleave(rep, 1);
-    };
-    auto ref = causalSelfAttention(heads(q, 1), heads(k, hq / hkv), heads(v, hq / hkv)).permute({2, 0, 1, 3});
+    auto ref = causalReference(q, k, v);
     (ref * gy).sum().backward();
     auto mine = [&](const at::Tensor& x) { return cp::shard(x.detach(), 0, n, r); };
     struct Case {

@@ -43,6 +43,19 @@ void expectClose(const at::Tensor& gotAnywhere, const at::Tensor& want, const st
 using fp8::Axis;
 using fp8::Format;
 at::Tensor fq(const at::Tensor& t, Format f, Axis a) { return fp8::fakeQuantize(t, f, a); }
+
+// The recipe on one unsharded linear (x2 [m, in], W [out, in], gy2 [m, out]) with the emulation:
+// its output, input gradient and weight gradient.
+struct Ref {
+  at::Tensor y, gx, gW;
+};
+Ref onUnsharded(const at::Tensor& x2, const at::Tensor& W, const at::Tensor& b, const at::Tensor& gy2,
+                bool tensorwise) {
+  const auto fwd = tensorwise ? Axis::Tensor : Axis::Rows;
+  auto xq = fq(x2, Format::E4M3, fwd), wq = fq(W, Format::E4M3, fwd), gq = fq(gy2, Format::E5M2, fwd);
+  return {at::addmm(b, xq, wq.t()), gq.mm(tensorwise ? wq : fq(W, Format::E4M3, Axis::Cols)),
+          tensorwise ? gq.t().mm(xq) : gy2.t().mm(x2)};
+}
 }  // namespace
 
 // arg: "tensorwise" | "rowwise", "_sp" for sequence parallel.
@@ -75,8 +88,6 @@ TESSERA_WORKER(tp_fp8_gpu) {
   auto tokens = [&](const at::Tensor& t) { return seqSplit ? t.chunk(p, 0)[r].contiguous() : t; };
   auto features = [&](const at::Tensor& t) { return t.chunk(p, -1)[r].contiguous(); };
   const std::string where = fmt::format("{}{} tp {} rank {}", mode, seqSplit ? " sp" : "", p, r);
-  const auto E4 = Format::E4M3, E5 = Format::E5M2;
-  const auto fwd = tensorwise ? Axis::Tensor : Axis::Rows;
 
   {  // Column: x [S, B, IN] (its token shard with sp) → [S, B, H/p].
     const auto x = seeded({S, B, IN}, 11), gy = seeded({S, B, H}, 12);
@@ -85,13 +96,10 @@ TESSERA_WORKER(tp_fp8_gpu) {
     (y * features(gy).to(dev)).sum().backward();
     auto x2 = x.reshape({-1, IN}), gy2 = gy.reshape({-1, H});
     auto W1 = full1->weight.detach(), b1 = full1->bias.detach();
-    auto xq = fq(x2, E4, fwd), wq = fq(W1, E4, fwd), gq = fq(gy2, E5, fwd);
-    auto h = at::addmm(b1, xq, wq.t());
-    auto gx = gq.mm(tensorwise ? wq : fq(W1, E4, Axis::Cols));
-    auto gW = tensorwise ? gq.t().mm(xq) : gy2.t().mm(x2);
-    expectClose(y, features(h.view({S, B, H})), where + " column output");
-    expectClose(xin.grad(), tokens(gx.view({S, B, IN})), where + " column input gradient");
-    expectClose(col->weight.grad(), gW.chunk(p, 0)[r], where + " column weight gradient");
+    const auto ref = onUnsharded(x2, W1, b1, gy2, tensorwise);
+    expectClose(y, features(ref.y.view({S, B, H})), where + " column output");
+    expectClose(xin.grad(), tokens(ref.gx.view({S, B, IN})), where + " column input gradient");
+    expectClose(col->weight.grad(), ref.gW.chunk(p, 0)[r], where + " column weight gradient");
     expectClose(col->bias.grad(), gy2.sum(0).chunk(p, 0)[r], where + " column bias gradient");
     auto plain = at::addmm(b1, x2, W1.t());
     WCHECK((features(plain.view({S, B, H})) - y.detach().cpu()).abs().max().item<double>() > 1e-3,
@@ -104,13 +112,10 @@ TESSERA_WORKER(tp_fp8_gpu) {
     (y * tokens(gy).to(dev)).sum().backward();
     auto h2 = h.reshape({-1, H}), gy2 = gy.reshape({-1, OUT});
     auto W2 = full2->weight.detach(), b2 = full2->bias.detach();
-    auto hq = fq(h2, E4, fwd), wq = fq(W2, E4, fwd), gq = fq(gy2, E5, fwd);
-    auto yRef = at::addmm(b2, hq, wq.t());
-    auto gh = gq.mm(tensorwise ? wq : fq(W2, E4, Axis::Cols));
-    auto gW = tensorwise ? gq.t().mm(hq) : gy2.t().mm(h2);
-    expectClose(y, tokens(yRef.view({S, B, OUT})), where + " row output");
-    expectClose(hin.grad(), features(gh.view({S, B, H})), where + " row input gradient");
-    expectClose(row->weight.grad(), gW.chunk(p, 1)[r], where + " row weight gradient (summed in the GEMM)");
+    const auto ref = onUnsharded(h2, W2, b2, gy2, tensorwise);
+    expectClose(y, tokens(ref.y.view({S, B, OUT})), where + " row output");
+    expectClose(hin.grad(), features(ref.gx.view({S, B, H})), where + " row input gradient");
+    expectClose(row->weight.grad(), ref.gW.chunk(p, 1)[r], where + " row weight gradient (summed in the GEMM)");
     expectClose(row->bias.grad(), gy2.sum(0), where + " row bias gradient");
   }
 }
