@@ -27,6 +27,7 @@
 #include "kernels/adamw.h"
 #include "kernels/add_norm.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/fp8.h"
 #include "kernels/multi_tensor_adamw.h"
 #include "kernels/norm.h"
 #include "kernels/rotary.h"
