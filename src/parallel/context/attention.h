@@ -24,8 +24,9 @@
 //   Math       a materialised boolean mask (common/attention.h), any device (the CPU path);
 //   Auto       Flash, else Efficient, else Math where the inputs allow; Math on the CPU.
 // Under CUDA autocast q, k and v are first cast to its dtype (as scaled_dot_product_attention
-// is), so Auto finds bf16 there. Flash and Efficient exist in builds against a CUDA LibTorch >= 2.5; asking for one the build
-// or the inputs (device, dtype, D) do not allow is a tessera::Error naming them.
+// is), so Auto finds bf16 there. Flash and Efficient exist in builds against a CUDA LibTorch
+// >= 2.5; asking for one the build or the inputs (device, dtype, D) do not allow is a
+// tessera::Error naming them.
 #include <ATen/core/Tensor.h>
 
 #include "comm/communicator.h"
