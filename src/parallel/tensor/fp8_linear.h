@@ -19,7 +19,9 @@
 // bf16 layers' chunked overlap is not ported). accumulateGrad: the weight gradient is added into
 // weight.grad (float32) by the GEMM, deferred inside nn::DeferWeightGrads (zero-bubble's W).
 // Collective over tp in forward and backward (a group of one: local). Every GEMM dimension must
-// be a multiple of 16 (cuBLASLt's FP8 kernels): else a tessera::Error naming the shape.
+// be a multiple of 16 on CUDA (cuBLASLt's FP8 kernels): else a tessera::Error naming the shape.
+// The layers call this for CUDA tensors (on the CPU they run fp8/fake_quant.h's emulation); CPU
+// tensors run this same code on kernels/fp8.h's CPU reference, which is how CI tests it.
 #include <ATen/core/Tensor.h>
 
 #include "comm/communicator.h"
