@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/profiler.h"
 #include "kernels/fp8.h"
+#include "parallel/tensor/fp8_weight_cache.h"
 #include "parallel/tensor/linear.h"
 #include "parallel/grad_norm.h"
 #include "pipeline/schedule.h"
@@ -185,6 +186,9 @@ StepReport Trainer::State::step(int64_t s) {
     // Each weight cast to bf16 once per step, not per micro-batch (400 casts a step on a stage of
     // llama3-1b's 16-micro-batch pipeline); cleared before the optimizer changes the weights.
     CudaAutocastCacheScope castOncePerStep(o.precision == Precision::Bf16 && device.is_cuda());
+    // FP8 on GPUs: each weight's codes cast once per step too (parallel/tensor/fp8_weight_cache.h);
+    // not under FSDP, whose gathered weights the cache would keep alive.
+    tp::Fp8WeightCacheScope fp8CodesOncePerStep(o.fp8 != fp8::Recipe::Off && o.dpMode != DpMode::Fsdp);
     loss = exec->step(firstPp() ? batch.tokens : at::Tensor(), lastPp() ? batch.targets : at::Tensor());
   } catch (...) {
     ddpNoSync.reset();

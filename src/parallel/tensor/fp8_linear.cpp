@@ -9,6 +9,7 @@
 #include "kernels/gemm_accumulate.h"
 #include "nn/accum_linear.h"
 #include "nn/deferred_grads.h"
+#include "parallel/tensor/fp8_weight_cache.h"
 
 namespace tessera::tp {
 namespace {
@@ -109,7 +110,17 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
     const Axis axis = st->tensorwise() ? Axis::Tensor : Axis::Rows;
     const bool keepXT = st->tensorwise() && !(column && sp);
     auto qx = fp8Quantize(x2, Format::E4M3, axis, opts(true, keepXT, xOver));
-    auto qw = fp8Quantize(weight, Format::E4M3, axis, opts(true, false, column && !st->tensorwise() ? nullptr : c));
+    // W's codes: from the step's cache (fp8_weight_cache.h), or cast now; with a cache open,
+    // tensorwise writes their transpose too, for every backward of the step.
+    const auto use = st->tensorwise() ? detail::WeightUse::Tensorwise : detail::WeightUse::RowsForward;
+    kernels::Fp8Codes qw;
+    if (auto hit = detail::cachedWeight(weight, use)) {
+      qw = *hit;
+    } else {
+      const bool both = st->tensorwise() && detail::weightCacheOpen();
+      qw = fp8Quantize(weight, Format::E4M3, axis, opts(true, both, column && !st->tensorwise() ? nullptr : c));
+      detail::keepWeight(weight, use, qw);
+    }
     st->wAmax = qw.amax;
     at::Tensor a = qx.codes, aInv = qx.scaleInv;
     if (column && sp) {
@@ -169,7 +180,10 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
         if (needW) gT = g.t().contiguous();
       }
       if (needX) {
-        auto wt = fp8Quantize(weight, Format::E4M3, Axis::Tensor, opts(false, true, nullptr, st->wAmax));
+        auto hit = detail::cachedWeight(weight, detail::WeightUse::Tensorwise);
+        auto wt = hit && hit->codesT.defined()
+                      ? *hit
+                      : fp8Quantize(weight, Format::E4M3, Axis::Tensor, opts(false, true, nullptr, st->wAmax));
         gx = fp8Gemm(g, qg.scaleInv, Format::E5M2, wt.codesT, wt.scaleInv, Format::E4M3, dt);
       }
       if (needW) {
@@ -184,7 +198,13 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
       at::Tensor g = qg.codes, gInv = qg.scaleInv;
       if (!column && sp) g = gatherRows(qg.codes, c), gInv = gatherRows(qg.scaleInv, c);
       if (needX) {
-        auto wc = fp8Quantize(weight, Format::E4M3, Axis::Cols, opts(false, true, column ? c : nullptr));
+        kernels::Fp8Codes wc;
+        if (auto hit = detail::cachedWeight(weight, detail::WeightUse::ColsBackward)) {
+          wc = *hit;
+        } else {
+          wc = fp8Quantize(weight, Format::E4M3, Axis::Cols, opts(false, true, column ? c : nullptr));
+          detail::keepWeight(weight, detail::WeightUse::ColsBackward, wc);
+        }
         gx = fp8Gemm(g, gInv, Format::E5M2, wc.codesT, wc.scaleInv, Format::E4M3, dt);
       }
       if (needW) {

@@ -27,6 +27,7 @@
 #include "fp8/fake_quant.h"
 #include "harness/multiprocess.h"
 #include "parallel/tensor/fp8_linear.h"
+#include "parallel/tensor/fp8_weight_cache.h"
 #include "parallel/tensor/linear.h"
 
 using namespace tessera;
@@ -145,6 +146,58 @@ TESSERA_WORKER(tp_fp8_codes) {
   }
 }
 
+// The step's weight-code cache (fp8_weight_cache.h): two micro-batches through a column and a row
+// layer inside an Fp8WeightCacheScope give exactly what they give without it, and the cache
+// answered every cast after the first (tensorwise: the backward's and the second micro-batch's,
+// 3 per layer; rowwise: the second micro-batch's forward and backward, 2 per layer).
+TESSERA_WORKER(tp_fp8_cache) {
+  const auto recipe = fp8::parseRecipe(w.arg);
+  auto ctx = initWorker(w, kGpu ? Backend::Nccl : Backend::Gloo);
+  const auto& tp = ctx.world;
+  const at::Device dev = ctx.device;
+  const int64_t p = tp->size(), r = tp->rank();
+  torch::manual_seed(7);
+  torch::nn::Linear full1(IN, H), full2(H, OUT);
+  tp::ParallelLinearOptions co, ro;
+  co.fp8 = ro.fp8 = recipe;
+  co.initFromRng = ro.initFromRng = false;
+  tp::ColumnParallelLinear col(tp, IN, H, co);
+  tp::RowParallelLinear row(tp, H, OUT, ro);
+  col->loadFull(full1->weight, full1->bias);
+  row->loadFull(full2->weight, full2->bias);
+  col->to(dev);
+  row->to(dev);
+  auto run = [&] {
+    std::vector<at::Tensor> outs;
+    for (auto* p : {&col->weight, &col->bias, &row->weight, &row->bias}) p->mutable_grad() = at::Tensor();
+    for (int mb = 0; mb < 2; ++mb) {
+      auto x = seeded({S, B, IN}, 21 + mb).to(dev).requires_grad_(true);  // both layers' input gradients
+      auto h = tp::fp8ParallelLinear(x, col->weight, col->bias, {tp::Fp8Parallel::Column, tp, false, false, recipe});
+      auto y = tp::fp8ParallelLinear(h, row->weight, row->bias, {tp::Fp8Parallel::Row, tp, false, false, recipe});
+      (y * seeded({S, B, OUT}, 31 + mb).to(dev)).sum().backward();
+      outs.push_back(y.detach().cpu());
+      outs.push_back(x.grad().cpu());
+    }
+    for (auto* p : {&col->weight, &col->bias, &row->weight, &row->bias}) outs.push_back(p->grad().cpu());
+    return outs;
+  };
+  const auto plain = run();
+  std::vector<at::Tensor> cached;
+  int64_t hits = 0;
+  {
+    tp::Fp8WeightCacheScope scope;
+    cached = run();
+    hits = tp::Fp8WeightCacheScope::hits();
+  }
+  const int64_t want = recipe == fp8::Recipe::Tensorwise ? 6 : 4;
+  WCHECK(hits == want, "{} tp {} rank {}: {} cache hits, expected {}", w.arg, p, r, hits, want);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    const double d = (plain[i] - cached[i]).abs().max().item<double>();
+    WCHECK(kGpu ? d <= 1e-6 * (1 + plain[i].abs().max().item<double>()) : at::equal(plain[i], cached[i]),
+           "{} tp {} rank {}: tensor {} differs with the cache by {}", w.arg, p, r, i, d);
+  }
+}
+
 #ifdef TESSERA_TP_FP8_GPU_SUITE
 class TpFp8Gpu : public ::testing::TestWithParam<std::string> {};
 TEST_P(TpFp8Gpu, MatchesTheEmulatedRecipeOnUnshardedTensors) {
@@ -160,6 +213,10 @@ TEST_P(TpFp8Gpu, MatchesTheEmulatedRecipeOnUnshardedTensors) {
   }
 }
 INSTANTIATE_TEST_SUITE_P(Recipes, TpFp8Gpu, ::testing::Values("tensorwise", "tensorwise_sp", "rowwise", "rowwise_sp"));
+TEST(TpFp8Gpu, TheStepsWeightCacheChangesNothing) {
+  TESSERA_REQUIRE_GPUS(2);
+  for (const char* recipe : {"tensorwise", "rowwise"}) expectAllOk(runWorkers("tp_fp8_cache", gpuRun(120, {}, recipe)));
+}
 #else
 class TpFp8Codes : public ::testing::TestWithParam<std::string> {};
 TEST_P(TpFp8Codes, MatchesTheEmulatedRecipeOnUnshardedTensors) {
@@ -170,4 +227,7 @@ TEST_P(TpFp8Codes, MatchesTheEmulatedRecipeOnUnshardedTensors) {
 }
 INSTANTIATE_TEST_SUITE_P(Recipes, TpFp8Codes,
                          ::testing::Values("tensorwise", "tensorwise_sp", "rowwise", "rowwise_sp"));
+TEST(TpFp8Codes, TheStepsWeightCacheChangesNothing) {
+  for (const char* recipe : {"tensorwise", "rowwise"}) expectAllOk(runWorkers("tp_fp8_cache", {.ranks = 2, .arg = recipe}));
+}
 #endif
