@@ -26,6 +26,7 @@
 #endif
 #include "fp8/fake_quant.h"
 #include "harness/multiprocess.h"
+#include "nn/deferred_grads.h"
 #include "parallel/tensor/fp8_linear.h"
 #include "parallel/tensor/fp8_weight_cache.h"
 #include "parallel/tensor/linear.h"
@@ -198,6 +199,49 @@ TESSERA_WORKER(tp_fp8_cache) {
   }
 }
 
+// Zero bubble's split backward (nn/deferred_grads.h) with FP8: inside a DeferWeightGrads scope the
+// layers' weight-gradient GEMMs (summed into .grad: accumulateGrad) are recorded, not run; running
+// the queue afterwards gives bitwise the gradients of an ordinary backward, and before it the
+// weights have none.
+TESSERA_WORKER(tp_fp8_deferred) {
+  const auto recipe = fp8::parseRecipe(w.arg);
+  auto ctx = initWorker(w, kGpu ? Backend::Nccl : Backend::Gloo);
+  const auto& tp = ctx.world;
+  const at::Device dev = ctx.device;
+  torch::manual_seed(7);
+  torch::nn::Linear full1(IN, H), full2(H, OUT);
+  tp::ParallelLinearOptions co, ro;
+  co.initFromRng = ro.initFromRng = false;
+  tp::ColumnParallelLinear col(tp, IN, H, co);
+  tp::RowParallelLinear row(tp, H, OUT, ro);
+  col->loadFull(full1->weight, full1->bias);
+  row->loadFull(full2->weight, full2->bias);
+  col->to(dev);
+  row->to(dev);
+  auto backward = [&] {
+    for (auto* p : {&col->weight, &row->weight}) p->mutable_grad() = at::Tensor();
+    auto x = seeded({S, B, IN}, 41).to(dev).requires_grad_(true);
+    auto h = tp::fp8ParallelLinear(x, col->weight, {}, {tp::Fp8Parallel::Column, tp, false, true, recipe});
+    auto y = tp::fp8ParallelLinear(h, row->weight, {}, {tp::Fp8Parallel::Row, tp, false, true, recipe});
+    (y * seeded({S, B, OUT}, 42).to(dev)).sum().backward();
+    return x.grad().cpu();
+  };
+  const auto gx = backward();
+  const auto g1 = col->weight.grad().cpu(), g2 = row->weight.grad().cpu();
+  nn::WeightGradQueue queue;
+  at::Tensor gxDeferred;
+  {
+    nn::DeferWeightGrads defer(queue);
+    gxDeferred = backward();
+  }
+  WCHECK(!col->weight.grad().defined() && !row->weight.grad().defined() && queue.size() == 2,
+         "{}: the weight gradients ran inside the scope ({} recorded)", w.arg, queue.size());
+  queue.run();
+  WCHECK(at::equal(gx, gxDeferred), "{}: the input gradient changed when weight gradients were deferred", w.arg);
+  WCHECK(at::equal(col->weight.grad().cpu(), g1) && at::equal(row->weight.grad().cpu(), g2),
+         "{}: deferred weight gradients differ from the ordinary backward's", w.arg);
+}
+
 #ifdef TESSERA_TP_FP8_GPU_SUITE
 class TpFp8Gpu : public ::testing::TestWithParam<std::string> {};
 TEST_P(TpFp8Gpu, MatchesTheEmulatedRecipeOnUnshardedTensors) {
@@ -227,6 +271,10 @@ TEST_P(TpFp8Codes, MatchesTheEmulatedRecipeOnUnshardedTensors) {
 }
 INSTANTIATE_TEST_SUITE_P(Recipes, TpFp8Codes,
                          ::testing::Values("tensorwise", "tensorwise_sp", "rowwise", "rowwise_sp"));
+TEST(TpFp8Codes, DeferredWeightGradientsAreTheOrdinaryOnes) {
+  for (const char* recipe : {"tensorwise", "rowwise"})
+    expectAllOk(runWorkers("tp_fp8_deferred", {.ranks = 2, .arg = recipe}));
+}
 TEST(TpFp8Codes, TheStepsWeightCacheChangesNothing) {
   for (const char* recipe : {"tensorwise", "rowwise"}) expectAllOk(runWorkers("tp_fp8_cache", {.ranks = 2, .arg = recipe}));
 }
