@@ -74,6 +74,25 @@ Ref onUnsharded(const at::Tensor& x2, const at::Tensor& W, const at::Tensor& b, 
   return {at::addmm(b, xq, wq.t()), gq.mm(tensorwise ? wq : fq(W, Format::E4M3, Axis::Cols)),
           tensorwise ? gq.t().mm(xq) : gy2.t().mm(x2)};
 }
+// A column layer IN → H and a row layer H → OUT on `dev`, loaded from two seeded torch Linears
+// (kept for the reference), with the given options.
+struct Pair {
+  torch::nn::Linear full1{nullptr}, full2{nullptr};
+  tp::ColumnParallelLinear col{nullptr};
+  tp::RowParallelLinear row{nullptr};
+};
+Pair makePair(const CommPtr& tp, const at::Device& dev, tp::ParallelLinearOptions co, tp::ParallelLinearOptions ro) {
+  torch::manual_seed(7);
+  Pair p{torch::nn::Linear(IN, H), torch::nn::Linear(H, OUT)};
+  co.initFromRng = ro.initFromRng = false;
+  p.col = tp::ColumnParallelLinear(tp, IN, H, co);
+  p.row = tp::RowParallelLinear(tp, H, OUT, ro);
+  p.col->loadFull(p.full1->weight, p.full1->bias);
+  p.row->loadFull(p.full2->weight, p.full2->bias);
+  p.col->to(dev);
+  p.row->to(dev);
+  return p;
+}
 }  // namespace
 
 // arg: "tensorwise" | "rowwise", "_sp" for sequence parallel.
@@ -88,20 +107,15 @@ TESSERA_WORKER(tp_fp8_codes) {
   const at::Device dev = ctx.device;
   const int64_t p = tp->size(), r = tp->rank();
 
-  torch::manual_seed(7);
-  torch::nn::Linear full1(IN, H), full2(H, OUT);
   tp::ParallelLinearOptions co, ro;
   co.name = "fc1", ro.name = "fc2";
   co.sequenceParallel = ro.sequenceParallel = sp && p > 1;
   co.fp8 = ro.fp8 = recipe;
-  co.initFromRng = ro.initFromRng = false;
   ro.accumulateGradInGemm = true;
-  tp::ColumnParallelLinear col(tp, IN, H, co);
-  tp::RowParallelLinear row(tp, H, OUT, ro);
-  col->loadFull(full1->weight, full1->bias);
-  row->loadFull(full2->weight, full2->bias);
-  col->to(dev);
-  row->to(dev);
+  auto pair = makePair(tp, dev, co, ro);
+  auto &full1 = pair.full1, &full2 = pair.full2;
+  auto& col = pair.col;
+  auto& row = pair.row;
   const bool seqSplit = co.sequenceParallel;
   auto tokens = [&](const at::Tensor& t) { return seqSplit ? t.chunk(p, 0)[r].contiguous() : t; };
   auto features = [&](const at::Tensor& t) { return t.chunk(p, -1)[r].contiguous(); };
@@ -157,17 +171,12 @@ TESSERA_WORKER(tp_fp8_cache) {
   const auto& tp = ctx.world;
   const at::Device dev = ctx.device;
   const int64_t p = tp->size(), r = tp->rank();
-  torch::manual_seed(7);
-  torch::nn::Linear full1(IN, H), full2(H, OUT);
   tp::ParallelLinearOptions co, ro;
   co.fp8 = ro.fp8 = recipe;
-  co.initFromRng = ro.initFromRng = false;
-  tp::ColumnParallelLinear col(tp, IN, H, co);
-  tp::RowParallelLinear row(tp, H, OUT, ro);
-  col->loadFull(full1->weight, full1->bias);
-  row->loadFull(full2->weight, full2->bias);
-  col->to(dev);
-  row->to(dev);
+  auto pair = makePair(tp, dev, co, ro);
+  auto &full1 = pair.full1, &full2 = pair.full2;
+  auto& col = pair.col;
+  auto& row = pair.row;
   auto run = [&] {
     std::vector<at::Tensor> outs;
     for (auto* p : {&col->weight, &col->bias, &row->weight, &row->bias}) p->mutable_grad() = at::Tensor();
@@ -208,16 +217,9 @@ TESSERA_WORKER(tp_fp8_deferred) {
   auto ctx = initWorker(w, kGpu ? Backend::Nccl : Backend::Gloo);
   const auto& tp = ctx.world;
   const at::Device dev = ctx.device;
-  torch::manual_seed(7);
-  torch::nn::Linear full1(IN, H), full2(H, OUT);
-  tp::ParallelLinearOptions co, ro;
-  co.initFromRng = ro.initFromRng = false;
-  tp::ColumnParallelLinear col(tp, IN, H, co);
-  tp::RowParallelLinear row(tp, H, OUT, ro);
-  col->loadFull(full1->weight, full1->bias);
-  row->loadFull(full2->weight, full2->bias);
-  col->to(dev);
-  row->to(dev);
+  auto pair = makePair(tp, dev, {}, {});
+  auto& col = pair.col;
+  auto& row = pair.row;
   auto backward = [&] {
     for (auto* p : {&col->weight, &row->weight}) p->mutable_grad() = at::Tensor();
     auto x = seeded({S, B, IN}, 41).to(dev).requires_grad_(true);
