@@ -3,7 +3,6 @@
 
 #include <ATen/ATen.h>
 
-#include <array>
 #include <atomic>
 #include <cmath>
 #include <mutex>
@@ -42,18 +41,17 @@ at::Tensor amaxReference(const at::Tensor& xf, fp8::Axis axis) {
 }
 
 #ifdef TESSERA_HAVE_NCCL
-// Per device: float32 [2] (underflows, saturated) the cast kernels add to. Never freed (a static
-// tensor's destructor could run after the CUDA context is gone).
-at::Tensor& deviceCounts(const at::Device& d) {
-  static std::mutex mutex;
-  static auto* counts = new std::unordered_map<int, at::Tensor>();
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& t = (*counts)[d.index()];
+// Per device the casts ran on: float32 [2] (underflows, saturated) their kernels add to. Never
+// freed (a static tensor's destructor could run after the CUDA context is gone).
+std::mutex gCountsMutex;
+auto* gDeviceCounts = new std::unordered_map<int, at::Tensor>();
+
+at::Tensor deviceCounts(const at::Device& d) {
+  std::lock_guard<std::mutex> lock(gCountsMutex);
+  auto& t = (*gDeviceCounts)[d.index()];
   if (!t.defined()) t = at::zeros({2}, at::TensorOptions().dtype(at::kFloat).device(d));
   return t;
 }
-std::mutex gDevicesMutex;
-std::unordered_map<int, at::Device>* gDevices = new std::unordered_map<int, at::Device>();
 
 detail::Fp8Axis axisOf(fp8::Axis a) {
   return a == fp8::Axis::Tensor ? detail::Fp8Axis::Tensor : a == fp8::Axis::Rows ? detail::Fp8Axis::Rows
@@ -108,10 +106,6 @@ Fp8Codes fp8Quantize(const at::Tensor& x, fp8::Format f, fp8::Axis axis, const F
     a.codesT = opts.transposed ? q.codesT.data_ptr<uint8_t>() : nullptr;
     a.scaleInv = q.scaleInv.data_ptr<float>();
     a.counts = deviceCounts(x2.device()).data_ptr<float>();
-    {
-      std::lock_guard<std::mutex> lock(gDevicesMutex);
-      gDevices->emplace(x2.device().index(), x2.device());
-    }
     detail::checkLaunched(detail::launchFp8Cast(a, detail::launchFor(x2)), op, "fp8 castKernel", x2);
 #endif
     return q;
@@ -208,13 +202,12 @@ at::Tensor fp8Gemm(const at::Tensor& a, const at::Tensor& aScaleInv, fp8::Format
 fp8::Counts takeFp8Counts() {
   fp8::Counts c{gValues.exchange(0), gUnderflows.exchange(0), gSaturated.exchange(0)};
 #ifdef TESSERA_HAVE_NCCL
-  std::vector<at::Device> devices;
+  std::vector<at::Tensor> counts;
   {
-    std::lock_guard<std::mutex> lock(gDevicesMutex);
-    for (const auto& [i, d] : *gDevices) devices.push_back(d);
+    std::lock_guard<std::mutex> lock(gCountsMutex);
+    for (const auto& [i, t] : *gDeviceCounts) counts.push_back(t);
   }
-  for (const auto& d : devices) {
-    auto& t = deviceCounts(d);
+  for (auto& t : counts) {
     const auto host = t.to(at::kCPU);  // synchronises with the casts queued before
     t.zero_();
     c.underflows += static_cast<int64_t>(host.data_ptr<float>()[0]);

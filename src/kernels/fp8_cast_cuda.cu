@@ -215,13 +215,13 @@ std::string launchFp8Amax(const void* x, ElemType type, long long rows, long lon
     const T* p = static_cast<const T*>(x);
     if (axis == Fp8Axis::Tensor) {
       constexpr int V = 16 / sizeof(T);
-      const long long n = rows * cols;
-      const bool vec = n % V == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-      const long long blocks = std::min((n / (vec ? V : 1) + 255) / 256, 8LL * smCount(l.device));
+      const long long values = rows * cols;
+      const bool vec = values % V == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+      const long long blocks = std::min((values / (vec ? V : 1) + 255) / 256, 8LL * smCount(l.device));
       if (vec) {
-        amaxTensorKernel<T, V><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, n, amax);
+        amaxTensorKernel<T, V><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, values, amax);
       } else {
-        amaxTensorKernel<T, 1><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, n, amax);
+        amaxTensorKernel<T, 1><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(p, values, amax);
       }
     } else if (axis == Fp8Axis::Rows) {
       amaxRowsKernel<T><<<static_cast<unsigned>(rows), rowThreads(cols, 1, 256), 0, stream>>>(p, cols, amax);

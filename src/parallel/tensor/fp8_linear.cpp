@@ -1,4 +1,4 @@
-// The tensor-parallel linears' FP8 path on CUDA (contract in fp8_linear.h).
+// The tensor-parallel linears' FP8 GEMMs on codes (contract in fp8_linear.h).
 #include "parallel/tensor/fp8_linear.h"
 
 #include <ATen/ATen.h>
@@ -27,7 +27,6 @@ struct Fp8State : torch::CustomClassHolder {
   at::Tensor weight, bias;  // the parameters (backward recasts W; accumulateGrad sums into .grad)
   at::Tensor wAmax;         // tensorwise: the forward's amax of W, for backward's recast
   bool tensorwise() const { return spec.recipe == fp8::Recipe::Tensorwise; }
-  int p() const { return spec.tp->size(); }
 };
 
 // t's rows from every rank of c in rank order ([m, ...] → [p·m, ...]). FP8 codes travel as byte
@@ -60,11 +59,12 @@ at::Tensor reduceScatterRows(const at::Tensor& full, const CommPtr& c) {
 }
 
 // gW [out, in] = gyᵀ x from FP8 codes (gyT [out, m] E5M2, xT [in, m] E4M3): summed into
-// weight.grad (float32; deferred inside a DeferWeightGrads scope) or returned in wdtype.
-at::Tensor weightGradFp8(const Fp8State& st, const at::Tensor& gyT, const at::Tensor& gInv, const at::Tensor& xT,
+// into.grad (the weight, float32; deferred inside a DeferWeightGrads scope) when `into` is
+// defined, else returned in wdtype.
+at::Tensor weightGradFp8(const at::Tensor& into, const at::Tensor& gyT, const at::Tensor& gInv, const at::Tensor& xT,
                          const at::Tensor& xInv, at::ScalarType wdtype) {
-  if (!st.weight.defined()) return fp8Gemm(gyT, gInv, Format::E5M2, xT, xInv, Format::E4M3, at::kFloat).to(wdtype);
-  auto run = [w = st.weight, gyT, gInv, xT, xInv] {
+  if (!into.defined()) return fp8Gemm(gyT, gInv, Format::E5M2, xT, xInv, Format::E4M3, at::kFloat).to(wdtype);
+  auto run = [w = into, gyT, gInv, xT, xInv] {
     auto& g = w.mutable_grad();
     kernels::Fp8GemmOptions o;
     o.accumulate = g;
@@ -80,12 +80,21 @@ at::Tensor weightGradFp8(const Fp8State& st, const at::Tensor& gyT, const at::Te
 }
 
 // The same in the input precision (rowwise's weight gradient).
-at::Tensor weightGradHigh(const Fp8State& st, const at::Tensor& gy, const at::Tensor& x, at::ScalarType wdtype) {
-  if (st.weight.defined()) {
-    nn::accumulateWeightGrad(st.weight, gy, x);
+at::Tensor weightGradHigh(const at::Tensor& into, const at::Tensor& gy, const at::Tensor& x, at::ScalarType wdtype) {
+  if (into.defined()) {
+    nn::accumulateWeightGrad(into, gy, x);
     return {};
   }
   return kernels::weightGradTN(gy, x, wdtype);
+}
+
+// W's codes for `use`: the step's cache's (fp8_weight_cache.h), or `make()`'s, kept for the step.
+template <typename Make>
+kernels::Fp8Codes weightCodes(const at::Tensor& weight, detail::WeightUse use, Make&& make) {
+  if (auto hit = detail::cachedWeight(weight, use)) return *hit;
+  auto codes = make();
+  detail::keepWeight(weight, use, codes);
+  return codes;
 }
 
 kernels::Fp8QuantizeOptions opts(bool codes, bool transposed, const CommPtr& over, const at::Tensor& amax = {}) {
@@ -113,14 +122,10 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
     // W's codes: from the step's cache (fp8_weight_cache.h), or cast now; with a cache open,
     // tensorwise writes their transpose too, for every backward of the step.
     const auto use = st->tensorwise() ? detail::WeightUse::Tensorwise : detail::WeightUse::RowsForward;
-    kernels::Fp8Codes qw;
-    if (auto hit = detail::cachedWeight(weight, use)) {
-      qw = *hit;
-    } else {
+    const auto qw = weightCodes(weight, use, [&] {
       const bool both = st->tensorwise() && detail::weightCacheOpen();
-      qw = fp8Quantize(weight, Format::E4M3, axis, opts(true, both, column && !st->tensorwise() ? nullptr : c));
-      detail::keepWeight(weight, use, qw);
-    }
+      return fp8Quantize(weight, Format::E4M3, axis, opts(true, both, column && !st->tensorwise() ? nullptr : c));
+    });
     st->wAmax = qw.amax;
     at::Tensor a = qx.codes, aInv = qx.scaleInv;
     if (column && sp) {
@@ -165,8 +170,7 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
     const auto wdtype = weight.scalar_type();
     const int64_t out = weight.size(0);
     const auto gy = grads[0].reshape({-1, out}).to(dt).contiguous();
-    Fp8State wst(st->spec);  // where weight gradients go: .grad (accumulateGrad) or returned
-    if (into) wst.weight = weight;
+    const at::Tensor intoGrad = into ? weight : at::Tensor();  // weight gradients: into .grad, or returned
 
     at::Tensor gx, gw, gb;
     if (st->tensorwise()) {
@@ -189,7 +193,7 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
       if (needW) {
         at::Tensor xT = saved[0];
         if (column && sp) xT = gatherRows(saved[0], c).t().contiguous();
-        gw = weightGradFp8(wst, gT, qg.scaleInv, xT, saved[1], wdtype);
+        gw = weightGradFp8(intoGrad, gT, qg.scaleInv, xT, saved[1], wdtype);
       }
     } else {
       // Rowwise: gy per token row (a column layer's rows are split over tp by feature); gx takes
@@ -198,19 +202,15 @@ struct Fp8Linear : torch::autograd::Function<Fp8Linear> {
       at::Tensor g = qg.codes, gInv = qg.scaleInv;
       if (!column && sp) g = gatherRows(qg.codes, c), gInv = gatherRows(qg.scaleInv, c);
       if (needX) {
-        kernels::Fp8Codes wc;
-        if (auto hit = detail::cachedWeight(weight, detail::WeightUse::ColsBackward)) {
-          wc = *hit;
-        } else {
-          wc = fp8Quantize(weight, Format::E4M3, Axis::Cols, opts(false, true, column ? c : nullptr));
-          detail::keepWeight(weight, detail::WeightUse::ColsBackward, wc);
-        }
+        const auto wc = weightCodes(weight, detail::WeightUse::ColsBackward, [&] {
+          return fp8Quantize(weight, Format::E4M3, Axis::Cols, opts(false, true, column ? c : nullptr));
+        });
         gx = fp8Gemm(g, gInv, Format::E5M2, wc.codesT, wc.scaleInv, Format::E4M3, dt);
       }
       if (needW) {
         const at::Tensor xh = column && sp ? gatherRows(saved[0], c) : saved[0];
         const at::Tensor gh = !column && sp ? gatherRows(gy, c) : gy;
-        gw = weightGradHigh(wst, gh, xh, wdtype);
+        gw = weightGradHigh(intoGrad, gh, xh, wdtype);
       }
     }
     if (gx.defined() && column) gx = sp ? reduceScatterRows(gx, c) : (allReduceIfShared(gx, c), gx);
