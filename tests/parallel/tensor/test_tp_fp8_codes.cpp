@@ -244,6 +244,25 @@ TESSERA_WORKER(tp_fp8_deferred) {
          "{}: deferred weight gradients differ from the ordinary backward's", w.arg);
 }
 
+// Bad input to the op and the cache: clear errors naming what was wrong.
+TESSERA_WORKER(tp_fp8_bad) {
+  auto ctx = initWorker(w);
+  const auto& tp = ctx.world;
+  const auto w8 = at::randn({16, 32}), x = at::randn({4, 2, 32});
+  const tp::Fp8LinearSpec spec{tp::Fp8Parallel::Column, tp, false, false, fp8::Recipe::Tensorwise};
+  expectErrorContaining([&] { tp::fp8ParallelLinear(at::randn({4, 2, 24}), w8, {}, spec); },
+                        {"fp8 linear", "rank 0", "W [out, in]", "[4, 2, 24]", "[16, 32]"});
+  auto off = spec;
+  off.recipe = fp8::Recipe::Off;
+  expectErrorContaining([&] { tp::fp8ParallelLinear(x, w8, {}, off); }, {"fp8 linear", "recipe off"});
+  auto none = spec;
+  none.tp = nullptr;
+  expectErrorContaining([&] { tp::fp8ParallelLinear(x, w8, {}, none); }, {"no tensor-parallel communicator"});
+  tp::Fp8WeightCacheScope outer;
+  expectErrorContaining([&] { tp::Fp8WeightCacheScope inner; }, {"Fp8WeightCacheScope", "already open"});
+  tp::Fp8WeightCacheScope disabled(false);  // a scope that is off does not count as open
+}
+
 #ifdef TESSERA_TP_FP8_GPU_SUITE
 class TpFp8Gpu : public ::testing::TestWithParam<std::string> {};
 TEST_P(TpFp8Gpu, MatchesTheEmulatedRecipeOnUnshardedTensors) {
@@ -273,6 +292,7 @@ TEST_P(TpFp8Codes, MatchesTheEmulatedRecipeOnUnshardedTensors) {
 }
 INSTANTIATE_TEST_SUITE_P(Recipes, TpFp8Codes,
                          ::testing::Values("tensorwise", "tensorwise_sp", "rowwise", "rowwise_sp"));
+TEST(TpFp8Codes, BadInputIsAClearError) { expectAllOk(runWorkers("tp_fp8_bad", {.ranks = 1})); }
 TEST(TpFp8Codes, DeferredWeightGradientsAreTheOrdinaryOnes) {
   for (const char* recipe : {"tensorwise", "rowwise"})
     expectAllOk(runWorkers("tp_fp8_deferred", {.ranks = 2, .arg = recipe}));
