@@ -258,7 +258,7 @@ std::vector<Flag> flagTable(bool onGpu) {
         throw UsageError(fmt::format("train_gpt: --save-hf-dtype expects bf16 or fp32, got '{}'", v));
       },
       [](const std::string& v) { return v; }, FIELD(saveHfDtype)));
-  t.add(switchFlag("--breakdown", "time each backward (device syncs) for the step breakdown on GPUs", false,
+  t.add(switchFlag("--breakdown", "time each backward (device syncs) and log memory per phase of a step on GPUs", false,
                    FIELD(breakdown)));
 
   t.group = "Overlap and profiling (defaults: TESSERA_* variables)";

@@ -153,6 +153,10 @@ void Trainer::State::build() {
       fsdpNoSync.reset();
     }
     if (o.breakdown) synchronizeDevice(device);
+    if (measureMemory() && mem.beforeBackward < 0) {  // the step's first backward ends its forward phase
+      mem.beforeBackward = allocatedMemoryGiB(device);
+      mem.peakForward = endMemoryPhase();
+    }
     backwardStart = Clock::now();
   };
   eo.afterBackward = [this](int, int, bool last) {
@@ -178,6 +182,11 @@ StepReport Trainer::State::step(int64_t s) {
   backwardMs.clear();
   lastBackwardMs = 0;
   synchronizeDevice(device);
+  mem = {};
+  if (measureMemory()) {
+    endMemoryPhase();  // the last step's tail (logging, validation, checkpoints) is in no phase's peak
+    mem.stepStart = allocatedMemoryGiB(device);
+  }
   const auto t0 = Clock::now();
   if (ddp) ddpNoSync = std::make_unique<DistributedDataParallel::NoSync>(*ddp);
   if (fsdp) fsdpNoSync = std::make_unique<FullyShardedDataParallel::NoSync>(*fsdp);
@@ -202,6 +211,7 @@ StepReport Trainer::State::step(int64_t s) {
   TESSERA_CHECK(!ddpNoSync && !fsdpNoSync, "train_gpt: rank {} ran no backward in step {}", ctx.world->rank(), s);
   synchronizeDevice(device);
   rep.pipelineMs = msSince(t0);
+  if (measureMemory()) mem.peakBackward = endMemoryPhase();
   const auto t1 = Clock::now();
   syncTiedEmbeddings();
   std::vector<CommPtr> sumOver{mesh->tpGroup(), mesh->ppGroup()};
@@ -252,9 +262,18 @@ StepReport Trainer::State::step(int64_t s) {
     const auto h = sums.cpu();
     rep.fp8Values = h[0].item<int64_t>(), rep.fp8Underflows = h[1].item<int64_t>(), rep.fp8Saturated = h[2].item<int64_t>();
   }
-  auto peak = at::full({1}, peakMemoryGiB(device), at::TensorOptions().dtype(at::kFloat).device(device));
-  ctx.world->allReduce(peak, ReduceOp::Max)->wait();  // the fullest rank's peak
-  rep.peakMemGiB = peak.item<double>();
+  if (measureMemory()) mem.peakOptimizer = endMemoryPhase();
+  const double runPeak = measureMemory() ? runPeakGiB : peakMemoryGiB(device);
+  auto peak = at::tensor({runPeak, mem.stepStart, mem.beforeBackward, mem.peakForward, mem.peakBackward,
+                          mem.peakOptimizer},
+                         at::TensorOptions().dtype(at::kFloat))
+                  .to(device);
+  ctx.world->allReduce(peak, ReduceOp::Max)->wait();  // the fullest rank's
+  const auto h = peak.cpu();
+  const float* mv = h.data_ptr<float>();
+  rep.peakMemGiB = mv[0];
+  rep.memStepStartGiB = mv[1], rep.memBeforeBackwardGiB = mv[2], rep.memPeakForwardGiB = mv[3];
+  rep.memPeakBackwardGiB = mv[4], rep.memPeakOptimizerGiB = mv[5];
   return rep;
 }
 

@@ -35,6 +35,10 @@ struct StepReport {
   double lr = 0, validLoss = -1;  // validLoss < 0: not evaluated at this step
   // --fp8: the step's casts summed over the ranks (fp8::Counts); values < 0 without --fp8.
   int64_t fp8Values = -1, fp8Underflows = 0, fp8Saturated = 0;
+  // --breakdown on GPUs, the fullest rank's GiB (< 0: not measured): allocated at the step's start
+  // and before its first backward; the peak of the forward, the backward, the optimizer phase.
+  double memStepStartGiB = -1, memBeforeBackwardGiB = -1, memPeakForwardGiB = -1, memPeakBackwardGiB = -1,
+         memPeakOptimizerGiB = -1;
 };
 
 class Trainer {

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/device.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "trainer_state.h"
@@ -110,11 +111,17 @@ void Trainer::State::logStep(const StepReport& r) {
   if (!isLogger()) return;
   log::info(
       "step {}/{} loss {:.6f}{} | lr {:.3g} | grad norm {:.4f} | {:.0f} tok/s{} | step {:.1f} ms: compute ~{:.1f}, "
-      "exposed dp comm ~{}, bubble ~{:.1f}, optimizer {:.1f} | peak {:.2f} GiB{}",
+      "exposed dp comm ~{}, bubble ~{:.1f}, optimizer {:.1f} | peak {:.2f} GiB{}{}",
       r.step, o.steps, r.loss, r.validLoss >= 0 ? fmt::format(" | valid loss {:.6f}", r.validLoss) : "", r.lr,
       r.gradNorm, r.tokensPerS, r.mfu >= 0 ? fmt::format(" | MFU {:.1f}%", 100 * r.mfu) : "", r.stepMs,
       r.computeMsEst, r.dpSyncMsEst >= 0 ? fmt::format("{:.1f}", r.dpSyncMsEst) : "n/a", r.bubbleMsEst,
       r.optimizerMs, r.peakMemGiB,
+      r.memStepStartGiB >= 0
+          ? fmt::format(" (allocated {:.2f} at start, {:.2f} before backward; peaks: forward {:.2f}, backward "
+                        "{:.2f}, optimizer {:.2f})",
+                        r.memStepStartGiB, r.memBeforeBackwardGiB, r.memPeakForwardGiB, r.memPeakBackwardGiB,
+                        r.memPeakOptimizerGiB)
+          : "",
       r.fp8Values >= 0 ? fmt::format(" | fp8: {} values, {} underflowed, {} saturated", r.fp8Values, r.fp8Underflows,
                                      r.fp8Saturated)
                        : "");
@@ -124,15 +131,31 @@ void Trainer::State::logStep(const StepReport& r) {
                "\"grad_norm\": {:.9g}, \"step_ms\": {:.3f}, "
                "\"tokens_per_s\": {:.1f}, \"mfu\": {}, \"peak_mem_gib\": {:.4f}, \"pipeline_ms\": {:.3f}, "
                "\"optimizer_ms\": {:.3f}, \"compute_ms_est\": {:.3f}, \"dp_sync_ms_est\": {}, "
-               "\"bubble_ms_est\": {:.3f}, \"wall_s\": {:.3f}{}}}",
+               "\"bubble_ms_est\": {:.3f}, \"wall_s\": {:.3f}{}{}}}",
                r.step, r.loss, r.validLoss >= 0 ? fmt::format("{:.9g}", r.validLoss) : "null", r.lr, r.gradNorm,
                r.stepMs, r.tokensPerS, jsonNumber(r.mfu), r.peakMemGiB, r.pipelineMs,
                r.optimizerMs, r.computeMsEst, jsonNumber(r.dpSyncMsEst), r.bubbleMsEst,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - runStart).count(),
                r.fp8Values >= 0 ? fmt::format(", \"fp8_values\": {}, \"fp8_underflows\": {}, \"fp8_saturated\": {}",
                                               r.fp8Values, r.fp8Underflows, r.fp8Saturated)
-                                : "")
+                                : "",
+               r.memStepStartGiB >= 0
+                   ? fmt::format(", \"mem_step_start_gib\": {:.4f}, \"mem_before_backward_gib\": {:.4f}, "
+                                 "\"mem_peak_forward_gib\": {:.4f}, \"mem_peak_backward_gib\": {:.4f}, "
+                                 "\"mem_peak_optimizer_gib\": {:.4f}",
+                                 r.memStepStartGiB, r.memBeforeBackwardGiB, r.memPeakForwardGiB,
+                                 r.memPeakBackwardGiB, r.memPeakOptimizerGiB)
+                   : "")
         << std::endl;
+}
+
+bool Trainer::State::measureMemory() const { return o.breakdown && device.is_cuda(); }
+
+double Trainer::State::endMemoryPhase() {
+  const double p = peakMemoryGiB(device);
+  runPeakGiB = std::max(runPeakGiB, p);
+  resetPeakMemory(device);
+  return p;
 }
 
 }  // namespace tessera::gpt

@@ -44,6 +44,16 @@ struct Trainer::State {
   std::chrono::steady_clock::time_point backwardStart;
   std::vector<double> backwardMs;
   double lastBackwardMs = 0;
+  // --breakdown on GPUs: the allocator's bytes per phase of the current step (GiB, this rank):
+  // allocated at the step's start and before its first backward; the peak of the forward (to the
+  // first backward), of the backward (to the pipeline's end), of the optimizer. Each phase resets
+  // the allocator's peak; runPeakGiB keeps the run's peak across those resets.
+  struct MemoryPhases {
+    double stepStart = -1, beforeBackward = -1, peakForward = -1, peakBackward = -1, peakOptimizer = -1;
+  } mem;
+  double runPeakGiB = 0;
+  bool measureMemory() const;
+  double endMemoryPhase();  // the peak since the last phase ended (folded into runPeakGiB), then resets it
   std::ofstream jsonl;
   std::chrono::steady_clock::time_point runStart = std::chrono::steady_clock::now();
   int64_t startStep = 0;
