@@ -172,7 +172,13 @@ at::Tensor LlamaBlockImpl::attention(const at::Tensor& x) {
 
 at::Tensor LlamaBlockImpl::mlp(const at::Tensor& x) {
   auto h = w13->forward(x);  // [.., 2 ffn/tp]: [gate | up]
-  if (o_.fusedKernels) return w2->forward(nn::swiglu(h));  // keeps h only: no recompute needed
+  if (o_.fusedKernels) {
+    // Selective recompute without tp: w2 keeps h and recomputes the product for its weight gradient.
+    if (o_.recompute == Recompute::Selective && tp_->size() == 1 && w2->opts.fp8 == fp8::Recipe::Off &&
+        !w2->opts.bias)
+      return nn::swigluLinear(h, w2->weight, w2->opts.accumulateGradInGemm);
+    return w2->forward(nn::swiglu(h));  // keeps h and w2's input, the product
+  }
   const nn::Fn swiglu = [this](const at::Tensor& t) {
     return at::silu(t.narrow(-1, 0, lffn_)) * t.narrow(-1, lffn_, lffn_);
   };

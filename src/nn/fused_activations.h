@@ -16,4 +16,14 @@ namespace tessera::nn {
 at::Tensor swiglu(const at::Tensor& h);
 at::Tensor biasGelu(const at::Tensor& h, const at::Tensor& bias);
 
+// swiglu(h) · weightᵀ (the Llama MLP's w2 after its activation, without bias) as one autograd op
+// that keeps h and not the product: backward recomputes silu(gate) · up (one kernel) for the
+// weight gradient instead of holding the [..., F] product from forward to backward (F · 2 bytes
+// per token per layer under bf16: 3.7 GB for llama3-8b at 4096 tokens). For selective recompute.
+// weight [out, F] is the parameter (under CUDA autocast cast through autocast's cache, as
+// at::linear would); with accumulateGrad its gradient is summed in float32 into weight.grad by
+// the GEMM (nn/accum_linear.h's rules and checks, deferrable under ZB-H1) and not returned.
+// Results are at::linear(swiglu(h), weight)'s. Local; bad shapes: a tessera::Error naming them.
+at::Tensor swigluLinear(const at::Tensor& h, const at::Tensor& weight, bool accumulateGrad);
+
 }  // namespace tessera::nn

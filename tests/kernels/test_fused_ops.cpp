@@ -153,6 +153,33 @@ TEST(FusedActivations, SwigluMatchesComposite) {
   EXPECT_NO_THROW(expectErrorContaining([] { nn::swiglu(at::randn({3, 5})); }, {"swigluForward", "[..., 2F]", "[3, 5]"}));
 }
 
+// w2 after the SwiGLU with the product recomputed in backward (selective recompute): at::linear
+// over the composite's values and gradients; with accumulateGrad the weight gradient lands in
+// .grad (summed onto what was there) instead of being returned.
+TEST(FusedActivations, SwigluLinearMatchesComposite) {
+  at::manual_seed(7);
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{7, 14}, {3, 2, 24}, {5, 1, 2}}) {
+    const int64_t f = shape.back() / 2;
+    compareOp({at::randn(shape) * 3, at::randn({5, f})},
+              [](const std::vector<at::Tensor>& t) { return nn::swigluLinear(t[0], t[1], false); },
+              [](const std::vector<at::Tensor>& t) {
+                const int64_t f = t[0].size(-1) / 2;
+                return at::linear(at::silu(t[0].narrow(-1, 0, f)) * t[0].narrow(-1, f, f), t[1]);
+              },
+              fmt::format("swigluLinear {}", c10::str(shape)));
+  }
+  auto h = at::randn({4, 3, 16}).requires_grad_(), w = at::randn({6, 8}).requires_grad_();
+  auto gy = at::randn({4, 3, 6});
+  auto h2 = h.detach().clone().requires_grad_(), w2 = w.detach().clone().requires_grad_();
+  at::linear(nn::swiglu(h2), w2).backward(gy);
+  w.mutable_grad() = at::ones_like(w);  // accumulated onto
+  nn::swigluLinear(h, w, /*accumulateGrad=*/true).backward(gy);
+  close(h.grad(), h2.grad(), "swigluLinear accumulating: input gradient");
+  close(w.grad() - 1, w2.grad(), "swigluLinear accumulating: weight gradient summed into .grad");
+  EXPECT_NO_THROW(expectErrorContaining([] { nn::swigluLinear(at::randn({3, 10}), at::randn({4, 4}), false); },
+                                        {"swigluLinear", "[..., 2F]", "[3, 10]", "[4, 4]"}));
+}
+
 TEST(FusedActivations, BiasGeluMatchesComposite) {
   at::manual_seed(6);
   for (const auto& shape : std::vector<std::vector<int64_t>>{{7, 13}, {3, 2, 32}, {1, 5, 1}, {4, 2, 64}}) {
