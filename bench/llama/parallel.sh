@@ -4,7 +4,7 @@
 # without sequence parallel) and pipelining, in one run, then bench/results/llama_<N>gpu.{json,md}
 # (bench/results.py gpt: each system scaled against its own 1-GPU row, vs_pytorch against PyTorch's row of
 # the same layout, MFU, the fullest rank's peak memory).
-#   bench/llama/parallel.sh BUILD_DIR LOG_DIR [single] [dp] [fsdp] [tp] [pp] [fp8]  (default: all but fp8, in order)
+#   bench/llama/parallel.sh BUILD_DIR LOG_DIR [single] [dp] [fsdp] [tp] [pp] [3d] [fp8]  (default: single dp fsdp tp pp)
 # With torch >= 2 every PyTorch run but DTensor TP's is made twice: eager (pytorch-<layout>) and with each block
 # under torch.compile (pytorch-compiled-<layout>, torchtitan's per-block compile: the compiled anchor of issue
 # 40); tessera's rows get vs_pytorch and vs_compiled.
@@ -17,6 +17,9 @@
 #   pp      pytorch-pp-mbMB (Schedule1F1B, embedding and head untied), tessera-train-pp-mbMB
 #           (--layout 1xNx1 --micro-batches MB --schedule 1f1b, tied as the preset), tessera-train-pp-zb-mbMB
 #           (the same with --schedule zb-h1: weight gradients deferred into the bubble)  PP_B in MB micro-batches
+#   3d      tessera-train-3d-<spec> for each spec of LAYOUTS_3D (default "2x1x2:fsdp:sp 1x2x2:sp:mb4"): DPxPPxTP,
+#           then :fsdp (--dp-mode fsdp), :sp (--sp), :mbM (M micro-batches, 1f1b); the global batch N x B as
+#           dp/fsdp's (each GPU's tokens the same); vs_pytorch_compiled_fsdp against the compiled FSDP2 row
 #   fp8     issue 37: FP8_LAYOUT (fsdp with N > 1, else single) in bf16 and in FP8 on both sides: tessera-train-L,
 #           tessera-train-L-fp8 (--fp8 FP8_RECIPE, tensorwise), pytorch-compiled-L, pytorch-compiled-L-fp8 (FP8=1:
 #           bench/fp8/torch_float8.py over torch._scaled_mm); vs_tessera_train_L: over tessera's bf16 row
@@ -39,7 +42,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 SECTIONS=("$@")
 [ ${#SECTIONS[@]} -eq 0 ] && SECTIONS=(single dp fsdp tp pp)
 for s in "${SECTIONS[@]}"; do
-  case $s in single | dp | fsdp | tp | pp | fp8) ;; *) echo "parallel.sh: unknown section $s (single dp fsdp tp pp fp8)" >&2; exit 2 ;; esac
+  case $s in single | dp | fsdp | tp | pp | 3d | fp8) ;; *) echo "parallel.sh: unknown section $s (single dp fsdp tp pp 3d fp8)" >&2; exit 2 ;; esac
 done
 N=${NPROC:-2}
 [[ $N =~ ^[1-9][0-9]*$ ]] || { echo "parallel.sh: NPROC=$N is not a GPU count" >&2; exit 2; }
@@ -131,6 +134,22 @@ for s in "${SECTIONS[@]}"; do
       [ "$COMPILED" = 1 ] && B=$PP_B MB=$MB torch_run "pytorch-compiled-pp-mb$MB" "$N" pp compiled
       train "tessera-train-pp-mb$MB" "$N" --layout "1x${N}x1" --batch "$PP_B" --micro-batches "$MB" --schedule 1f1b
       train "tessera-train-pp-zb-mb$MB" "$N" --layout "1x${N}x1" --batch "$PP_B" --micro-batches "$MB" --schedule zb-h1 ;;
+    3d)
+      for spec in ${LAYOUTS_3D:-2x1x2:fsdp:sp 1x2x2:sp:mb4}; do
+        IFS=: read -r -a parts <<<"$spec"
+        flags=(--layout "${parts[0]}" --batch $((N * B)))
+        for f in "${parts[@]:1}"; do
+          case $f in
+            fsdp) flags+=(--dp-mode fsdp) ;;
+            sp) flags+=(--sp) ;;
+            mb[1-9]*) flags+=(--micro-batches "${f#mb}" --schedule 1f1b) ;;
+            *) echo "parallel.sh: LAYOUTS_3D spec $spec: unknown part $f (fsdp sp mbM)" >&2; exit 2 ;;
+          esac
+        done
+        train "tessera-train-3d-${spec//:/-}" "$N" "${flags[@]}"
+      done
+      [[ " ${VERSUS[*]} " == *" pytorch-compiled-fsdp "* ]] ||
+        VERSUS+=(--versus pytorch-compiled-fsdp) EXTRA_COLS+=",vs_pytorch_compiled_fsdp" ;;
     fp8)
       L=${FP8_LAYOUT:-$( ((N > 1)) && echo fsdp || echo single)}
       case $L in
