@@ -107,6 +107,20 @@ Flag modelFlag() {
   return f;
 }
 
+// "auto" (stored as -1): the trainer sizes the budget from the units (trainer.cpp).
+Flag fsdpPrefetchFlag() {
+  Flag f = make("--fsdp-prefetch-mib", "N|auto",
+                "FSDP: MiB of unsharded parameters alive at once (0: no prefetch; auto: at least one unit ahead)");
+  f.shown = "auto";
+  f.set = [flag = f.flag()](TrainOptions& o, const std::string& v) {
+    o.fsdpPrefetchMiB = v == "auto" ? -1 : integer(flag, v, 0, kNoMax);
+  };
+  f.get = [](const TrainOptions& o) {
+    return o.fsdpPrefetchMiB < 0 ? quoted("auto") : fmt::format("{}", o.fsdpPrefetchMiB);
+  };
+  return f;
+}
+
 Flag fusedKernelsFlag(bool onGpu) {
   Flag f = make("--fused-kernels", "on|off|auto", "tessera's fused kernels and multi-tensor AdamW (auto: on GPUs)");
   f.shown = "auto";
@@ -225,8 +239,7 @@ std::vector<Flag> flagTable(bool onGpu) {
   t.add(fusedKernelsFlag(onGpu));
   t.add(switchFlag("--no-fused-wgrad", "weight gradients by autograd, not summed in fp32 by the GEMM", true,
                    FIELD(fusedWgrad)));
-  t.add(integerFlag("--fsdp-prefetch-mib", "N", "FSDP: MiB of unsharded parameters alive at once (0: no prefetch)", 0,
-                    kNoMax, FIELD(fsdpPrefetchMiB)));
+  t.add(fsdpPrefetchFlag());
   t.add(numberFlag("--peak-tflops", "X", "per-GPU peak TFLOP/s for the MFU column (0: no MFU)", 0, false,
                    FIELD(peakTflops)));
 

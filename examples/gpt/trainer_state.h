@@ -21,6 +21,10 @@
 namespace tessera::gpt {
 
 using models::ChunkParam;
+using Clock = std::chrono::steady_clock;
+inline double msSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 struct Trainer::State {
   TrainOptions o;

@@ -131,6 +131,13 @@ TEST(OptionsTest, ShapeFlagsMegatronNamesAndAliases) {
   EXPECT_NE(refusal({"--d", "64"}).find("--hidden-size"), std::string::npos);
 }
 
+TEST_F(Options, FsdpPrefetchTakesMiBOrAuto) {
+  EXPECT_EQ(parse({}).fsdpPrefetchMiB, -1);  // auto
+  EXPECT_EQ(parse({"--fsdp-prefetch-mib", "auto"}).fsdpPrefetchMiB, -1);
+  EXPECT_EQ(parse({"--fsdp-prefetch-mib", "0"}).fsdpPrefetchMiB, 0);
+  EXPECT_EQ(parse({"--fsdp-prefetch-mib=2048"}).fsdpPrefetchMiB, 2048);
+}
+
 TEST_F(Options, BadValuesNameTheFlagAndTheValue) {
   const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
       {{"--batch", "0"}, {"--batch", "'0'", ">= 1"}},
@@ -152,6 +159,8 @@ TEST_F(Options, BadValuesNameTheFlagAndTheValue) {
       {{"--schedule", "zb"}, {"--schedule", "'zb'", "1f1b, gpipe, interleaved"}},
       {{"--lr-schedule", "exp"}, {"--lr-schedule", "'exp'", "constant, cosine, linear, wsd"}},
       {{"--fused-kernels", "yes"}, {"--fused-kernels", "'yes'", "on, off, auto"}},
+      {{"--fsdp-prefetch-mib", "-1"}, {"--fsdp-prefetch-mib", "'-1'", ">= 0"}},
+      {{"--fsdp-prefetch-mib", "lots"}, {"--fsdp-prefetch-mib", "'lots'"}},
       {{"--model", "llama4"}, {"--model", "'llama4'", "llama3-1b"}},
       {{"--data", dir}, {"--data", "'" + dir + "'", "is a directory"}},
       {{"--data", "0.5 " + dir + " 0.5 x"}, {"--data", "is a directory"}},
