@@ -21,10 +21,18 @@ MB (16); COMPILE=1: each block under torch.compile before the parallel wrapper (
 compile; the anchor of issue 40), FP8=1 (the blocks' linears in FP8 over torch._scaled_mm, tensorwise:
 bench/fp8/torch_float8.py; issue 37's anchor), RECOMPUTE none|selective|full (none: selective recomputes attention's core,
 as train_gpt's --recompute selective; full checkpoints each block), CLIP (1.0, train_gpt's default; 0: none:
-clip_grad_norm_ with foreach over the model's parameters, DTensors included; pp: each stage's own).
+clip_grad_norm_ with foreach over the model's parameters, DTensors included; pp: each stage's own), PROFILE
+(a path: after the timed steps, 2 more steps under torch.profiler, CPU and CUDA activities, no stacks, written
+as a Chrome trace there by rank 0 and with ".rank<r>" before the extension by rank r, as train_gpt --profile).
 Prints rank 0's "RESULT {json}" in bench/results.py's keys (mode, world, batch = sequences per step over all
-GPUs, step_ms, tokens_per_s, mfu_vs_989, peak_mem_GiB = the fullest rank's). Without CUDA it runs on the
-CPU over Gloo in fp32 (torch 1.13 there: single and ddp only), a smoke test of the script.
+GPUs, step_ms, tokens_per_s, mfu_vs_989, peak_mem_GiB = the fullest rank's) and the memory phases of train_gpt
+--breakdown's step records (GiB, the fullest rank's, the largest over the timed steps):
+mem_step_start_gib and mem_before_backward_gib (allocated at the step's start and right before backward),
+mem_peak_forward_gib, mem_peak_backward_gib and mem_peak_optimizer_gib (the peak allocated within forward and
+the loss, within backward, within clipping, the optimizer step and zero_grad); pp, whose schedule runs forward
+and backward together: mem_peak_schedule_gib instead of the forward and backward ones. peak_mem_GiB is the
+largest phase peak of all steps, warm-ups included (as before the phases were measured). Without CUDA it runs
+on the CPU over Gloo in fp32 (torch 1.13 there: single and ddp only), a smoke test of the script.
 """
 import contextlib
 import copy
@@ -41,7 +49,7 @@ from torch_llama_train import PRESETS, flops_per_token  # noqa: E402  (puts test
 from torch_llama import Config, Llama, loss_fn  # noqa: E402
 
 MODES = ("single", "ddp", "fsdp", "tp", "tp_sp", "pp")
-SEED, WARM, PEAK_FLOPS = 1234, 3, 989e12
+SEED, WARM, PEAK_FLOPS, PROFILE_STEPS = 1234, 3, 989e12, 2
 PP_NOTE = "embedding and head untied: the pipeline holds them on different stages"
 
 
@@ -54,6 +62,41 @@ def build(cfg, dev):
     with torch.no_grad():
         model.emb.weight.normal_(0.0, 0.02)
     return model.to(dev)
+
+
+class MemoryPhases:
+    """The caching allocator's counters at a step's phase boundaries (bytes): each phase's value the largest over
+    the steady steps (`steady` set: after the warm-ups), the peak of every phase of every step besides. Host-side
+    reads of the allocator's own bookkeeping (what it has handed out when the host issues an op): no device
+    synchronisation, so recording them leaves a timed step's device work alone."""
+
+    def __init__(self, dev):
+        self.dev, self.bytes, self.peak, self.steady = dev, {}, 0, False
+
+    def _keep(self, key, value):
+        if self.steady:
+            self.bytes[key] = max(self.bytes.get(key, 0), value)
+
+    def start(self):  # the step's first phase begins: its peak counts from here
+        torch.cuda.reset_peak_memory_stats(self.dev)
+        self._keep("mem_step_start_gib", torch.cuda.memory_allocated(self.dev))
+
+    def now(self, key):
+        self._keep(key, torch.cuda.memory_allocated(self.dev))
+
+    def end_phase(self, key):  # the peak since the last boundary; the next phase's counts from here
+        peak = torch.cuda.max_memory_allocated(self.dev)
+        self.peak = max(self.peak, peak)
+        self._keep(key, peak)
+        torch.cuda.reset_peak_memory_stats(self.dev)
+
+    def fullest(self, keys):
+        """{key: GiB} of the fullest rank for each key, "peak" the largest phase peak of all steps (collective:
+        every rank calls it with the same keys)."""
+        t = torch.tensor([self.bytes.get(k, 0) / 2**30 for k in keys] + [self.peak / 2**30], device=self.dev,
+                         dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return dict(zip(list(keys) + ["peak"], t.tolist()))
 
 
 class Checkpointed(torch.nn.Module):
@@ -161,6 +204,27 @@ class Stage(torch.nn.Module):
         return self.head(self.norm(x)) if self.head is not None else x
 
 
+def rank_path(path, rank):
+    """`path` on rank 0, else with ".rank<r>" before its extension (as train_gpt's --profile names them)."""
+    if rank == 0:
+        return path
+    base, ext = os.path.splitext(path)
+    return f"{base}.rank{rank}{ext}"
+
+
+def trace(train_step, sync, path, cuda):
+    """PROFILE_STEPS more steps under torch.profiler (CPU ops and, on GPUs, CUDA kernels; no stacks or shapes),
+    the device synchronised before and after, written to `path` as a Chrome trace (bench/profile/summarize.py)."""
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
+    sync()
+    with torch.profiler.profile(activities=acts, record_shapes=False, with_stack=False) as prof:
+        for _ in range(PROFILE_STEPS):
+            train_step(None)
+        sync()
+    prof.export_chrome_trace(path)
+    print(f"[torch_llama_parallel] {PROFILE_STEPS} steps traced to {path}", flush=True)
+
+
 def main():
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
     if mode not in MODES:
@@ -251,12 +315,15 @@ def main():
         print(f"[torch_llama_parallel] {mode} on {world} rank(s), {name}, B {B} x T {cfg.seq_len}"
               f"{f', {mb} micro-batches' if mode == 'pp' else ''}, {'bf16 on CUDA' if cuda else 'fp32 on the CPU'}",
               flush=True)
-    if cuda:
-        torch.cuda.reset_peak_memory_stats(dev)
-    times, loss = [], None
-    for _ in range(WARM + steps):
-        sync()
-        t0 = time.perf_counter()
+    mem = MemoryPhases(dev) if cuda else None
+    mem_keys = ("mem_step_start_gib",) + (("mem_peak_schedule_gib",) if mode == "pp" else (
+        "mem_before_backward_gib", "mem_peak_forward_gib", "mem_peak_backward_gib")) + ("mem_peak_optimizer_gib",)
+
+    def train_step(mem):
+        """One training step; its loss (pp: None). `mem`: a MemoryPhases that records the step's phases, or None."""
+        loss = None
+        if mem is not None:
+            mem.start()
         if mode == "pp":
             with autocast:
                 if world == 1:
@@ -267,27 +334,45 @@ def main():
                     sched.step(target=y)
                 else:
                     sched.step()
+            if mem is not None:
+                mem.end_phase("mem_peak_schedule_gib")
         else:
             with autocast:
                 loss = loss_fn(model(x), y)
+            if mem is not None:
+                mem.now("mem_before_backward_gib")
+                mem.end_phase("mem_peak_forward_gib")
             loss.backward()
+            if mem is not None:
+                mem.end_phase("mem_peak_backward_gib")
         with step_ctx():
             if clip > 0:
                 clip_grads(model.parameters(), clip)
             opt.step()
         opt.zero_grad(set_to_none=True)
+        if mem is not None:
+            mem.end_phase("mem_peak_optimizer_gib")
+        return loss
+
+    times, loss = [], None
+    for i in range(WARM + steps):
+        if mem is not None:
+            mem.steady = i >= WARM
+        sync()
+        t0 = time.perf_counter()
+        loss = train_step(mem)
         sync()
         times.append(time.perf_counter() - t0)
     timed = sorted(times[WARM:])
     med = timed[len(timed) // 2]  # as results.py from-jsonl takes train_gpt's
     tokens = B * cfg.seq_len * (world if data_parallel else 1)
-    peak = torch.tensor([torch.cuda.max_memory_allocated(dev) / 2**30 if cuda else 0.0], device=dev)
-    dist.all_reduce(peak, op=dist.ReduceOp.MAX)  # the fullest rank's (pp: the last stage, with the logits)
+    phases = mem.fullest(mem_keys) if cuda else {}  # the fullest rank's (pp: the last stage, with the logits)
     fpt = flops_per_token(cfg)
     res = dict(mode=mode, world=world, batch=B * (world if data_parallel else 1), seq_len=cfg.seq_len,
                step_ms=round(med * 1e3, 2), tokens_per_s=round(tokens / med),  # MFU and memory: GPUs only
                mfu_vs_989=round(tokens / med * fpt / (world * PEAK_FLOPS), 4) if cuda else None,
-               peak_mem_GiB=round(peak.item(), 2) if cuda else None)
+               peak_mem_GiB=round(phases["peak"], 2) if cuda else None)
+    res.update({k: round(phases[k], 2) if cuda else None for k in mem_keys})
     res.update(compiled=compile_blocks, recompute=recompute, clip=clip, fp8="tensorwise" if fp8 else "off")
     if mode == "pp":
         res["micro_batches"] = mb
@@ -297,6 +382,8 @@ def main():
         res["notes"] = notes
     if rank == 0:
         print("RESULT", json.dumps(res), flush=True)
+    if os.environ.get("PROFILE"):
+        trace(train_step, sync, rank_path(os.environ["PROFILE"], rank), cuda)
     dist.barrier()
     dist.destroy_process_group()
 

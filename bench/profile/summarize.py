@@ -7,7 +7,7 @@ import argparse, collections, json, re
 
 
 def short(name):
-    name = name.replace("(anonymous namespace)::", "")
+    name = name.replace("(anonymous namespace)::", "").replace("<unnamed>::", "")  # both demanglers' spelling
     name = re.sub(r"<.*", "", name)          # template arguments
     name = re.sub(r"\(.*", "", name)         # parameter lists
     return name.strip()[:90]

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Issue 40: what separates train_gpt from the compiled PyTorch anchor on llama3-8b, FSDP over 4 GPUs, seq 4096,
+# one sequence per GPU, selective recompute (scale_4gpu.md: 32.2 k tok/s at 59.8 GiB against 35.3 k at 48.1), from
+# profiles. The runs are parallel.sh's fsdp rows with the same flags (its `train` and `torch_run`), plus tracing:
+#   tessera-traced         train_gpt --dp-mode fsdp --breakdown --profile OUTDIR/traces/tessera.json:3:2 (steps 3 and
+#                          4 after 3 warm-ups, 5 steps): the memory phases (--breakdown's mem_* keys) and the trace
+#   pytorch-compiled-fsdp  torch_llama_parallel.py fsdp, COMPILE=1: 3 warm-ups and STEPS timed (tok/s, memory
+#                          phases), then PROFILE=OUTDIR/traces/torch.json: 2 more steps traced
+#   tessera-train-fsdp     train_gpt as the first, without --breakdown or --profile: its untraced tok/s
+# (the untraced train_gpt run last: scale_4gpu.md holds an earlier one, so under BUDGET_S it is the one to lose),
+# then bench/profile/compare.py writes RESULTS/RESULT_NAME.{json,md}: kernel ms per step by kind, the GPU span, the
+# compute stream's idle time, NCCL's time beside compute, both sides' memory phases, the untraced tok/s;
+# bench/profile/gaps.py each rank-0 trace's gaps into OUTDIR/gaps-{tessera,torch}.txt. The traces are gzipped
+# afterwards (OUTDIR/traces/*.json.gz; rank r's with ".rank<r>").
+#   bench/llama/profile_8b.sh BUILD OUTDIR
+# Env: NPROC (4), MODEL (llama3-8b; llama-tiny on a CPU: the plumbing only, nothing is traced there), T (4096),
+# B (1 sequence per GPU), RECOMPUTE (selective), STEPS (8 timed after 3 warm-ups), RUN_TIMEOUT (s per run, 240),
+# BUDGET_S (s for the whole script, 0 = none: a run that cannot finish within it is cut short or skipped, so the
+# results are always written), PYTHON (python3: its torch runs the PyTorch side), RESULTS (bench/results),
+# RESULT_NAME (profile_<model>_fsdp, "-" as "_"). Exit status 0 when every run produced its part.
+set -uo pipefail
+BUILD=${1:?build dir}
+LOGS=${2:?output dir}
+HERE=$(cd "$(dirname "$0")" && pwd)
+N=${NPROC:-4}
+[[ $N =~ ^[1-9][0-9]*$ ]] && ((N >= 2)) || { echo "profile_8b.sh: NPROC=$N: FSDP needs 2 GPUs or more" >&2; exit 2; }
+export MODEL=${MODEL:-llama3-8b} STEPS=${STEPS:-8} T=${T:-4096}
+B=${B:-1} RECOMPUTE=${RECOMPUTE:-selective}
+RUN_TIMEOUT=${RUN_TIMEOUT:-240} BUDGET_S=${BUDGET_S:-0}
+PY=${PYTHON:-python3}
+NAME=${RESULT_NAME:-profile_${MODEL//-/_}_fsdp}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+[ -x "$BUILD/examples/train_gpt" ] || { echo "profile_8b.sh: $BUILD/examples/train_gpt was not built" >&2; exit 1; }
+PRECISION=()
+nvidia-smi -L >/dev/null 2>&1 && PRECISION=(--precision bf16)
+TRACES=$LOGS/traces
+mkdir -p "$TRACES"
+rm -f "$TRACES"/*.json "$TRACES"/*.json.gz
+rc=0
+BENCH="$MODEL profile"
+source "$HERE/../run_lib.sh"  # run NAME CMD..., torchrun_cmd, machine
+torchrun_cmd                   # TORCHRUN=(torchrun --standalone [-r 1 -t 1 under torch 1.x])
+
+brun() {  # brun NAME CMD...: `run` within BUDGET_S; returns 0 when the run succeeded
+  local name=$1 t=$RUN_TIMEOUT before=$rc ok
+  if ((BUDGET_S > 0)); then
+    t=$((BUDGET_S - SECONDS - 20))  # 20 s kept for the comparison
+    ((t > RUN_TIMEOUT)) && t=$RUN_TIMEOUT
+    if ((t < 30)); then
+      echo "=== $BENCH: $name SKIPPED: ${BUDGET_S}s budget spent"
+      rc=1
+      return 1
+    fi
+  fi
+  rc=0
+  RUN_TIMEOUT=$t run "$@"
+  ok=$rc
+  rc=$((before | ok))
+  return $ok
+}
+# parallel.sh's fsdp rows: train NAME flags... (its `train`, with NPROC ranks) and the compiled anchor
+TRAIN=("$BUILD/examples/train_gpt" --model "$MODEL" "${PRECISION[@]}" --recompute "$RECOMPUTE" --seq-len "$T"
+  --layout "${N}x1x1" --dp-mode fsdp --batch $((N * B)))
+train() {  # train NAME STEPS_IN_ALL flags...: then its RESULT line from the JSONL log (3 warm-ups)
+  local name=$1 steps=$2
+  shift 2
+  rm -f "$LOGS/$name.jsonl"
+  brun "$name" "${TORCHRUN[@]}" --nproc_per_node="$N" --no_python "${TRAIN[@]}" --steps "$steps" \
+    --log-jsonl "$LOGS/$name.jsonl" "$@" &&
+    "$PY" "$HERE/../results.py" from-jsonl "$LOGS/$name.jsonl" "$name" 3 >>"$LOGS/$name.log" &&
+    grep RESULT "$LOGS/$name.log" | cut -c1-300 | sed 's/^/  /'
+}
+
+train tessera-traced 5 --breakdown --profile "$TRACES/tessera.json:3:2"
+COMPILE=1 RECOMPUTE=$RECOMPUTE FP8=0 B=$B PROFILE=$TRACES/torch.json brun pytorch-compiled-fsdp "${TORCHRUN[@]}" \
+  --nproc_per_node="$N" "$HERE/torch_llama_parallel.py" fsdp
+train tessera-train-fsdp $((STEPS + 3))
+
+runs=(--run "tessera-traced=torchrun --standalone --nproc_per_node=$N --no_python ${TRAIN[*]} --steps 5 --log-jsonl LOGS/tessera-traced.jsonl --breakdown --profile TRACES/tessera.json:3:2"
+  --run "pytorch-compiled-fsdp=COMPILE=1 RECOMPUTE=$RECOMPUTE FP8=0 B=$B MODEL=$MODEL T=$T STEPS=$STEPS PROFILE=TRACES/torch.json torchrun --standalone --nproc_per_node=$N bench/llama/torch_llama_parallel.py fsdp"
+  --run "tessera-train-fsdp=torchrun --standalone --nproc_per_node=$N --no_python ${TRAIN[*]} --steps $((STEPS + 3)) --log-jsonl LOGS/tessera-train-fsdp.jsonl")
+"$PY" "$HERE/../profile/compare.py" --tessera-trace "$TRACES/tessera.json" --tessera-breakdown "$LOGS/tessera-traced.jsonl" \
+  --tessera-log "$LOGS/tessera-train-fsdp.log" --torch-trace "$TRACES/torch.json" --torch-log "$LOGS/pytorch-compiled-fsdp.log" \
+  --steps 2 --warm 3 --name "$NAME" --results "${RESULTS:-$HERE/../results}" --machine "$(PYTHON=$PY machine CPU) ($N used)" \
+  --command "NPROC=$N MODEL=$MODEL T=$T B=$B RECOMPUTE=$RECOMPUTE STEPS=$STEPS bench/llama/profile_8b.sh $BUILD LOGS" \
+  --title "$MODEL, FSDP over $N GPUs, seq $T, $B sequence(s) per GPU, recompute $RECOMPUTE: train_gpt beside compiled PyTorch, kernel by kernel" \
+  --config "train_gpt ${PRECISION[*]:-fp32} synthetic tokens (parallel.sh's tessera-train-fsdp); PyTorch: the Llama of tests/models/torch_llama.py, each block under torch.compile, FSDP2 (bf16 parameters, fp32 reduction), fused AdamW, clipping at 1.0, random tokens (parallel.sh's pytorch-compiled-fsdp)" \
+  "${runs[@]}" \
+  --note "Traced steps run slower than untraced ones (the profiler's CPU-op records slow the host; tessera's traced run also syncs the device for --breakdown), so the GPU span per step is longer than the untraced step_ms; compare kernel times, which the profiler barely moves" \
+  --note "NCCL kernel time includes each kernel's wait for its peers: 'beside compute' is the part hidden behind compute kernels, 'exposed' the part with no compute kernel on any stream" ||
+  rc=1
+for s in tessera torch; do  # each rank-0 trace's largest gaps and the ops that launched the kernel after them
+  ((BUDGET_S == 0 || BUDGET_S - SECONDS > 60)) && [ -f "$TRACES/$s.json" ] &&
+    timeout 60 "$PY" "$HERE/../profile/gaps.py" "$TRACES/$s.json" --top 15 >"$LOGS/gaps-$s.txt" 2>&1
+done
+gzip -1 -f "$TRACES"/*.json 2>/dev/null
+exit $rc
