@@ -23,7 +23,8 @@
 #   fp8     issue 37: FP8_LAYOUT (fsdp with N > 1, else single) in bf16 and in FP8 on both sides: tessera-train-L,
 #           tessera-train-L-fp8 (--fp8 FP8_RECIPE, tensorwise), pytorch-compiled-L, pytorch-compiled-L-fp8 (FP8=1:
 #           bench/fp8/torch_float8.py over torch._scaled_mm); vs_tessera_train_L: over tessera's bf16 row
-# Env: COMPILED (1 under torch >= 2: the compiled rows; 0: eager only), RECOMPUTE (none|selective|full, both
+# Env: COMPILED (1 under torch >= 2: the compiled rows; 0: eager only), EAGER (1; 0: no eager PyTorch row in single, dp
+# and fsdp, where the compiled one runs), RECOMPUTE (none|selective|full, both
 # sides: train_gpt --recompute, the PyTorch Llama's RECOMPUTE), B (4: llama3-1b at seq 2048 on one 80 GB H100
 # runs B=4 without recompute, llama_1gpu.md), TP_B (N x B: each GPU's share of tokens as the single run's),
 # PP_B (16), MB (16: micro-batches of one sequence, 2048 tokens as GPT-735M's pp runs), STEPS (10 timed after
@@ -70,6 +71,7 @@ source "$HERE/../run_lib.sh"  # run NAME CMD..., torchrun_cmd, machine
 torchrun_cmd                   # TORCHRUN=(torchrun --standalone [-r 1 -t 1 under torch 1.x])
 TORCH_MAJOR=$("$PY" -c 'import torch;print(torch.__version__.split(".")[0])' 2>/dev/null)
 COMPILED=${COMPILED:-$([ "$TORCH_MAJOR" = 1 ] && echo 0 || echo 1)}
+EAGER=${EAGER:-1}
 
 brun() {  # brun NAME CMD...: `run` within BUDGET_S; returns 0 when the run succeeded
   local name=$1 t=$RUN_TIMEOUT before=$rc ok
@@ -114,15 +116,15 @@ train() {  # train NAME NPROC train_gpt-flags...: then its RESULT line from the 
 for s in "${SECTIONS[@]}"; do
   case $s in
     single)
-      B=$B torch_run pytorch-single 1 single
+      [ "$EAGER" = 1 ] && B=$B torch_run pytorch-single 1 single
       [ "$COMPILED" = 1 ] && B=$B torch_run pytorch-compiled-single 1 single compiled
       train tessera-train-single 1 --layout 1x1x1 --batch "$B" ;;
     dp)
-      B=$B torch_run pytorch-ddp "$N" ddp
+      [ "$EAGER" = 1 ] && B=$B torch_run pytorch-ddp "$N" ddp
       [ "$COMPILED" = 1 ] && B=$B torch_run pytorch-compiled-ddp "$N" ddp compiled
       train tessera-train-ddp "$N" --layout "${N}x1x1" --batch $((N * B)) ;;
     fsdp)
-      B=$B torch_run pytorch-fsdp "$N" fsdp
+      [ "$EAGER" = 1 ] && B=$B torch_run pytorch-fsdp "$N" fsdp
       [ "$COMPILED" = 1 ] && B=$B torch_run pytorch-compiled-fsdp "$N" fsdp compiled
       train tessera-train-fsdp "$N" --layout "${N}x1x1" --dp-mode fsdp --batch $((N * B)) ;;
     tp)
