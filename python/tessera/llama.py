@@ -225,18 +225,40 @@ def _generator(seed):
     return torch.Generator().manual_seed(seed % 2**64)
 
 
+def _mix(x):
+    """splitmix64, as src/nn/init.cpp's mix."""
+    m = 2**64 - 1
+    x = (x + 0x9E3779B97F4A7C15) & m
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & m
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & m
+    return x ^ (x >> 31)
+
+
+def seeded_normal(rows, cols, mean, std, seed):
+    """nn::seededNormal (src/nn/init.h): [rows, cols] of N(mean, std^2) in blocks of about 2^20 values,
+    block b from a generator seeded mix(mix(seed) + b)."""
+    seed %= 2**64
+    block = max(1, (1 << 20) // max(cols, 1))
+    out = torch.empty(rows, cols)
+    for b, r0 in enumerate(range(0, rows, block)):
+        g = _generator(_mix((_mix(seed) + b) % 2**64))
+        out[r0:r0 + block].normal_(mean, std, generator=g)
+    return out
+
+
 def block_init(cfg, layer, seed):
-    """The unsharded block `layer` as the C++ model draws it: normal(0, 0.02) from a CPU generator
-    seeded seed·1000003 + 101 + layer, in the order wq, wk, wv, wo, w1, w3, w2 (wo and w2 with std
-    0.02 / sqrt(2·layers)); norms ones."""
-    g = _generator(seed * 1000003 + 101 + layer)
+    """The unsharded block `layer` as the C++ model draws it (src/models/llama.cpp): wq, wk, wv, wo,
+    w1, w3, w2 as seeded_normal(..., (seed·1000003 + 101 + layer)·16 + k) for k = 0..6 in that order,
+    mean 0, std 0.02 (wo and w2: 0.02 / sqrt(2·layers)); norms ones."""
+    base = (seed * 1000003 + 101 + layer) * 16
     hd, std = cfg.head_dim, 0.02
     out = 0.02 / math.sqrt(2.0 * cfg.layers)
     w = {}
-    for name, rows, cols, s in (("wq", cfg.heads * hd, cfg.d, std), ("wk", cfg.kv_heads * hd, cfg.d, std),
-                                ("wv", cfg.kv_heads * hd, cfg.d, std), ("wo", cfg.d, cfg.heads * hd, out),
-                                ("w1", cfg.ffn, cfg.d, std), ("w3", cfg.ffn, cfg.d, std), ("w2", cfg.d, cfg.ffn, out)):
-        w[f"{name}.weight"] = torch.normal(0.0, s, (rows, cols), generator=g)
+    for k, (name, rows, cols, s) in enumerate((
+            ("wq", cfg.heads * hd, cfg.d, std), ("wk", cfg.kv_heads * hd, cfg.d, std),
+            ("wv", cfg.kv_heads * hd, cfg.d, std), ("wo", cfg.d, cfg.heads * hd, out),
+            ("w1", cfg.ffn, cfg.d, std), ("w3", cfg.ffn, cfg.d, std), ("w2", cfg.d, cfg.ffn, out))):
+        w[f"{name}.weight"] = seeded_normal(rows, cols, 0.0, s, base + k)
     w["attn_norm.weight"] = torch.ones(cfg.d)
     w["mlp_norm.weight"] = torch.ones(cfg.d)
     return w
@@ -248,8 +270,8 @@ def embedding_init(cfg, seed):
 
 
 def head_init(cfg, seed):
-    """The untied head [V, d]: normal(0, 0.02) from a generator seeded seed·1000003 + 7."""
-    return torch.normal(0.0, 0.02, (cfg.vocab, cfg.d), generator=_generator(seed * 1000003 + 7))
+    """The untied head [V, d]: seeded_normal(V, d, 0, 0.02, seed·1000003 + 7)."""
+    return seeded_normal(cfg.vocab, cfg.d, 0.0, 0.02, seed * 1000003 + 7)
 
 
 # ---- the model as pipeline stages

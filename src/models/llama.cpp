@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "nn/fused_activations.h"
 #include "nn/fused_norm.h"
+#include "nn/init.h"
 #include "parallel/context/attention.h"
 #include "parallel/context/chunks.h"
 #include "parallel/tensor/checkpoint_pieces.h"
@@ -48,15 +49,16 @@ CommPtr llamaKvGroup(const ModelConfig& c, const CommPtr& tp) {
 }
 
 std::map<std::string, at::Tensor> llamaBlockInit(const ModelConfig& c, int64_t layer, uint64_t seed) {
-  auto gen = at::detail::createCPUGenerator(seed * 1000003ull + 101ull + static_cast<uint64_t>(layer));
+  const uint64_t base = (seed * 1000003ull + 101ull + static_cast<uint64_t>(layer)) * 16ull;
   const int64_t d = c.d, hd = c.headDim(), f = c.ffnSize();
   const double std = 0.02, out = 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers));
   std::map<std::string, at::Tensor> w;
+  uint64_t k = 0;
   for (const auto& [name, rows, cols, s] : std::vector<std::tuple<std::string, int64_t, int64_t, double>>{
            {"wq.weight", c.heads * hd, d, std}, {"wk.weight", c.kvH() * hd, d, std},
            {"wv.weight", c.kvH() * hd, d, std}, {"wo.weight", d, c.heads * hd, out},
            {"w1.weight", f, d, std}, {"w3.weight", f, d, std}, {"w2.weight", d, f, out}}) {
-    w[name] = at::normal(0, s, {rows, cols}, gen);
+    w[name] = nn::seededNormal(rows, cols, 0, s, base + k++);
   }
   w["attn_norm.weight"] = at::ones({d});
   w["mlp_norm.weight"] = at::ones({d});

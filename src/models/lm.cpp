@@ -10,6 +10,7 @@
 #include <torch/utils.h>
 
 #include "common/error.h"
+#include "nn/init.h"
 #include "parallel/context/chunks.h"
 #include "parallel/tensor/checkpoint_pieces.h"
 #include "parallel/tensor/mappings.h"
@@ -102,8 +103,7 @@ LmChunkImpl::LmChunkImpl(const ModelConfig& c, CommPtr group, CommPtr kvGroup, c
       torch::manual_seed(headSeed(o.seed));
       head = register_module("head", tp::ColumnParallelLinear(tp, c.d, c.vocab, ho));
       if (isLlama(c)) {
-        auto gen = at::detail::createCPUGenerator(headSeed(o.seed));
-        head->loadFull(at::normal(0, 0.02, {c.vocab, c.d}, gen));
+        head->loadFull(nn::seededNormal(c.vocab, c.d, 0, 0.02, headSeed(o.seed)));
       }
     }
   }

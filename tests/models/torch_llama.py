@@ -145,27 +145,46 @@ def loss_fn(logits, targets):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
 
 
+def seeded_normal(shape, std, seed):
+    """tessera's nn::seededNormal (src/nn/init.h), written here from its contract: [rows, cols] of
+    N(0, std^2) in blocks of max(1, 2^20 // cols) rows, block b from a CPU generator seeded
+    splitmix64(splitmix64(seed) + b) (64-bit wrap-around)."""
+    mask = (1 << 64) - 1
+
+    def mix(x):
+        x = (x + 0x9E3779B97F4A7C15) & mask
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & mask
+        return x ^ (x >> 31)
+
+    rows, cols = shape
+    step = max(1, (1 << 20) // max(cols, 1))
+    out = torch.empty(rows, cols)
+    for b, r0 in enumerate(range(0, rows, step)):
+        g = torch.Generator().manual_seed(mix((mix(seed & mask) + b) & mask))
+        out[r0:r0 + step].normal_(0.0, std, generator=g)
+    return out
+
+
 def tessera_init(model, seed):
     """Draws the weights as tessera's Llama does for `seed` (src/models/lm.cpp, llama.cpp): the
     table N(0, 1) x 0.02 from a generator seeded `seed`; block i's wq, wk, wv, wo, w1, w3, w2 in
-    that order, N(0, 0.02) (wo and w2: 0.02 / sqrt(2 layers)), from a generator seeded
-    seed * 1000003 + 101 + i; an untied head N(0, 0.02) seeded seed * 1000003 + 7; norms ones.
-    So a PyTorch run starts from tessera's initial model."""
+    that order as seeded_normal(..., 0.02, (seed * 1000003 + 101 + i) * 16 + k), k = 0..6 (wo and
+    w2: std 0.02 / sqrt(2 layers)); an untied head seeded_normal(..., 0.02, seed * 1000003 + 7);
+    norms ones. So a PyTorch run starts from tessera's initial model."""
     cfg = model.cfg
-    mask = (1 << 64) - 1
     with torch.no_grad():
         g = torch.Generator().manual_seed(seed)
         table = torch.empty(cfg.vocab, cfg.d).normal_(0.0, 1.0, generator=g).mul_(0.02)
         model.emb.weight.copy_(table)
         out_std = 0.02 / math.sqrt(2.0 * cfg.layers)
         for i, blk in enumerate(model.blocks):
-            g = torch.Generator().manual_seed((seed * 1000003 + 101 + i) & mask)
-            for lin, std in ((blk.wq, 0.02), (blk.wk, 0.02), (blk.wv, 0.02), (blk.wo, out_std),
-                             (blk.w1, 0.02), (blk.w3, 0.02), (blk.w2, out_std)):
-                lin.weight.copy_(torch.normal(0.0, std, tuple(lin.weight.shape), generator=g))
+            base = (seed * 1000003 + 101 + i) * 16
+            for k, (lin, std) in enumerate(((blk.wq, 0.02), (blk.wk, 0.02), (blk.wv, 0.02), (blk.wo, out_std),
+                                            (blk.w1, 0.02), (blk.w3, 0.02), (blk.w2, out_std))):
+                lin.weight.copy_(seeded_normal(tuple(lin.weight.shape), std, base + k))
             blk.attn_norm.weight.fill_(1.0)
             blk.mlp_norm.weight.fill_(1.0)
         model.norm.weight.fill_(1.0)
         if model.head is not None:
-            g = torch.Generator().manual_seed((seed * 1000003 + 7) & mask)
-            model.head.weight.copy_(torch.normal(0.0, 0.02, tuple(model.head.weight.shape), generator=g))
+            model.head.weight.copy_(seeded_normal(tuple(model.head.weight.shape), 0.02, seed * 1000003 + 7))
