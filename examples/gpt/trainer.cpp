@@ -126,6 +126,7 @@ std::vector<StepReport> Trainer::run() {
   auto& s = *s_;
   s.loadCheckpoint();
   s.openLog();
+  s.startTrainingMemory();
   std::vector<StepReport> out;
   StepProfiler profiler(s.ctx.world->rank(), s.o.profile, s.o.profileCpu);
   for (int64_t i = s.startStep; i < s.o.steps; ++i) {

@@ -56,6 +56,9 @@ struct Trainer::State {
     double stepStart = -1, beforeBackward = -1, peakForward = -1, peakBackward = -1, peakOptimizer = -1;
   } mem;
   double runPeakGiB = 0;
+  // GPUs: logs the peak of building the model (and loading a checkpoint), then resets the
+  // allocator's peak, so that the steps' peak_mem_gib is training's own. Before the first step.
+  void startTrainingMemory();
   bool measureMemory() const;
   double endMemoryPhase();  // the peak since the last phase ended (folded into runPeakGiB), then resets it
   std::ofstream jsonl;
