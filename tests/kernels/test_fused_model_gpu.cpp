@@ -2,7 +2,8 @@
 // lmLoss's fused cross-entropy, optim::AdamW's multi-tensor kernel: what train_gpt
 // --fused-kernels on runs) against the same step with ATen's ops, on one GPU: the GPT with
 // rotary positions (LayerNorm, rotary embedding, bias + GELU) and with learned positions, and the
-// Llama (RMSNorm, rotary with GQA, SwiGLU, tied embeddings), same weights and batch.
+// Llama (RMSNorm, rotary with GQA, SwiGLU, tied embeddings; also with selective recompute on the fused
+// side), same weights and batch.
 // - float32: the same maths in another order: loss within 1e-5 relative, each parameter's
 //   gradient within 1e-4 of its norm.
 // - bf16 autocast: the fused ops round each activation once where ATen's ops round after each op
@@ -43,11 +44,12 @@ struct Step {
 };
 
 Step runStep(const ModelConfig& c, const CommPtr& g, bool fused, bool bf16, const at::Tensor& tokens,
-             const at::Tensor& targets) {
+             const at::Tensor& targets, nn::Recompute recompute = nn::Recompute::None) {
   const at::Device dev(at::kCUDA, 0);
   ChunkOptions o;
   o.seed = 5;
   o.fusedKernels = fused;
+  o.recompute = recompute;
   LmChunk m(c, g, nullptr, partitionModel(c, 1, 1, {}), 0, o);
   m->to(dev);
   auto forward = [&] {
@@ -85,15 +87,19 @@ TESSERA_WORKER(fused_model_step) {
   auto ctx = initWorker(w, Backend::Nccl);
   const bool bf16 = w.arg == "bf16";
   const double lossTol = bf16 ? 3.0 / 512 : 1e-5, gradTol = bf16 ? 0.05 : 1e-4;
-  for (const std::string name : {"gpt-rope", "gpt-learned", "llama"}) {
-    ModelConfig c = presetConfig(name == "llama" ? "llama-tiny" : "tiny");
+  // llama-selective: the fused side under --recompute selective (the SwiGLU product recomputed in
+  // w2's backward, nn::swigluLinear, through autocast's weight cast).
+  for (const std::string name : {"gpt-rope", "gpt-learned", "llama", "llama-selective"}) {
+    const bool llama = name.rfind("llama", 0) == 0;
+    ModelConfig c = presetConfig(llama ? "llama-tiny" : "tiny");
     c.layers = 2, c.vocab = 512, c.seqLen = 64;
     if (name == "gpt-rope") c.positions = Positions::Rope;
     auto gen = at::detail::createCPUGenerator(17);
     auto tokens = at::randint(0, c.vocab, {4, c.seqLen}, gen, at::kLong);
     auto targets = at::randint(0, c.vocab, {4, c.seqLen}, gen, at::kLong);
     const auto plain = runStep(c, ctx.world, false, bf16, tokens, targets);
-    const auto fused = runStep(c, ctx.world, true, bf16, tokens, targets);
+    const auto fused = runStep(c, ctx.world, true, bf16, tokens, targets,
+                               name == "llama-selective" ? nn::Recompute::Selective : nn::Recompute::None);
     const double dl = std::abs(fused.loss - plain.loss) / std::abs(plain.loss);
     fmt::print("{} {}: loss {} (ATen ops) vs {} (fused), relative {:.3g}\n", name, bf16 ? "bf16" : "fp32", plain.loss,
                fused.loss, dl);
