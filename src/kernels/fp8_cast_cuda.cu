@@ -192,11 +192,19 @@ __global__ void castKernel(const Fp8CastArgs a, bool vec) {
     }
   }
   if (a.counts) {
+    // One atomic per block and counter, not per warp: in training most warps see an underflow, and
+    // every block's warps adding to the same two words serialised in L2.
+    __shared__ float part[2][8];
+    const int warp = threadIdx.x >> 5;
     under = warpSum(under);
     sat = warpSum(sat);
-    if (lane == 0) {
-      if (under > 0.f) atomicAdd(a.counts, under);
-      if (sat > 0.f) atomicAdd(a.counts + 1, sat);
+    if (lane == 0) part[0][warp] = under, part[1][warp] = sat;
+    __syncthreads();
+    if (threadIdx.x < 2) {
+      float t = 0.f;
+#pragma unroll
+      for (int w = 0; w < 8; ++w) t += part[threadIdx.x][w];
+      if (t > 0.f) atomicAdd(a.counts + threadIdx.x, t);
     }
   }
 }
