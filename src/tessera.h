@@ -43,6 +43,7 @@
 #include "nn/deferred_grads.h"
 #include "nn/fused_activations.h"
 #include "nn/fused_norm.h"
+#include "nn/init.h"
 #include "nn/recompute.h"
 #include "nn/rope.h"
 #include "optim/adamw.h"
