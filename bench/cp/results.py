@@ -267,7 +267,9 @@ def read_text(dirs, name):
     for d in dirs:
         p = os.path.join(d, name)
         if os.path.exists(p):
-            lines += [x.strip() for x in open(p) if x.strip() and x.strip() not in lines]
+            for x in open(p):
+                if x.strip() and x.strip() not in lines:  # each line once, also within one file
+                    lines.append(x.strip())
     return lines
 
 
