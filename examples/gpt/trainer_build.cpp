@@ -21,9 +21,10 @@
 namespace tessera::gpt {
 
 namespace {
-// --fsdp-prefetch-mib auto: 512 MiB, or two of the median unit (a block) where that is more, so the
-// next block's all-gather always runs beside the current block's compute. A fixed 512 MiB never
-// prefetched llama3-8b's 416 MiB blocks: each gather waited for the previous block's compute.
+// --fsdp-prefetch-mib auto: 512 MiB, or where more, room for the largest unit (the head or the
+// table) beside a median one (a block), and for two median ones: every unit's all-gather, the
+// head's included, can run beside the compute of the unit before it. A fixed 512 MiB never
+// prefetched llama3-8b's 416 MiB blocks, nor its 1 GB head: each gather waited for compute.
 size_t autoPrefetchBudget(const std::vector<FsdpUnitSpec>& units, c10::ScalarType dtype) {
   std::vector<size_t> bytes;
   for (const auto& u : units) {
@@ -32,8 +33,10 @@ size_t autoPrefetchBudget(const std::vector<FsdpUnitSpec>& units, c10::ScalarTyp
     bytes.push_back(b);
   }
   if (bytes.empty()) return 512u << 20;
+  const size_t largest = *std::max_element(bytes.begin(), bytes.end());
   std::nth_element(bytes.begin(), bytes.begin() + bytes.size() / 2, bytes.end());
-  return std::max<size_t>(512u << 20, 2 * bytes[bytes.size() / 2]);
+  const size_t median = bytes[bytes.size() / 2];
+  return std::max<size_t>({512u << 20, 2 * median, largest + median});
 }
 }  // namespace
 
