@@ -1,4 +1,4 @@
-# Sourced by the benchmark drivers (bench/ddp/run.sh, bench/parallel.sh, bench/train/run.sh,
+# Sourced by the benchmark drivers (bench/ddp/run.sh, bench/parallel.sh, bench/train/run.sh, bench/llama/profile_8b.sh,
 # bench/llama/run.sh, bench/llama/parallel.sh, bench/collectives/run.sh).
 # run NAME CMD...: runs one benchmark process under `timeout RUN_TIMEOUT`, its output in
 # LOGS/NAME.log (the log's name names its rows in bench/results.py); prints its RESULT lines, or on
@@ -19,6 +19,29 @@ run() {
   fi
   echo "  ($((SECONDS - t0)) s)"
   logs+=("$LOGS/$name.log")
+}
+# budget_run NAME CMD...: `run` with a timeout of what is left of BUDGET_S (seconds since the script
+# started, less BUDGET_RESERVE_S, 0 by default), at most RUN_TIMEOUT; with under 30 s left it is
+# skipped (SKIPPED said, budget_skipped=NAME, rc=1). BUDGET_S 0: no budget. rc keeps earlier
+# failures. Returns 0 when the run succeeded.
+budget_run() {
+  local name=$1 t=$RUN_TIMEOUT before=$rc ok
+  budget_skipped=""
+  if ((BUDGET_S > 0)); then
+    t=$((BUDGET_S - SECONDS - ${BUDGET_RESERVE_S:-0}))
+    ((t > RUN_TIMEOUT)) && t=$RUN_TIMEOUT
+    if ((t < 30)); then
+      echo "=== ${BENCH:-bench}: $name SKIPPED: ${BUDGET_S}s budget spent"
+      budget_skipped=$name
+      rc=1
+      return 1
+    fi
+  fi
+  rc=0
+  RUN_TIMEOUT=$t run "$@"
+  ok=$rc
+  rc=$((before | ok))
+  return $ok
 }
 # torchrun_cmd: sets the array TORCHRUN to `torchrun --standalone`, plus `-r 1 -t 1` under torch 1.x: Debian's
 # torchrun (1.13, the CPU machines) crashes on its default output settings (its workers' output is then

@@ -73,24 +73,11 @@ TORCH_MAJOR=$("$PY" -c 'import torch;print(torch.__version__.split(".")[0])' 2>/
 COMPILED=${COMPILED:-$([ "$TORCH_MAJOR" = 1 ] && echo 0 || echo 1)}
 EAGER=${EAGER:-1}
 
-brun() {  # brun NAME CMD...: `run` within BUDGET_S; returns 0 when the run succeeded
-  local name=$1 t=$RUN_TIMEOUT before=$rc ok
-  expect+=("$name")
-  if ((BUDGET_S > 0)); then
-    t=$((BUDGET_S - SECONDS))
-    ((t > RUN_TIMEOUT)) && t=$RUN_TIMEOUT
-    if ((t < 30)); then
-      echo "=== $BENCH: $name SKIPPED: ${BUDGET_S}s budget spent"
-      notes+=("$name: not run, the ${BUDGET_S} s budget was spent")
-      rc=1
-      return 1
-    fi
-  fi
-  rc=0
-  RUN_TIMEOUT=$t run "$@"
-  ok=$rc
-  rc=$((before | ok))
-  return $ok
+brun() {  # brun NAME CMD...: budget_run (run_lib.sh), the run expected in the table, a skip noted
+  expect+=("$1")
+  budget_run "$@" && return 0
+  [ -n "$budget_skipped" ] && notes+=("$1: not run, the ${BUDGET_S} s budget was spent")
+  return 1
 }
 torch_run() {  # torch_run NAME NPROC MODE [compiled] (B, MB, FP8 from the caller's environment)
   local name=$1 n=$2 mode=$3 compiled=0

@@ -41,23 +41,8 @@ BENCH="$MODEL profile"
 source "$HERE/../run_lib.sh"  # run NAME CMD..., torchrun_cmd, machine
 torchrun_cmd                   # TORCHRUN=(torchrun --standalone [-r 1 -t 1 under torch 1.x])
 
-brun() {  # brun NAME CMD...: `run` within BUDGET_S; returns 0 when the run succeeded
-  local name=$1 t=$RUN_TIMEOUT before=$rc ok
-  if ((BUDGET_S > 0)); then
-    t=$((BUDGET_S - SECONDS - 20))  # 20 s kept for the comparison
-    ((t > RUN_TIMEOUT)) && t=$RUN_TIMEOUT
-    if ((t < 30)); then
-      echo "=== $BENCH: $name SKIPPED: ${BUDGET_S}s budget spent"
-      rc=1
-      return 1
-    fi
-  fi
-  rc=0
-  RUN_TIMEOUT=$t run "$@"
-  ok=$rc
-  rc=$((before | ok))
-  return $ok
-}
+BUDGET_RESERVE_S=20  # kept for the comparison
+brun() { budget_run "$@"; }  # run_lib.sh
 # parallel.sh's fsdp rows: train NAME flags... (its `train`, with NPROC ranks) and the compiled anchor
 TRAIN=("$BUILD/examples/train_gpt" --model "$MODEL" "${PRECISION[@]}" --recompute "$RECOMPUTE" --seq-len "$T"
   --layout "${N}x1x1" --dp-mode fsdp --batch $((N * B)))
