@@ -127,20 +127,36 @@ void checkSameParameters(Communicator& comm, const std::vector<std::pair<std::st
   agree(comm, mine, scratch);
 }
 
-void broadcastTensors(Communicator& comm, const std::vector<at::Tensor>& tensors, int root) {
+void broadcastTensors(Communicator& comm, const std::vector<at::Tensor>& tensors, int root, size_t bucketBytes) {
   std::map<c10::ScalarType, std::vector<at::Tensor>> byType;
   for (const auto& t : tensors) {
-    if (t.numel() > 0) byType[t.scalar_type()].push_back(t);
+    if (t.numel() > 0) byType[t.scalar_type()].push_back(t.detach());
   }
+  auto bytes = [](const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); };
   for (auto& [type, ts] : byType) {
-    std::vector<at::Tensor> flat;
-    for (auto& t : ts) flat.push_back(t.detach().reshape({-1}));
-    auto buf = at::cat(flat);
-    comm.broadcast(buf, root)->synchronize();
-    int64_t off = 0;
-    for (auto& t : ts) {
-      t.detach().copy_(buf.narrow(0, off, t.numel()).view_as(t));
-      off += t.numel();
+    for (size_t i = 0; i < ts.size();) {
+      if (bytes(ts[i]) >= bucketBytes) {  // alone: no staging copy when it is contiguous
+        auto& t = ts[i++];
+        auto buf = t.is_contiguous() ? t : t.contiguous();
+        comm.broadcast(buf, root)->synchronize();
+        if (!buf.is_same(t)) t.copy_(buf);
+        continue;
+      }
+      std::vector<at::Tensor> group, flat;
+      size_t total = 0;
+      while (i < ts.size() && bytes(ts[i]) < bucketBytes && (group.empty() || total + bytes(ts[i]) <= bucketBytes)) {
+        total += bytes(ts[i]);
+        group.push_back(ts[i]);
+        flat.push_back(ts[i].reshape({-1}));
+        ++i;
+      }
+      auto buf = at::cat(flat);
+      comm.broadcast(buf, root)->synchronize();
+      int64_t off = 0;
+      for (auto& t : group) {
+        t.copy_(buf.narrow(0, off, t.numel()).view_as(t));
+        off += t.numel();
+      }
     }
   }
 }

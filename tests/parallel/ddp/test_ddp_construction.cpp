@@ -1,9 +1,10 @@
 // DistributedDataParallel's construction and state: every rank raises the same error when any
 // rank's arguments are unusable or the ranks differ (requires_grad, options, buffers, no
 // parameters: never a rank left waiting); buffers are broadcast from rank 0 at construction
-// and by syncBuffers() unless broadcastBuffers is off; the default bucket caps and the layout
-// they give a known model.
+// and by syncBuffers() unless broadcastBuffers is off (ddp::broadcastTensors, in buckets); the
+// default bucket caps and the layout they give a known model.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 #include "harness/multiprocess.h"
 #include "models/tiny_models.h"
 #include "parallel/ddp/ddp.h"
+#include "parallel/ddp/param_sync.h"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -178,4 +180,33 @@ TESSERA_WORKER(ddp_default_layout) {
 
 TEST(DdpConstruction, DefaultCapsGiveTheExpectedLayout) {
   expectAllOk(runWorkers("ddp_default_layout", {.ranks = 2}));
+}
+
+// ddp::broadcastTensors in buckets (a small cap here, 256 MiB by default): tensors of two dtypes,
+// one larger than the cap (broadcast alone, in place), a non-contiguous one larger than the cap
+// (through a copy), small ones packed several to a bucket and one empty: every rank ends with
+// rank 1's values bit for bit.
+TESSERA_WORKER(ddp_broadcast_buckets) {
+  auto ctx = initWorker(w);
+  auto make = [](int seed) {
+    auto g = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+    return std::vector<at::Tensor>{
+        at::randn({40, 30}, g),                                    // 4800 B: alone (cap 4096)
+        at::randn({3, 5}, g),                                      // small: bucketed
+        at::randint(0, 100, {7}, g, at::kLong),                    // another dtype
+        at::randn({64, 20}, g).t(),                                // non-contiguous, 5120 B: alone, copied
+        at::randn({11}, g),  at::randn({0}, g), at::randn({200}, g),  // a bucket of two (44 + 800 B)
+        at::randint(0, 100, {600}, g, at::kLong),                  // 4800 B long: alone
+    };
+  };
+  auto mine = make(100 + w.rank), want = make(101);
+  ddp::broadcastTensors(*ctx.world, mine, /*root=*/1, /*bucketBytes=*/4096);
+  for (size_t k = 0; k < mine.size(); ++k) {
+    WCHECK(at::equal(mine[k], want[k]), "rank {}: tensor {} differs from rank 1's", w.rank, k);
+  }
+  WCHECK(!mine[3].is_contiguous(), "the transposed tensor should stay a transposed view");
+}
+
+TEST(DdpConstruction, BroadcastInBucketsCopiesTheRootsValues) {
+  expectAllOk(runWorkers("ddp_broadcast_buckets", {.ranks = 3}));
 }
