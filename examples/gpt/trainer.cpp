@@ -4,16 +4,13 @@
 #include <torch/utils.h>
 
 #include <algorithm>
-#include <map>
 
 #include "common/autocast.h"
 #include "common/device.h"
 #include "common/error.h"
-#include "common/log.h"
 #include "common/profiler.h"
 #include "kernels/fp8.h"
 #include "parallel/tensor/fp8_weight_cache.h"
-#include "parallel/tensor/linear.h"
 #include "parallel/grad_norm.h"
 #include "pipeline/schedule.h"
 #include "trainer_state.h"
