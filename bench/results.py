@@ -58,12 +58,33 @@ def normalise(r):
     return {RENAMED.get(k, k): v for k, v in r.items()}
 
 
+def strip_launcher(line):
+    """A log line without its surrounding space and torchrun's "[defaultN]:" prefix (torch 1.x)."""
+    return re.sub(r"^\[\w+\d*\]:", "", line.strip())
+
+
+def read_train_jsonl(path):
+    """train_gpt's JSONL log: (its config record, its step records in order); a line cut by a kill is skipped."""
+    cfg, steps = {}, []
+    with open(path, errors="replace") as f:
+        for line in f:
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if r.get("event") == "config":
+                cfg = r
+            elif r.get("event") == "step":
+                steps.append(r)
+    return cfg, steps
+
+
 def read_results(path):
     """Every RESULT object in the log at `path`, in this format's keys; an unreadable line is reported and skipped."""
     found = []
     with open(path, errors="replace") as f:
         for line in f:
-            line = re.sub(r"^\[\w+\d*\]:", "", line.strip())
+            line = strip_launcher(line)
             if line.startswith("RESULT "):
                 try:
                     found.append(normalise(json.loads(line[len("RESULT "):])))
@@ -222,14 +243,7 @@ def cmd_gpt(a):
 
 def cmd_from_jsonl(a):
     """train_gpt's JSONL log -> its RESULT line: the median step after WARM, the fullest rank's peak."""
-    cfg, steps = {}, []
-    with open(a.log) as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("event") == "config":
-                cfg = r
-            elif r.get("event") == "step":
-                steps.append(r)
+    cfg, steps = read_train_jsonl(a.log)
     timed = steps[a.warm:]
     if not timed:
         print("%s: %d steps, none after %d warm-ups" % (a.log, len(steps), a.warm), file=sys.stderr)
@@ -258,7 +272,7 @@ def bw_lines(path):
     rows, info = {}, []
     with open(path) as f:
         for line in f:
-            line = re.sub(r"^\[\w+\d*\]:", "", line.strip())
+            line = strip_launcher(line)
             if line.startswith("INFO "):
                 info.append(line[5:])
             parts = line.split()

@@ -51,10 +51,6 @@ def flops_per_token(model, seq_len, causal=False):
     return 6.0 * (c["layers"] * block + c["vocab"] * c["d"]) + attention
 
 
-def strip(line):
-    return re.sub(r"^\[\w+\d*\]:", "", line.strip())  # torchrun's "[defaultN]:" prefix (torch 1.x)
-
-
 def tagged(lines, tag):
     """The JSON objects of the lines "TAG {json}", in order (an unreadable one skipped)."""
     out = []
@@ -68,19 +64,7 @@ def tagged(lines, tag):
 
 
 def read_jsonl(path):
-    cfg, steps = {}, []
-    if os.path.exists(path):
-        with open(path, errors="replace") as f:
-            for line in f:
-                try:
-                    r = json.loads(line)
-                except ValueError:
-                    continue  # a line cut by a kill
-                if r.get("event") == "config":
-                    cfg = r
-                elif r.get("event") == "step":
-                    steps.append(r)
-    return cfg, steps
+    return common.read_train_jsonl(path) if os.path.exists(path) else ({}, [])
 
 
 def upper_median(xs):
@@ -199,7 +183,7 @@ def read_run(path):
     name = os.path.basename(base)
     m = NAME.match(name)
     with open(path, errors="replace") as f:
-        lines = [strip(x) for x in f]
+        lines = [common.strip_launcher(x) for x in f]
     metas = tagged(lines, "CP_RUN")
     meta = metas[-1] if metas else {}
     system, model, seq, layout = m.group(1), m.group(2), int(m.group(3)), m.group(4)

@@ -11,7 +11,6 @@ Traces: rank 0's Chrome traces of --steps steps (train_gpt --profile, torch_llam
 --torch-log: the untraced runs' logs with their RESULT line (results.py from-jsonl; torch_llama_parallel.py).
 A missing input leaves its cells empty ("—") and the exit status 1."""
 import argparse
-import json
 import os
 import re
 import sys
@@ -116,12 +115,7 @@ def tessera_memory(path, warm):
     its median step; None where the log or the key is missing."""
     if not path or not os.path.exists(path):
         return None
-    steps = []
-    with open(path) as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("event") == "step":
-                steps.append(r)
+    steps = results.read_train_jsonl(path)[1]
     steps = steps[warm:] or steps
     if not steps:
         return None
