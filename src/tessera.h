@@ -14,6 +14,7 @@
 #include "common/autocast.h"
 #include "common/device.h"
 #include "common/error.h"
+#include "common/host_sync.h"
 #include "common/log.h"
 #include "common/profiler.h"
 #include "common/sm_carveout.h"

@@ -152,6 +152,9 @@ void check(TrainOptions& o, bool onGpu) {
   USAGE_CHECK((o.saveHfEvery == 0 && o.saveHfAtEnd.empty() && o.initFromHf.empty()) || o.cfg.arch == models::Arch::Llama,
               "train_gpt: --init-from-hf and --save-hf-* take a Llama (--model llama-*), not {}", o.cfg.describe());
   USAGE_CHECK(o.fp8SkipBlocks.empty() || o.fp8 != fp8::Recipe::Off, "train_gpt: --fp8-skip-blocks needs --fp8");
+  USAGE_CHECK(o.syncDebug != SyncDebug::Error || !o.breakdown,
+              "train_gpt: --sync-debug error cannot go with --breakdown, whose timings synchronize the device");
+  USAGE_CHECK(o.syncDebug == SyncDebug::Off || onGpu, "train_gpt: --sync-debug checks GPU runs (a CPU run has no device to wait for)");
   for (const int b : o.fp8SkipBlocks)
     USAGE_CHECK(b >= -o.cfg.layers && b < o.cfg.layers,
                 "train_gpt: --fp8-skip-blocks {}: the model has blocks 0..{} (or -{}..-1 from the end)", b,

@@ -10,6 +10,7 @@
 
 #include "comm/settings.h"
 #include "common/error.h"
+#include "common/host_sync.h"
 #include "data/token_source.h"
 #include "models/config.h"
 #include "fp8/fake_quant.h"
@@ -74,6 +75,9 @@ struct TrainOptions {
   std::string saveHfDir, saveHfAtEnd, saveHfDtype = "bf16";
   std::string logJsonl = "train_gpt.jsonl";  // empty: none
   bool breakdown = false;         // time each backward (device syncs) for the step breakdown
+  // GPUs: a host synchronization inside a step after the run's first warns or fails the run
+  // (common/host_sync.h SyncCheck; the pipeline preamble's with pp > 1 excepted).
+  SyncDebug syncDebug = SyncDebug::Off;
   // Weight gradients summed in fp32 by the GEMM into .grad (nn/accum_linear.h) where that applies:
   // DDP, at any tp (FSDP's bf16 parameters keep autograd's). --no-fused-wgrad: off.
   bool fusedWgrad = true;

@@ -273,6 +273,14 @@ std::vector<Flag> flagTable(bool onGpu) {
       [](const std::string& v) { return v; }, FIELD(saveHfDtype)));
   t.add(switchFlag("--breakdown", "time each backward (device syncs) and log memory per phase of a step on GPUs", false,
                    FIELD(breakdown)));
+  t.add(choiceFlag(
+      "--sync-debug", "off|warn|error", "GPUs: a host sync inside a step (after the first) warns or ends the run",
+      [](const std::string& v) {
+        for (auto k : {SyncDebug::Off, SyncDebug::Warn, SyncDebug::Error})
+          if (v == toString(k)) return k;
+        throw UsageError(fmt::format("train_gpt: --sync-debug takes off, warn or error, got '{}'", v));
+      },
+      [](SyncDebug k) { return toString(k); }, FIELD(syncDebug)));
 
   t.group = "Overlap and profiling (defaults: TESSERA_* variables)";
   t.add(integerFlag("--tp-forward-chunks", "N", "TP layers' forward in N pieces beside their collectives", 1, 64,

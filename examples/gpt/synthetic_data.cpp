@@ -12,7 +12,10 @@ Batch batchRows(uint64_t seed, int64_t step, int64_t globalBatch, int64_t first,
   auto stride = at::randint(1, 9, {globalBatch, 1}, gen, at::kLong);
   auto pos = at::arange(seqLen + 1, at::kLong).unsqueeze(0);
   auto seq = (start + stride * pos).remainder(vocab).narrow(0, first, rows);
-  return {seq.narrow(1, 0, seqLen).contiguous().to(device), seq.narrow(1, 1, seqLen).contiguous().to(device)};
+  if (!device.is_cuda()) return {seq.narrow(1, 0, seqLen).contiguous(), seq.narrow(1, 1, seqLen).contiguous()};
+  // From pinned memory, queued: the host does not wait for the device's earlier work.
+  auto onDevice = seq.pin_memory().to(device, /*non_blocking=*/true);
+  return {onDevice.narrow(1, 0, seqLen).contiguous(), onDevice.narrow(1, 1, seqLen).contiguous()};
 }
 
 }  // namespace tessera::gpt

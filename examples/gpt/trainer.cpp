@@ -4,10 +4,12 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "common/autocast.h"
 #include "common/device.h"
 #include "common/error.h"
+#include "common/host_sync.h"
 #include "common/profiler.h"
 #include "kernels/fp8.h"
 #include "parallel/tensor/fp8_weight_cache.h"
@@ -17,19 +19,33 @@
 
 namespace tessera::gpt {
 
-StepReport Trainer::State::step(int64_t s) {
-  StepReport rep;
-  rep.step = s + 1;
+namespace {
+// `v` on `device` without a host synchronization: from pinned memory, the copy queued.
+at::Tensor toDevice(const std::vector<float>& v, const at::Device& device) {
+  auto host = at::empty({static_cast<int64_t>(v.size())},
+                        at::TensorOptions().dtype(at::kFloat).pinned_memory(device.is_cuda()));
+  std::copy(v.begin(), v.end(), host.data_ptr<float>());
+  return host.to(device, /*non_blocking=*/true);
+}
+}  // namespace
+
+bool Trainer::State::deferReports() const { return device.is_cuda() && !o.breakdown; }
+
+Trainer::State::Pending Trainer::State::queueStep(int64_t s) {
+  Pending p{StepReport{}, StreamMarks(device), {}, {}, Clock::now()};
+  p.rep.step = s + 1;
+  // The run's first step learns shapes and builds buckets (host round trips); the later ones are checked.
+  SyncCheck checked(device, s > startStep ? o.syncDebug : SyncDebug::Off);
   auto batch = batches->next(s);
   backwardMs.clear();
   lastBackwardMs = 0;
-  synchronizeDevice(device);
+  if (o.breakdown) synchronizeDevice(device);
   mem = {};
   if (measureMemory()) {
     endMemoryPhase();  // the last step's tail (logging, validation, checkpoints) is in no phase's peak
     mem.stepStart = allocatedMemoryGiB(device);
   }
-  const auto t0 = Clock::now();
+  p.marks.mark();
   if (ddp) ddpNoSync = std::make_unique<DistributedDataParallel::NoSync>(*ddp);
   if (fsdp) fsdpNoSync = std::make_unique<FullyShardedDataParallel::NoSync>(*fsdp);
   at::Tensor loss;
@@ -51,38 +67,69 @@ StepReport Trainer::State::step(int64_t s) {
     ddp->reduceGradients();
   }
   TESSERA_CHECK(!ddpNoSync && !fsdpNoSync, "train_gpt: rank {} ran no backward in step {}", ctx.world->rank(), s);
-  synchronizeDevice(device);
-  rep.pipelineMs = msSince(t0);
+  if (o.breakdown) synchronizeDevice(device);
+  p.marks.mark();
   if (measureMemory()) mem.peakBackward = endMemoryPhase();
-  const auto t1 = Clock::now();
   syncTiedEmbeddings();
   std::vector<CommPtr> sumOver{mesh->tpGroup(), mesh->ppGroup()};
   if (fsdp) sumOver.insert(sumOver.begin(), mesh->dataGroup());
-  rep.lr = optim::lrAt(o.lr, s);
+  p.rep.lr = optim::lrAt(o.lr, s);
   // Clipping's coefficient goes to AdamW, which scales the gradients as it reads them (one pass
-  // over them less); the norm is read back once the update is queued.
+  // over them less); the norm is read back with the loss, after the update is queued.
   const auto clip = globalGradNorm(gradPieces(), sumOver, o.clip, device);
   const auto scale = o.clip > 0 ? clip.coef : at::Tensor();
   if (saver) saver->beforeUpdate();  // a save's host copies read the parameters: update after them
   if (fsdp) {
-    shardedAdam->options().lr = rep.lr;
+    shardedAdam->options().lr = p.rep.lr;
     shardedAdam->step(scale);
     shardedAdam->zeroGrad();
   } else {
-    adam->setLr(rep.lr);
+    adam->setLr(p.rep.lr);
     adam->step(scale);
     ddp->zeroGrad();
   }
-  rep.gradNorm = clip.norm.item<double>();
+  p.marks.mark();
   auto l = loss.reshape({1}).to(at::kFloat).clone();
   if (mesh->dataGroup()->size() > 1) mesh->dataGroup()->allReduce(l, ReduceOp::Avg)->wait();
-  rep.loss = l.item<double>();
-  synchronizeDevice(device);
-  rep.optimizerMs = msSince(t1);
-  rep.stepMs = msSince(t0);
+  if (o.fp8 != fp8::Recipe::Off) {  // validation's casts are counted in the next step
+    auto sums = kernels::takeFp8CountsOn(device, fp8::takeCounts());  // the GPU casts' and the CPU emulation's
+    ctx.world->allReduce(sums, ReduceOp::Sum)->wait();
+    p.fp8.queue(sums);
+  }
+  if (measureMemory()) mem.peakOptimizer = endMemoryPhase();
+  const double runPeak = measureMemory() ? runPeakGiB : peakMemoryGiB(device);
+  auto peak = toDevice({static_cast<float>(runPeak), static_cast<float>(mem.stepStart),
+                        static_cast<float>(mem.beforeBackward), static_cast<float>(mem.peakForward),
+                        static_cast<float>(mem.peakBackward), static_cast<float>(mem.peakOptimizer)},
+                       device);
+  ctx.world->allReduce(peak, ReduceOp::Max)->wait();  // the fullest rank's
+  p.values.queue(at::cat({l, clip.norm.reshape({1}).to(at::kFloat), peak}));
+  return p;
+}
 
-  const int v = o.chunks, m = o.microBatches, p = o.pp;
-  rep.bubbleMsEst = rep.pipelineMs * (p - 1) / static_cast<double>(v * m + p - 1);
+StepReport Trainer::State::finishStep(Pending& p) {
+  StepReport rep = p.rep;
+  const auto h = p.values.get();
+  const float* v = h.data_ptr<float>();
+  rep.loss = v[0], rep.gradNorm = v[1], rep.peakMemGiB = v[2];
+  rep.memStepStartGiB = v[3], rep.memBeforeBackwardGiB = v[4], rep.memPeakForwardGiB = v[5];
+  rep.memPeakBackwardGiB = v[6], rep.memPeakOptimizerGiB = v[7];
+  if (p.fp8.queued()) {
+    const auto c = p.fp8.get();
+    const int64_t* n = c.data_ptr<int64_t>();
+    rep.fp8Values = n[0], rep.fp8Underflows = n[1], rep.fp8Saturated = n[2];
+  }
+  rep.pipelineMs = p.marks.ms(0, 1);
+  rep.optimizerMs = p.marks.ms(1, 2);
+  // From the previous step's end when the device went on from it to this step, else from the
+  // host's start of this one (the first step, or one after validation or a checkpoint).
+  const auto now = Clock::now();
+  const auto from = lastFinished && *lastFinished > p.queued ? *lastFinished : p.queued;
+  rep.stepMs = std::chrono::duration<double, std::milli>(now - from).count();
+  lastFinished = now;
+
+  const int v2 = o.chunks, m = o.microBatches, pp = o.pp;
+  rep.bubbleMsEst = rep.pipelineMs * (pp - 1) / static_cast<double>(v2 * m + pp - 1);
   // Host clocks time a backward only when it blocks: always on the CPU, with --breakdown on GPUs.
   if (!backwardMs.empty() && (!device.is_cuda() || o.breakdown)) {
     double mean = 0;
@@ -96,26 +143,6 @@ StepReport Trainer::State::step(int64_t s) {
   if (o.peakTflops > 0) {
     rep.mfu = rep.tokensPerS * models::flopsPerToken(o.cfg) / (ctx.world->size() * o.peakTflops * 1e12);
   }
-  if (o.fp8 != fp8::Recipe::Off) {  // validation's casts are counted in the next step
-    const auto c = fp8::takeCounts(), g = kernels::takeFp8Counts();  // the CPU emulation's, the GPU casts'
-    auto sums = at::tensor({c.values + g.values, c.underflows + g.underflows, c.saturated + g.saturated}, at::kLong)
-                    .to(device);
-    ctx.world->allReduce(sums, ReduceOp::Sum)->wait();
-    const auto h = sums.cpu();
-    rep.fp8Values = h[0].item<int64_t>(), rep.fp8Underflows = h[1].item<int64_t>(), rep.fp8Saturated = h[2].item<int64_t>();
-  }
-  if (measureMemory()) mem.peakOptimizer = endMemoryPhase();
-  const double runPeak = measureMemory() ? runPeakGiB : peakMemoryGiB(device);
-  auto peak = at::tensor({runPeak, mem.stepStart, mem.beforeBackward, mem.peakForward, mem.peakBackward,
-                          mem.peakOptimizer},
-                         at::TensorOptions().dtype(at::kFloat))
-                  .to(device);
-  ctx.world->allReduce(peak, ReduceOp::Max)->wait();  // the fullest rank's
-  const auto h = peak.cpu();
-  const float* mv = h.data_ptr<float>();
-  rep.peakMemGiB = mv[0];
-  rep.memStepStartGiB = mv[1], rep.memBeforeBackwardGiB = mv[2], rep.memPeakForwardGiB = mv[3];
-  rep.memPeakBackwardGiB = mv[4], rep.memPeakOptimizerGiB = mv[5];
   return rep;
 }
 
@@ -126,19 +153,36 @@ std::vector<StepReport> Trainer::run() {
   s.startTrainingMemory();
   std::vector<StepReport> out;
   StepProfiler profiler(s.ctx.world->rank(), s.o.profile, s.o.profileCpu);
-  for (int64_t i = s.startStep; i < s.o.steps; ++i) {
-    profiler.beginStep(i);
-    out.push_back(s.step(i));
-    profiler.endStep(i);
-    const bool eval = s.o.evalEvery > 0 && ((i + 1) % s.o.evalEvery == 0 || i + 1 == s.o.steps);
+  // GPUs: a step is reported once the next is queued, so the host never waits for the device
+  // inside a step; steps followed by validation, a save or an export are reported at once.
+  std::optional<State::Pending> pending;
+  auto report = [&](State::Pending& p, bool eval) {
+    out.push_back(s.finishStep(p));
     if (eval) out.back().validLoss = s.validationLoss();
     s.logStep(out.back());
+  };
+  for (int64_t i = s.startStep; i < s.o.steps; ++i) {
+    profiler.beginStep(i);
+    auto p = s.queueStep(i);
+    if (profiler.endsAt(i)) synchronizeDevice(s.device);  // the trace holds the step's kernels
+    profiler.endStep(i);
+    if (pending) report(*pending, false);
+    pending.reset();
+    const bool eval = s.o.evalEvery > 0 && ((i + 1) % s.o.evalEvery == 0 || i + 1 == s.o.steps);
     const bool every = s.o.checkpointEvery > 0 && (i + 1) % s.o.checkpointEvery == 0;
-    if (!s.o.checkpointDir.empty() && (every || i + 1 == s.o.steps)) s.saveCheckpoint(i + 1);
-    if (s.o.saveHfEvery > 0 && (i + 1) % s.o.saveHfEvery == 0) s.saveHf(fmt::format("{}/step-{}", s.o.saveHfDir, i + 1));
+    const bool save = !s.o.checkpointDir.empty() && (every || i + 1 == s.o.steps);
+    const bool hf = s.o.saveHfEvery > 0 && (i + 1) % s.o.saveHfEvery == 0;
+    if (!s.deferReports() || eval || save || hf || !s.ctx.settings.faultInject.empty()) {
+      report(p, eval);
+    } else {
+      pending.emplace(std::move(p));
+    }
+    if (save) s.saveCheckpoint(i + 1);
+    if (hf) s.saveHf(fmt::format("{}/step-{}", s.o.saveHfDir, i + 1));
     if (s.saver) s.saver->poll();  // a failed save ends the run here, not at the next save
     injectFault(s.ctx.settings, fmt::format("kill-after-step-{}", i + 1), s.ctx.world->rank(), "train_gpt");
   }
+  if (pending) report(*pending, false);
   if (!s.o.saveHfAtEnd.empty()) s.saveHf(s.o.saveHfAtEnd);
   if (s.saver) s.saver->wait();  // the last checkpoint is published before the run ends
   return out;

@@ -4,10 +4,12 @@
 #include <chrono>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "batches.h"
 #include "checkpoint/async_save.h"
+#include "common/host_sync.h"
 #include "models/lm.h"
 #include "optim/adamw.h"
 #include "parallel/ddp/ddp.h"
@@ -77,7 +79,21 @@ struct Trainer::State {
 
   void build();
   void setFp8(models::LmChunkImpl& chunk);  // --fp8 on its blocks (trainer.cpp)
-  StepReport step(int64_t s);
+  // One step (trainer.cpp): queueStep queues its work; finishStep reads its results back (on
+  // GPUs the loss, gradient norm, peaks and FP8 counts in one copy after the step's last kernel)
+  // and completes its report. Without --breakdown the host does not wait for the device in
+  // queueStep.
+  struct Pending {
+    StepReport rep;            // the host's fields: step, lr
+    StreamMarks marks;         // the step's start, its pipeline's end, the optimizer's end
+    Readback values;           // float: loss, grad norm, peak, the five memory phases
+    Readback fp8;              // --fp8: int64 {values, underflows, saturated} over the world
+    Clock::time_point queued;  // when the host began the step
+  };
+  Pending queueStep(int64_t s);
+  StepReport finishStep(Pending& p);
+  bool deferReports() const;  // GPUs without --breakdown: a step is finished after the next is queued
+  std::optional<Clock::time_point> lastFinished;  // when the last finished step's results were in
   // trainer_eval.cpp
   std::vector<GradPiece> gradPieces() const;
   void syncTiedEmbeddings();  // sums the tied table's gradient over the embedding group

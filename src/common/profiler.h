@@ -25,6 +25,7 @@ class StepProfiler {
   void beginStep(int64_t step);
   void endStep(int64_t step);
   bool enabled() const { return !path_.empty(); }
+  bool endsAt(int64_t step) const { return enabled() && step == first_ + count_ - 1; }  // the last traced step
 
  private:
   std::string path_;

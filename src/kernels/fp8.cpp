@@ -217,4 +217,25 @@ fp8::Counts takeFp8Counts() {
   return c;
 }
 
+at::Tensor takeFp8CountsOn(const at::Device& device, fp8::Counts extra) {
+  const int64_t host[3] = {gValues.exchange(0) + extra.values, gUnderflows.exchange(0) + extra.underflows,
+                           gSaturated.exchange(0) + extra.saturated};
+  if (!device.is_cuda()) return at::tensor({host[0], host[1], host[2]}, at::kLong);
+  auto out = at::zeros({3}, at::TensorOptions().dtype(at::kLong).device(device));
+  for (int i = 0; i < 3; ++i) out.select(0, i).fill_(host[i]);  // a fill from a host scalar: no copy, no sync
+#ifdef TESSERA_HAVE_NCCL
+  at::Tensor t;
+  {
+    std::lock_guard<std::mutex> lock(gCountsMutex);
+    auto it = gDeviceCounts->find(device.index());
+    if (it != gDeviceCounts->end()) t = it->second;
+  }
+  if (t.defined()) {
+    out.narrow(0, 1, 2).add_(t.to(at::kLong));
+    t.zero_();  // in stream order: after the read above
+  }
+#endif
+  return out;
+}
+
 }  // namespace tessera::kernels

@@ -51,5 +51,9 @@ at::Tensor fp8Gemm(const at::Tensor& a, const at::Tensor& aScaleInv, fp8::Format
 // What this process's casts counted since the last call (CUDA counts live on the devices and are
 // read here: one synchronisation, once per logged step), zeroed.
 fp8::Counts takeFp8Counts();
+// The same without a host synchronization: int64 [3] {values, underflows, saturated} on `device`
+// (this process's host counts plus `extra`, and the kernels' counts on that device, zeroed after
+// the read in stream order). On the CPU a CPU tensor. Local.
+at::Tensor takeFp8CountsOn(const at::Device& device, fp8::Counts extra = {});
 
 }  // namespace tessera::kernels

@@ -2,9 +2,14 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <fmt/format.h>
 
+#include <optional>
+
 #include "common/error.h"
+#include "common/host_sync.h"
 
 namespace tessera::pipeline {
 
@@ -60,9 +65,23 @@ std::vector<int64_t> PipelineExecutor::preamble(const at::Tensor& input, const a
   v[kCfg + kPer * r + 1] = M;
   v[kCfg + kPer * r + 2] = sched_.chunks;
   v[kCfg + kPer * r + 3] = sched_.extraWarmup;
-  auto t = cpu.to(opts_.device);
-  group_->allReduce(t, ReduceOp::Sum)->wait();
-  auto g = toVector(t);
+  std::vector<int64_t> g;
+  if (P == 1) {
+    g.assign(v, v + cpu.numel());  // nothing to agree on: no round trip through the device
+  } else {
+    // On a side stream: the read-back waits for the pp group's transfers queued before it, not
+    // for this rank's compute stream (the previous step's optimizer may still run there).
+    std::optional<c10::StreamGuard> side;
+    if (opts_.device.is_cuda()) {
+      c10::impl::VirtualGuardImpl impl(opts_.device.type());
+      if (!preambleStream_) preambleStream_ = impl.getStreamFromGlobalPool(opts_.device, /*isHighPriority=*/true);
+      side.emplace(*preambleStream_);
+    }
+    SyncCheck expected(opts_.device, SyncDebug::Off);  // the step's one host round trip (header)
+    auto t = cpu.to(opts_.device);
+    group_->allReduce(t, ReduceOp::Sum)->wait();
+    g = toVector(t);
+  }
 
   // Every rank runs the same checks on the same numbers: the same error everywhere.
   for (int q = 1; q < P; ++q)

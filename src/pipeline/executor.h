@@ -32,7 +32,10 @@
 // process exits, at the latest after the communicator's timeout (test_pipeline checks it).
 // The probe runs each stage's forward once more: a stage drawing random numbers (dropout)
 // draws extra ones, and one with running statistics (batch norm) updates them, on the steps
-// that probe. On GPUs the preamble (and a probe) read a few integers back to the host.
+// that probe. With pp > 1 on GPUs the preamble reads a few integers back to the host: on a side
+// stream, so the host waits for the pp group's transfers queued before it (the previous step's
+// last ones), not for this rank's compute stream; a SyncCheck (common/host_sync.h) lets that
+// one round trip pass. With pp = 1 the preamble stays on the host. A probe reads back too.
 //
 // Communication: each Comm action of the table is posted as one batch when the rank reaches
 // it, but the rank waits for a received activation (gradient) only right before the forward
@@ -64,8 +67,11 @@
 // has passed the send).
 #include <ATen/ATen.h>
 
+#include <c10/core/Stream.h>
+
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -131,6 +137,7 @@ class PipelineExecutor {
   std::vector<int64_t> signature_;            // input shape + dtype of the last probe
   StepStats stats_;
   int probes_ = 0;
+  std::optional<c10::Stream> preambleStream_;  // CUDA, pp > 1
 };
 
 }  // namespace tessera::pipeline

@@ -138,6 +138,17 @@ TEST_F(Options, FsdpPrefetchTakesMiBOrAuto) {
   EXPECT_EQ(parse({"--fsdp-prefetch-mib=2048"}).fsdpPrefetchMiB, 2048);
 }
 
+TEST_F(Options, SyncDebugOnGpusWithoutBreakdown) {
+  EXPECT_EQ(parse({}, true).syncDebug, tessera::SyncDebug::Off);
+  EXPECT_EQ(parse({"--sync-debug", "error"}, true).syncDebug, tessera::SyncDebug::Error);
+  EXPECT_EQ(parse({"--sync-debug=warn", "--breakdown"}, true).syncDebug, tessera::SyncDebug::Warn);
+  EXPECT_NE(refusal({"--sync-debug", "error", "--breakdown"}, true).find("--breakdown"), std::string::npos);
+  EXPECT_NE(refusal({"--sync-debug", "warn"}).find("GPU runs"), std::string::npos);
+  const std::string e = refusal({"--sync-debug", "loud"}, true);
+  EXPECT_NE(e.find("'loud'"), std::string::npos) << e;
+  EXPECT_NE(e.find("off, warn or error"), std::string::npos) << e;
+}
+
 TEST_F(Options, BadValuesNameTheFlagAndTheValue) {
   const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> cases = {
       {{"--batch", "0"}, {"--batch", "'0'", ">= 1"}},
@@ -264,7 +275,10 @@ TEST_F(Options, ResolvedConfigReadsBackIntoEqualOptions) {
         "--dp-mode", "ddp", "--checkpoint-dir", "ckpt", "--checkpoint-every", "2", "--fused-kernels", "on"},
        2,
        false},
-      {{"--model", "llama3-1b", "--vocab-size", "32000", "--tp", "4", "--peak-tflops", "0", "--breakdown"}, 8, true},
+      {{"--model", "llama3-1b", "--vocab-size", "32000", "--tp", "4", "--peak-tflops", "0", "--breakdown",
+        "--sync-debug", "warn"},
+       8,
+       true},
   };
   for (const auto& r : runs) {
     auto first = parse(r.args, r.onGpu);
