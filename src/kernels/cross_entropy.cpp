@@ -23,8 +23,8 @@ int64_t chunkRows(int64_t width) { return std::max<int64_t>(1, (int64_t{1} << 22
 
 void checkLogits(const char* op, const at::Tensor& logits, const at::Tensor& targets) {
   detail::elemType(op, "logits", logits);
-  require(logits.dim() == 2 && logits.size(0) > 0 && logits.size(1) > 0 && logits.is_contiguous(), op, "logits",
-          "a contiguous [N, W] tensor with N, W > 0", logits);
+  require(logits.dim() == 2 && logits.size(0) > 0 && logits.size(1) > 0 && rowsContiguous(logits), op, "logits",
+          "an [N, W] tensor with N, W > 0 and contiguous rows", logits);
   require(targets.defined() && targets.scalar_type() == at::kLong && targets.dim() == 1 &&
               targets.size(0) == logits.size(0) && targets.is_contiguous() && targets.device() == logits.device(),
           op, "targets", "a contiguous int64 [N] tensor on the logits' device", targets);
@@ -52,14 +52,20 @@ detail::CrossEntropyArgs kernelArgs(const char* op, const at::Tensor& logits, co
   a.type = detail::elemType(op, "logits", logits);
   a.rows = logits.size(0);
   a.width = logits.size(1);
+  a.ld = a.gradLd = logits.stride(0);
   a.targets = reinterpret_cast<const long long*>(targets.data_ptr<int64_t>());
   a.start = start;
-  a.vec = (a.width * logits.element_size()) % 16 == 0 && detail::aligned(logits, 16);
+  a.vec = (a.width * logits.element_size()) % 16 == 0 && (a.ld * logits.element_size()) % 16 == 0 &&
+          detail::aligned(logits, 16);
   return a;
 }
 #endif
 
 }  // namespace
+
+bool rowsContiguous(const at::Tensor& t) {
+  return t.dim() == 2 && (t.size(1) <= 1 || t.stride(1) == 1) && t.stride(0) >= t.size(1);
+}
 
 at::Tensor crossEntropyPartialsReference(const at::Tensor& logits, const at::Tensor& targets, int64_t start) {
   checkLogits("crossEntropyPartialsReference", logits, targets);
@@ -136,7 +142,8 @@ at::Tensor gradInto(const char* op, const at::Tensor& logits, const at::Tensor& 
   a.sumExp = sumExp.data_ptr<float>();
   a.gOverN = g.data_ptr<float>();
   a.grad = grad.data_ptr();
-  a.vec = a.vec && detail::aligned(grad, 16);
+  a.gradLd = grad.stride(0);
+  a.vec = a.vec && (a.gradLd * grad.element_size()) % 16 == 0 && detail::aligned(grad, 16);
   detail::checkLaunched(detail::launchCrossEntropyGrad(a, detail::launchFor(logits)), op, "crossEntropyGradKernel",
                         logits);
   return grad;
@@ -153,7 +160,7 @@ at::Tensor crossEntropyGrad(const at::Tensor& logits, const at::Tensor& targets,
 
 at::Tensor crossEntropyGradInPlace(at::Tensor& logits, const at::Tensor& targets, int64_t start,
                                    const at::Tensor& rowMax, const at::Tensor& sumExp, const at::Tensor& gOverN) {
-  TESSERA_CHECK(logits.defined() && logits.is_contiguous(), "crossEntropyGradInPlace: logits must be contiguous");
+  TESSERA_CHECK(logits.defined() && rowsContiguous(logits), "crossEntropyGradInPlace: logits must have contiguous rows");
   return gradInto("crossEntropyGradInPlace", logits, targets, start, rowMax, sumExp, gOverN, logits);
 }
 

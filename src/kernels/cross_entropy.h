@@ -18,7 +18,9 @@
 // returns them (each element is read before it is written): no second [N, W] buffer, for a caller
 // whose logits are dead after the loss.
 //
-// Contract (local): logits contiguous float32/bfloat16/float16 [N, W] (N, W > 0), targets
+// Contract (local): logits float32/bfloat16/float16 [N, W] (N, W > 0) with contiguous rows (row
+// stride >= W: the first W columns of a padded buffer, train_gpt's logits of an odd vocabulary;
+// a new gradient is contiguous, the in-place one keeps the logits' layout), targets
 // contiguous int64 [N], M, S contiguous float32 [N], all on one device; else a tessera::Error
 // naming the op and the tensor. Targets are not range-checked here (the op checks them on CPU;
 // on CUDA a target no rank holds gives a zero target logit, as in Megatron-LM). CPU tensors use
@@ -28,6 +30,8 @@
 
 namespace tessera::kernels {
 
+// Whether t is 2-D with unit column stride and a row stride >= its width (what the kernels take).
+bool rowsContiguous(const at::Tensor& t);
 at::Tensor crossEntropyPartials(const at::Tensor& logits, const at::Tensor& targets, int64_t start);
 at::Tensor crossEntropyGrad(const at::Tensor& logits, const at::Tensor& targets, int64_t start,
                             const at::Tensor& rowMax, const at::Tensor& sumExp, const at::Tensor& gOverN);

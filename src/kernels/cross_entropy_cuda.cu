@@ -13,7 +13,7 @@ __global__ void partialsKernel(const CrossEntropyArgs a) {
   constexpr int V = kVec ? 16 / static_cast<int>(sizeof(T)) : 1;
   const T* __restrict__ logits = static_cast<const T*>(a.logits);
   for (long long r = blockIdx.x; r < a.rows; r += gridDim.x) {
-    const T* row = logits + r * a.width;
+    const T* row = logits + r * a.ld;
     MaxSum ms{-INFINITY, 0.f};
     for (long long j = threadIdx.x * static_cast<long long>(V); j < a.width; j += static_cast<long long>(blockDim.x) * V) {
       float f[V];
@@ -46,8 +46,8 @@ __global__ void gradKernel(const CrossEntropyArgs a) {
   T* grad = static_cast<T*>(a.grad);
   const float gOverN = *a.gOverN;
   for (long long r = blockIdx.x; r < a.rows; r += gridDim.x) {
-    const T* row = logits + r * a.width;
-    T* out = grad + r * a.width;
+    const T* row = logits + r * a.ld;
+    T* out = grad + r * a.gradLd;
     const float m = a.rowMax[r], scale = gOverN / a.sumExp[r];
     const long long t = a.targets[r] - a.start;
     for (long long j = threadIdx.x * static_cast<long long>(V); j < a.width; j += static_cast<long long>(blockDim.x) * V) {

@@ -8,9 +8,10 @@
 namespace tessera::kernels::detail {
 
 struct CrossEntropyArgs {
-  const void* logits;  // [rows, width]
+  const void* logits;  // [rows, width], row r at logits + r · ld
   ElemType type;
   long long rows, width;
+  long long ld, gradLd;  // row strides (elements) of logits and grad, >= width
   const long long* targets;  // [rows] global ids
   long long start;           // this shard's first vocab id
   float* partials;           // partials: output [3, rows]
@@ -18,7 +19,7 @@ struct CrossEntropyArgs {
   const float* sumExp;       // grad: [rows] all-reduced sum of exp(x - rowMax)
   const float* gOverN;       // grad: one float (device)
   void* grad;                // grad: output [rows, width], the logits' type
-  bool vec;                  // width a multiple of 16 bytes' elements, logits (and grad) 16-byte aligned
+  bool vec;                  // width and row strides multiples of 16 bytes' elements, logits (and grad) 16-byte aligned
 };
 std::string launchCrossEntropyPartials(const CrossEntropyArgs& a, const Launch& l);
 std::string launchCrossEntropyGrad(const CrossEntropyArgs& a, const Launch& l);

@@ -137,12 +137,28 @@ at::Tensor LmChunkImpl::finalNorm(const at::Tensor& x) {
 }
 
 at::Tensor LmChunkImpl::applyHead(const at::Tensor& h) {
-  if (!cfg.tiedEmbeddings) return head->forward(h);  // [T, b, V/tp]
   tp::ParallelLinearOptions ho;
-  ho.bias = false;
-  ho.sequenceParallel = opts.sequenceParallel;
-  ho.name = "head (tied)";
-  return tp::columnParallelLinear(h, tiedTable(), {}, tp, ho);
+  at::Tensor w, b;
+  if (!cfg.tiedEmbeddings) {
+    ho = head->opts, w = head->weight, b = head->bias;
+  } else {
+    ho.bias = false;
+    ho.sequenceParallel = opts.sequenceParallel;
+    ho.name = "head (tied)";
+    w = tiedTable();
+  }
+  // cuBLAS's fast GEMMs need 16-byte-aligned leading dimensions, and the logits' is this shard of
+  // the vocabulary: an odd one (GPT-2's 50257) takes a kernel several times slower for each of the
+  // head's three GEMMs. Then the rows are padded with zeros to a multiple of 64 and the logits are
+  // the first `rows` columns of the aligned buffer, a view the fused cross-entropy reads and
+  // writes its gradient into where it is. GPUs only (the CPU's GEMMs gain nothing).
+  const int64_t rows = w.size(0);
+  const int64_t padded = rows % 8 == 0 || !h.is_cuda() || ho.gatherOutput ? rows : (rows + 63) / 64 * 64;
+  if (padded == rows) return tp::columnParallelLinear(h, w, b, tp, ho);  // [T, b, V/tp]
+  ho.accumulateGradInGemm = false;  // the padded weight is no leaf: its gradient comes back through autograd
+  auto wp = at::constant_pad_nd(w, {0, 0, 0, padded - rows});
+  auto bp = b.defined() ? at::constant_pad_nd(b, {0, padded - rows}) : b;
+  return tp::columnParallelLinear(h, wp, bp, tp, ho).narrow(-1, 0, rows);
 }
 
 at::Tensor LmChunkImpl::block(size_t i, const at::Tensor& x) {

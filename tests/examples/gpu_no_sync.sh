@@ -6,13 +6,14 @@
 # DDP, FSDP, TP + SP, PP 1F1B and ZB-H1). Each run's reported losses and gradient norms (read back
 # one step late) must equal, step by step, those of the same run with --breakdown (which
 # synchronizes and reports at once): a report shifted by a step or read before its step ended
-# would differ. fp32, a tiny Llama, 6 steps. Exit 0 pass, 1 fail, 77 skip (no GPU).
+# would differ. A tiny Llama, 6 steps, bf16 (the GPUs' default). Exit 0 pass, 1 fail, 77 skip (no GPU).
 #   gpu_no_sync.sh TRAIN_GPT [OUT_DIR]
 set -uo pipefail
 TRAIN=$1 OUT=${2:-$(mktemp -d)}
 if ! nvidia-smi -L >/dev/null 2>&1; then echo "SKIP: no GPU visible"; exit 77; fi
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 NGPU=$(nvidia-smi -L | wc -l)
+if [[ -n ${CUDA_VISIBLE_DEVICES+x} ]]; then NGPU=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .); fi
 mkdir -p "$OUT"
 PY=$(command -v python3)
 fail=0

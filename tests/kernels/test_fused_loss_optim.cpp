@@ -153,7 +153,30 @@ TEST(FusedCrossEntropy, GradInPlaceIsTheGradient) {
   auto notContiguous = logits.t().contiguous().t();
   EXPECT_NO_THROW(expectErrorContaining(
       [&] { kernels::crossEntropyGradInPlace(notContiguous, targets, 0, m, s, gOverN); },
-      {"crossEntropyGradInPlace", "contiguous"}));
+      {"crossEntropyGradInPlace", "contiguous rows"}));
+}
+
+// The first 53 columns of a [37, 64] buffer (train_gpt's logits of an odd vocabulary on GPUs):
+// the same pieces and gradient as the contiguous logits; in place, the padding is left alone.
+TEST(FusedCrossEntropy, PaddedRowsAreReadWhereTheyAre) {
+  at::manual_seed(10);
+  auto logits = at::randn({37, 53}) * 4;
+  auto targets = at::randint(0, 53, {37}, at::kLong);
+  auto buffer = at::full({37, 64}, 7.0f);
+  auto padded = buffer.narrow(1, 0, 53);
+  padded.copy_(logits);
+  ASSERT_TRUE(kernels::rowsContiguous(padded));
+  ASSERT_FALSE(padded.is_contiguous());
+  auto p = kernels::crossEntropyPartials(logits, targets, 0);
+  EXPECT_TRUE(at::equal(kernels::crossEntropyPartials(padded, targets, 0), p));
+  auto m = p[0].clone(), s = p[1].clone();
+  const auto gOverN = at::scalar_tensor(0.7 / 37, at::kFloat);
+  auto want = kernels::crossEntropyGrad(logits, targets, 0, m, s, gOverN);
+  EXPECT_TRUE(at::equal(kernels::crossEntropyGrad(padded, targets, 0, m, s, gOverN), want));
+  auto got = kernels::crossEntropyGradInPlace(padded, targets, 0, m, s, gOverN);
+  EXPECT_EQ(got.data_ptr(), buffer.data_ptr());
+  EXPECT_TRUE(at::equal(got, want));
+  EXPECT_TRUE(at::equal(buffer.narrow(1, 53, 11), at::full({37, 11}, 7.0f))) << "the padding was written";
 }
 
 // AdamW's lists of the given sizes (values spread over many binades), and twins to step apart.

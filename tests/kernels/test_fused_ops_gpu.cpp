@@ -227,6 +227,16 @@ TEST(FusedKernelsGpu, CrossEntropyPiecesMatchReference) {
       auto gi = crossEntropyGradInPlace(onGpu, targets.to(kGpu), c.start, m.to(kGpu), s.to(kGpu), gOverN.to(kGpu));
       EXPECT_EQ(gi.data_ptr(), onGpu.data_ptr()) << where;
       EXPECT_TRUE(at::equal(gi.cpu(), gc.cpu())) << where << ": the in-place gradient differs";
+      // The first W columns of a buffer padded to a multiple of 64 (odd vocabularies): the same bits.
+      const int64_t wp = (c.w + 63) / 64 * 64 + (c.w % 64 == 0 ? 64 : 0);
+      auto buffer = at::zeros({c.n, wp}, logits.options().device(kGpu));
+      auto padded = buffer.narrow(1, 0, c.w);
+      padded.copy_(logits.to(kGpu));
+      auto pp = crossEntropyPartials(padded, targets.to(kGpu), c.start).cpu();
+      EXPECT_TRUE(at::equal(pp, got)) << where << ": padded rows' pieces differ";
+      auto gp = crossEntropyGradInPlace(padded, targets.to(kGpu), c.start, m.to(kGpu), s.to(kGpu), gOverN.to(kGpu));
+      EXPECT_TRUE(at::equal(gp.cpu(), gc.cpu())) << where << ": padded rows' gradient differs";
+      EXPECT_EQ(buffer.narrow(1, c.w, wp - c.w).count_nonzero().item<int64_t>(), 0) << where << ": padding written";
     }
   }
   fmt::print("cross-entropy: largest difference from the reference, as a fraction of its bound: {:.3g}\n", worst);

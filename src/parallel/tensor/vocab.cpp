@@ -234,7 +234,10 @@ at::Tensor vocabParallelCrossEntropy(const at::Tensor& logitsShard, const at::Te
                   op, width, tp->size(), full, vocab);
   checkIdRange(op, targets, full);
   TESSERA_CHECK(!gradInLogits || fused, "{}: the gradient written over the logits needs the fused kernels", op);
-  if (fused) return FusedVocabParallelCE::apply(logitsShard.contiguous(), targets.contiguous(), tp, gradInLogits);
+  if (fused) {  // rows padded for aligned GEMMs are read (and written) where they are
+    const auto logits = kernels::rowsContiguous(logitsShard) ? logitsShard : logitsShard.contiguous();
+    return FusedVocabParallelCE::apply(logits, targets.contiguous(), tp, gradInLogits);
+  }
   return VocabParallelCE::apply(logitsShard, targets, tp);
 }
 
