@@ -1,7 +1,8 @@
 // The optimizer phase alone (bench/single_gpu/run.sh): optim::AdamW over the parameters of
 // train_gpt's model (the preset's pipeline chunk on one rank: its names, shapes and weight-decay
 // mask, as train_gpt builds them) with fixed random gradients, the per-tensor kernels (one launch
-// per tensor) against the multi-tensor kernel (a few launches), each timed over STEPS steps after
+// per tensor) against the multi-tensor kernel (a few launches), and train_gpt's whole phase
+// (clipping's norm and coefficient, then the multi-tensor AdamW), each timed over STEPS steps after
 // 5 warm-ups (device synchronised before and after: the mean of the steps between). Prints one
 // RESULT line (bench/result_lines.py) per kernel. PyTorch's fused AdamW on the same shapes is
 // single_gpu.py adamw.
@@ -16,6 +17,7 @@
 #include "common/error.h"
 #include "models/lm.h"
 #include "optim/adamw.h"
+#include "parallel/grad_norm.h"
 
 using namespace tessera;
 
@@ -40,23 +42,35 @@ int main(int argc, char** argv) try {
     params.push_back(p.tensor);
     names.push_back(p.name);
     decay.push_back(optim::decaysByName(p.name, true));
-    p.tensor.mutable_grad() = at::randn_like(p.tensor) * 1e-3;
+    p.tensor.mutable_grad() = at::randn_like(p.tensor) * 1e-5;  // a norm below 1 (as single_gpu.py's)
     numel += p.tensor.numel();
   }
-  for (bool multi : {false, true}) {
+  std::vector<GradPiece> pieces;
+  for (const auto& p : params) pieces.push_back({p.grad(), 1.0});
+  // per-tensor, multi-tensor, and train_gpt's whole phase: the clipping norm and coefficient, the
+  // multi-tensor AdamW scaling the gradients by it as it reads them.
+  for (const char* kind : {"per-tensor", "multi-tensor", "clip+multi-tensor"}) {
+    const bool multi = std::string(kind) != "per-tensor", clip = std::string(kind) == "clip+multi-tensor";
     AdamWOptions o;
     o.lr = 1e-4;
     o.weightDecay = 0.1;
     optim::AdamW adam(params, names, decay, o, multi);
-    for (int i = 0; i < 5; ++i) adam.step();
+    auto step = [&] {
+      if (clip) {
+        adam.step(globalGradNorm(pieces, {}, 1.0, ctx.device).coef);
+      } else {
+        adam.step();
+      }
+    };
+    for (int i = 0; i < 5; ++i) step();
     synchronizeDevice(ctx.device);
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < steps; ++i) adam.step();
+    for (int i = 0; i < steps; ++i) step();
     synchronizeDevice(ctx.device);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
     fmt::print("RESULT {{\"system\": \"tessera-adamw-{}\", \"model\": \"{}\", \"tensors\": {}, \"params_M\": {:.1f}, "
                "\"step_ms\": {:.3f}}}\n",
-               multi ? "multi-tensor" : "per-tensor", model, params.size(), numel / 1e6, ms);
+               kind, model, params.size(), numel / 1e6, ms);
   }
   return 0;
 } catch (const std::exception& e) {
