@@ -171,7 +171,7 @@ for e in "${expect[@]}"; do expect_args+=(--expect "$e"); done
   --command "NPROC=$N MODEL=$MODEL${T:+ T=$T} RECOMPUTE=$RECOMPUTE COMPILED=$COMPILED EAGER=$EAGER B=$B TP_B=$TP_B PP_B=$PP_B MB=$MB STEPS=$STEPS${LAYOUTS_3D:+ LAYOUTS_3D=\"$LAYOUTS_3D\"}${FP8_LAYOUT:+ FP8_LAYOUT=$FP8_LAYOUT}${FP8_RECIPE:+ FP8_RECIPE=$FP8_RECIPE} bench/llama/parallel.sh $BUILD $LOGS ${SECTIONS[*]}" \
   --title "$MODEL on $N GPU(s): train_gpt beside the PyTorch Llama (DDP, FSDP2, DTensor TP, pipelining)" \
   --config "$MODEL ${PRECISION[*]:-fp32}; sequences per step: single B=$B, dp/fsdp B=$B per GPU, tp TP_B=$TP_B shared, pp PP_B=$PP_B in MB=$MB micro-batches; train_gpt ${DATA:-synthetic} tokens, PyTorch random tokens" \
-  --method "3 warm-ups then the median of $STEPS steps (upper median), the device synchronised around each step: train_gpt's JSONL log (results.py from-jsonl), PyTorch's own timing; peak memory = max allocated by the caching allocator on the fullest rank" \
+  --method "3 warm-ups then the median of $STEPS steps (upper median): train_gpt's JSONL log (results.py from-jsonl; since 6c3ceb3 a step's time runs from the previous step's completion to its own, no sync inside a step), PyTorch's own timing (the device synchronised around each step); peak memory = max allocated by the caching allocator on the fullest rank" \
   --reference pytorch=pytorch-single --reference pytorch-compiled=pytorch-compiled-single \
   --reference tessera-train=tessera-train-single --vs-pytorch tessera-train- "${VERSUS[@]}" \
   --columns "mode,micro_batches,scaled_against,vs_pytorch,vs_compiled$EXTRA_COLS,overhead_ms,notes" \
