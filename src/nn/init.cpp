@@ -11,17 +11,14 @@
 #include <vector>
 
 #include "common/error.h"
+#include "data/random.h"
 
 namespace tessera::nn {
 namespace {
 
-// splitmix64: decorrelates the generators of neighbouring blocks and seeds.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
+// splitmix64 (one step of data::Rng's stream): decorrelates the generators of neighbouring blocks
+// and seeds.
+uint64_t mix(uint64_t x) { return data::Rng(x).next(); }
 
 }  // namespace
 
