@@ -199,19 +199,37 @@ at::Tensor fp8Gemm(const at::Tensor& a, const at::Tensor& aScaleInv, fp8::Format
 #endif
 }
 
+#ifdef TESSERA_HAVE_NCCL
+namespace {
+// Device `index`'s kernel counts as int64 [2] (underflows, saturated) on it, zeroed after the read
+// in stream order; undefined when no cast ran there.
+at::Tensor takeDeviceCounts(int index) {
+  at::Tensor t;
+  {
+    std::lock_guard<std::mutex> lock(gCountsMutex);
+    auto it = gDeviceCounts->find(index);
+    if (it != gDeviceCounts->end()) t = it->second;
+  }
+  if (!t.defined()) return t;
+  auto n = t.to(at::kLong);
+  t.zero_();
+  return n;
+}
+}  // namespace
+#endif
+
 fp8::Counts takeFp8Counts() {
   fp8::Counts c{gValues.exchange(0), gUnderflows.exchange(0), gSaturated.exchange(0)};
 #ifdef TESSERA_HAVE_NCCL
-  std::vector<at::Tensor> counts;
+  std::vector<int> devices;
   {
     std::lock_guard<std::mutex> lock(gCountsMutex);
-    for (const auto& [i, t] : *gDeviceCounts) counts.push_back(t);
+    for (const auto& [i, t] : *gDeviceCounts) devices.push_back(i);
   }
-  for (auto& t : counts) {
-    const auto host = t.to(at::kCPU);  // synchronises with the casts queued before
-    t.zero_();
-    c.underflows += static_cast<int64_t>(host.data_ptr<float>()[0]);
-    c.saturated += static_cast<int64_t>(host.data_ptr<float>()[1]);
+  for (const int i : devices) {
+    const auto host = takeDeviceCounts(i).cpu();  // synchronises with the casts queued before
+    c.underflows += host.data_ptr<int64_t>()[0];
+    c.saturated += host.data_ptr<int64_t>()[1];
   }
 #endif
   return c;
@@ -224,16 +242,7 @@ at::Tensor takeFp8CountsOn(const at::Device& device, fp8::Counts extra) {
   auto out = at::zeros({3}, at::TensorOptions().dtype(at::kLong).device(device));
   for (int i = 0; i < 3; ++i) out.select(0, i).fill_(host[i]);  // a fill from a host scalar: no copy, no sync
 #ifdef TESSERA_HAVE_NCCL
-  at::Tensor t;
-  {
-    std::lock_guard<std::mutex> lock(gCountsMutex);
-    auto it = gDeviceCounts->find(device.index());
-    if (it != gDeviceCounts->end()) t = it->second;
-  }
-  if (t.defined()) {
-    out.narrow(0, 1, 2).add_(t.to(at::kLong));
-    t.zero_();  // in stream order: after the read above
-  }
+  if (auto n = takeDeviceCounts(device.index()); n.defined()) out.narrow(0, 1, 2).add_(n);
 #endif
   return out;
 }
