@@ -22,10 +22,8 @@ namespace tessera::gpt {
 namespace {
 // `v` on `device` without a host synchronization: from pinned memory, the copy queued.
 at::Tensor toDevice(const std::vector<float>& v, const at::Device& device) {
-  auto host = at::empty({static_cast<int64_t>(v.size())},
-                        at::TensorOptions().dtype(at::kFloat).pinned_memory(device.is_cuda()));
-  std::copy(v.begin(), v.end(), host.data_ptr<float>());
-  return host.to(device, /*non_blocking=*/true);
+  auto host = at::tensor(v);
+  return device.is_cuda() ? host.pin_memory().to(device, /*non_blocking=*/true) : host;
 }
 }  // namespace
 
