@@ -99,76 +99,95 @@ __device__ __forceinline__ float scaleOf(float amax, bool e5m2) {
   return __fdiv_rn(e5m2 ? 57344.f : 448.f, amax);
 }
 
-// fp8::encode(v, Saturate) (format.cpp): the hardware conversion (round to nearest even,
-// saturating, sm_89+), NaN kept with its sign as the reference keeps it (the instruction writes one
-// canonical NaN). `saturated`: a finite v that rounds above the largest value (the reference's
-// rounding without saturation: E4M3 above 464, E5M2 from 61440 on, a tie rounding up to 2^16).
-__device__ __forceinline__ uint8_t encodeFp8(float v, bool e5m2, bool& saturated) {
-  if (isnan(v)) return (signbit(v) ? 0x80 : 0x00) | (e5m2 ? 0x7e : 0x7f);
-  const float a = fabsf(v);
-  saturated = !isinf(a) && (e5m2 ? a >= 61440.f : a > 464.f);
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3));
+// fp8::encode(v, Saturate) (format.cpp) is the hardware's conversion below, except for NaN: the
+// reference keeps its sign (this code), the instruction writes one canonical NaN.
+__device__ __forceinline__ uint32_t nanCode(float v, bool e5m2) {
+  return (signbit(v) ? 0x80u : 0x00u) | (e5m2 ? 0x7eu : 0x7fu);
+}
+
+// Four scaled values to four codes (byte j = value j) with the hardware's paired conversion
+// (round to nearest even, saturating to the largest finite value, sm_89+).
+__device__ __forceinline__ uint32_t encode4(const float (&s)[4], bool e5m2) {
+  const auto f = e5m2 ? __NV_E5M2 : __NV_E4M3;
+  const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(s[0], s[1]), __NV_SATFINITE, f);
+  const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(s[2], s[3]), __NV_SATFINITE, f);
+  return lo | (hi << 16);
 }
 
 // A tile of 32 rows × 128 columns per block of 256 threads: thread t casts 4 consecutive columns
 // (4·(t mod 32)) of rows t/32 + 8i, i < 4 (vector loads and one 4-byte store where aligned), then,
-// from shared memory, writes 16 bytes of one transposed row (a column of the tile).
+// from shared memory, writes 16 bytes of one transposed row (a column of the tile). The four rows
+// are loaded before any is converted or stored: x and the codes are not declared apart, so the
+// compiler would otherwise wait for each row's stores before the next row's load (a third of the
+// memory's pace). kTensor: one scale for the whole tensor (the training recipe's path).
 constexpr int kTileRows = 32, kTileCols = 128;
 
-template <typename T>
-__global__ void castKernel(const Fp8CastArgs a, bool vec) {
+template <typename T, bool kTensor>
+__global__ void __launch_bounds__(256) castKernel(const Fp8CastArgs a, bool vec) {
   __shared__ __align__(16) uint8_t tile[kTileRows][kTileCols + 4];
-  const T* x = static_cast<const T*>(a.x);
+  const T* __restrict__ x = static_cast<const T*>(a.x);
   const long long r0 = blockIdx.x * static_cast<long long>(kTileRows), c0 = blockIdx.y * static_cast<long long>(kTileCols);
   const int lane = threadIdx.x & 31, rowInTile = threadIdx.x >> 5;
   const long long c = c0 + 4 * lane;
+  const float tensorScale = kTensor ? scaleOf(a.amax[0], a.e5m2) : 0.f;
+  if (kTensor && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0) a.scaleInv[0] = __fdiv_rn(1.f, tensorScale);
+  // Constant indices only (unrolled loops with guards): a runtime index would put v in local memory.
+  float v[4][4];
+  int n[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const long long r = r0 + rowInTile + 8 * i;
+    n[i] = r < a.rows && c < a.cols ? static_cast<int>(min(4LL, a.cols - c)) : 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[i][j] = 0.f;
+    if (vec && n[i] == 4) {
+      loadFloats<T, 4>(x + r * a.cols + c, v[i]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if (j < n[i]) v[i][j] = toFloat<T>(x[r * a.cols + c + j]);
+    }
+  }
+  // Saturated: a finite value that rounds above the largest one (the reference's rounding without
+  // saturation: E4M3 above 464, E5M2 from 61440 on, a tie rounding up to 2^16).
+  const float satAbove = a.e5m2 ? __int_as_float(__float_as_int(61440.f) - 1) : 464.f;
   float under = 0.f, sat = 0.f;
-  const float tensorScale = a.axis == Fp8Axis::Tensor ? scaleOf(a.amax[0], a.e5m2) : 0.f;
-  if (a.axis == Fp8Axis::Tensor && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
-    a.scaleInv[0] = __fdiv_rn(1.f, tensorScale);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const int tr = rowInTile + 8 * i;
     const long long r = r0 + tr;
-    if (r >= a.rows || c >= a.cols) continue;
-    const int n = static_cast<int>(min(4LL, a.cols - c));
-    // Constant indices only (an unrolled loop with a guard): a runtime index would put v in local
-    // memory, which made this kernel a third of the memory's pace.
-    float v[4] = {0.f, 0.f, 0.f, 0.f};
-    if (vec && n == 4) {
-      loadFloats<T, 4>(x + r * a.cols + c, v);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (j < n) v[j] = toFloat<T>(x[r * a.cols + c + j]);
-    }
-    uint32_t packed = 0;
+    if (n[i] == 0) continue;
+    float sc[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      if (j >= n) continue;
       float scale = tensorScale;
-      if (a.axis == Fp8Axis::Rows) {
-        scale = scaleOf(a.amax[r], a.e5m2);
-        if (c + j == 0) a.scaleInv[r] = __fdiv_rn(1.f, scale);
-      } else if (a.axis == Fp8Axis::Cols) {
-        scale = scaleOf(a.amax[c + j], a.e5m2);
-        if (r == 0) a.scaleInv[c + j] = __fdiv_rn(1.f, scale);
+      if (!kTensor && j < n[i]) {
+        if (a.axis == Fp8Axis::Rows) {
+          scale = scaleOf(a.amax[r], a.e5m2);
+          if (c + j == 0) a.scaleInv[r] = __fdiv_rn(1.f, scale);
+        } else {
+          scale = scaleOf(a.amax[c + j], a.e5m2);
+          if (r == 0) a.scaleInv[c + j] = __fdiv_rn(1.f, scale);
+        }
       }
-      const float scaled = __fmul_rn(v[j], scale);
-      bool s = false;
-      // A NaN keeps x's sign (the GPU's product is the canonical NaN; the CPU's keeps the operand).
-      const uint8_t code = isnan(v[j]) ? (signbit(v[j]) ? 0x80 : 0x00) | (a.e5m2 ? 0x7e : 0x7f)
-                                       : encodeFp8(scaled, a.e5m2, s);
-      if (isfinite(v[j]) && v[j] != 0.f && (code & 0x7f) == 0) under += 1.f;
-      if (s) sat += 1.f;
-      packed |= static_cast<uint32_t>(code) << (8 * j);
+      sc[j] = __fmul_rn(v[i][j], scale);
+    }
+    uint32_t packed = encode4(sc, a.e5m2);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (isnan(v[i][j])) packed = (packed & ~(0xffu << (8 * j))) | (nanCode(v[i][j], a.e5m2) << (8 * j));
+      if (j >= n[i]) packed &= ~(0xffu << (8 * j));
+      // Values past the row's end are 0: they count as neither.
+      if (v[i][j] != 0.f && ((packed >> (8 * j)) & 0x7fu) == 0) under += 1.f;
+      const float m = fabsf(sc[j]);
+      if (m > satAbove && !isinf(m)) sat += 1.f;
     }
     *reinterpret_cast<uint32_t*>(&tile[tr][4 * lane]) = packed;
     if (a.codes) {
-      if (vec && n == 4) {
+      if (vec && n[i] == 4) {
         *reinterpret_cast<uint32_t*>(a.codes + r * a.cols + c) = packed;
       } else {
-        for (int j = 0; j < n; ++j) a.codes[r * a.cols + c + j] = static_cast<uint8_t>(packed >> (8 * j));
+        for (int j = 0; j < n[i]; ++j) a.codes[r * a.cols + c + j] = static_cast<uint8_t>(packed >> (8 * j));
       }
     }
   }
@@ -255,7 +274,14 @@ std::string launchFp8Cast(const Fp8CastArgs& a, const Launch& l) {
   const bool vec = a.cols % 4 == 0 && addr(a.x) % 16 == 0 && (!a.codes || addr(a.codes) % 16 == 0) &&
                    (!a.codesT || addr(a.codesT) % 16 == 0);
   const dim3 grid(static_cast<unsigned>((a.rows + kTileRows - 1) / kTileRows), static_cast<unsigned>(colTiles));
-  TESSERA_DISPATCH_ELEM(a.type, T, { castKernel<T><<<grid, 256, 0, static_cast<cudaStream_t>(l.stream)>>>(a, vec); });
+  const auto stream = static_cast<cudaStream_t>(l.stream);
+  TESSERA_DISPATCH_ELEM(a.type, T, {
+    if (a.axis == Fp8Axis::Tensor) {
+      castKernel<T, true><<<grid, 256, 0, stream>>>(a, vec);
+    } else {
+      castKernel<T, false><<<grid, 256, 0, stream>>>(a, vec);
+    }
+  });
   return lastLaunchError("fp8 castKernel");
 }
 
