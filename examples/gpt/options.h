@@ -63,7 +63,8 @@ struct TrainOptions {
   data::Format dataFormat = data::Format::Auto;
   int64_t eodToken = -1;          // end-of-document token: appended where missing, ends stream documents
   bool sequenceParallel = false;
-  int64_t fsdpPrefetchMiB = -1;  // -1: auto (512 MiB, or the largest unit + a median one, or two median ones)
+  int ddpBucketMiB = 25;          // DDP's bucket size (DdpOptions::bucketCapBytes)
+  int64_t fsdpPrefetchMiB = -1;  // -1: auto (fsdp::autoPrefetchBudget in sharding/fsdp/unit.h)
   std::string checkpointDir;      // empty: no checkpoints
   int checkpointEvery = 0;        // 0: only at the end (when a directory is given)
   bool asyncCheckpoint = true;    // save on a writer thread from host copies (checkpoint/async_save.h)

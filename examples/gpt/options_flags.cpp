@@ -240,6 +240,8 @@ std::vector<Flag> flagTable(bool onGpu) {
   t.add(switchFlag("--no-fused-wgrad", "weight gradients by autograd, not summed in fp32 by the GEMM", true,
                    FIELD(fusedWgrad)));
   t.add(fsdpPrefetchFlag());
+  t.add(integerFlag("--ddp-bucket-mib", "N", "DDP: MiB of gradients per all-reduce (the first bucket: 1 MiB)", 1, 4096,
+                    FIELD(ddpBucketMiB)));
   t.add(numberFlag("--peak-tflops", "X", "per-GPU peak TFLOP/s for the MFU column (0: no MFU)", 0, false,
                    FIELD(peakTflops)));
 

@@ -13,26 +13,6 @@
 
 namespace tessera::gpt {
 
-namespace {
-// --fsdp-prefetch-mib auto: 512 MiB, or where more, room for the largest unit (the head or the
-// table) beside a median one (a block), and for two median ones: every unit's all-gather, the
-// head's included, can run beside the compute of the unit before it. A fixed 512 MiB never
-// prefetched llama3-8b's 416 MiB blocks, nor its 1 GB head: each gather waited for compute.
-size_t autoPrefetchBudget(const std::vector<FsdpUnitSpec>& units, c10::ScalarType dtype) {
-  std::vector<size_t> bytes;
-  for (const auto& u : units) {
-    size_t b = 0;
-    for (const auto& [name, p] : u.params) b += static_cast<size_t>(p.numel()) * c10::elementSize(dtype);
-    bytes.push_back(b);
-  }
-  if (bytes.empty()) return 512u << 20;
-  const size_t largest = *std::max_element(bytes.begin(), bytes.end());
-  std::nth_element(bytes.begin(), bytes.begin() + bytes.size() / 2, bytes.end());
-  const size_t median = bytes[bytes.size() / 2];
-  return std::max<size_t>({512u << 20, 2 * median, largest + median});
-}
-}  // namespace
-
 Trainer::Trainer(TrainOptions o, const Context& ctx) : s_(std::make_unique<State>()) {
   s_->o = std::move(o);
   s_->ctx = ctx;
@@ -115,7 +95,7 @@ void Trainer::State::build() {
     FsdpOptions fo;
     fo.paramDtype = bf16 ? at::kBFloat16 : at::kFloat;
     fo.prefetchBudgetBytes = o.fsdpPrefetchMiB >= 0 ? static_cast<size_t>(o.fsdpPrefetchMiB) << 20
-                                                    : autoPrefetchBudget(units, fo.paramDtype);
+                                                    : autoPrefetchBudget(units, fo.paramDtype, fo.reshardAfterForward);
     if (isLogger()) log::info("train_gpt: FSDP over {} units, prefetch budget {} MiB{}", units.size(),
                               fo.prefetchBudgetBytes >> 20, o.fsdpPrefetchMiB < 0 ? " (auto)" : "");
     fsdp = std::make_unique<FullyShardedDataParallel>(std::move(units), mesh->dataGroup(), fo);
@@ -133,6 +113,7 @@ void Trainer::State::build() {
     }
     DdpOptions dopt;
     dopt.gradientAsBucketView = true;
+    dopt.bucketCapBytes = static_cast<size_t>(o.ddpBucketMiB) << 20;
     dopt.smCarveout = o.overlap.smCarveout;
     // Interleaved: the last backward runs chunk 0 only; the other chunks' parameters then
     // contribute the gradients they accumulated (DDP's unused-parameter path).

@@ -138,6 +138,11 @@ TEST_F(Options, FsdpPrefetchTakesMiBOrAuto) {
   EXPECT_EQ(parse({"--fsdp-prefetch-mib=2048"}).fsdpPrefetchMiB, 2048);
 }
 
+TEST_F(Options, DdpBucketTakesMiB) {
+  EXPECT_EQ(parse({}).ddpBucketMiB, 25);
+  EXPECT_EQ(parse({"--ddp-bucket-mib", "100"}).ddpBucketMiB, 100);
+}
+
 TEST_F(Options, SyncDebugOnGpusWithoutBreakdown) {
   EXPECT_EQ(parse({}, true).syncDebug, tessera::SyncDebug::Off);
   EXPECT_EQ(parse({"--sync-debug", "error"}, true).syncDebug, tessera::SyncDebug::Error);
@@ -172,6 +177,7 @@ TEST_F(Options, BadValuesNameTheFlagAndTheValue) {
       {{"--fused-kernels", "yes"}, {"--fused-kernels", "'yes'", "on, off, auto"}},
       {{"--fsdp-prefetch-mib", "-1"}, {"--fsdp-prefetch-mib", "'-1'", ">= 0"}},
       {{"--fsdp-prefetch-mib", "lots"}, {"--fsdp-prefetch-mib", "'lots'"}},
+      {{"--ddp-bucket-mib", "0"}, {"--ddp-bucket-mib", "'0'", "[1, 4096]"}},
       {{"--model", "llama4"}, {"--model", "'llama4'", "llama3-1b"}},
       {{"--data", dir}, {"--data", "'" + dir + "'", "is a directory"}},
       {{"--data", "0.5 " + dir + " 0.5 x"}, {"--data", "is a directory"}},

@@ -103,3 +103,35 @@ TEST(AdamW, ReferenceMatchesTorchAdamWBitwise) {
   }
   EXPECT_THROW(kernels::adamwStepReference(mine, at::zeros({3}), m, v, {}), Error);
 }
+
+// The auto budget leaves room for one unit ahead beside the units kept gathered through forward:
+// llama3-1b's tied table stays gathered (525 MB in bf16), so a budget that forgot it never
+// prefetched a block (issue 40's 4-GPU FSDP scaling, 0.899 before this, 0.95 with it).
+TEST(FsdpPrefetch, AutoBudgetCountsUnitsKeptGathered) {
+  const size_t MiB = 1u << 20;
+  auto unit = [](const std::string& name, int64_t numel, std::optional<bool> reshard) {
+    FsdpUnitSpec u;
+    u.name = name;
+    u.params.emplace_back(name + ".w", at::zeros({numel}));
+    u.reshardAfterForward = reshard;
+    return u;
+  };
+  const int64_t block = 64 * MiB / 2, table = 600 * MiB / 2;  // bf16 bytes: 64 MiB blocks, a 600 MiB table
+  std::vector<FsdpUnitSpec> units{unit("emb", table, false)};
+  for (int i = 0; i < 5; ++i) units.push_back(unit(fmt::format("b{}", i), block, std::nullopt));
+  // Pinned 600 MiB, then max(512, 2 · 64, 64 + 64) MiB.
+  EXPECT_EQ(autoPrefetchBudget(units, at::kBFloat16), 600 * MiB + 512 * MiB);
+  // Resharded after forward, the table is the largest other unit: max(512, 128, 600 + 64).
+  units[0].reshardAfterForward = true;
+  EXPECT_EQ(autoPrefetchBudget(units, at::kBFloat16), 664 * MiB);
+  // In float32 every unit doubles; the default decides for units that do not override it.
+  units[0].reshardAfterForward.reset();
+  EXPECT_EQ(autoPrefetchBudget(units, at::kFloat, /*reshardByDefault=*/false), 2 * (600 + 5 * 64) * MiB + 512 * MiB);
+  EXPECT_EQ(autoPrefetchBudget({}, at::kBFloat16), 512 * MiB);
+  // With the budget, the planner gathers a block ahead while the table and the current block are alive.
+  std::vector<size_t> bytes{600 * MiB, 64 * MiB, 64 * MiB, 64 * MiB};
+  units.resize(4);
+  units[0].reshardAfterForward = false;
+  fsdp::PrefetchPlanner planner(autoPrefetchBudget(units, at::kBFloat16));
+  EXPECT_EQ(planner.pick({0, 1, 2, 3}, 1, bytes, {true, true, false, false}, 664 * MiB), (std::vector<int>{2, 3}));
+}

@@ -2,6 +2,8 @@
 
 #include "common/error.h"
 
+#include <algorithm>
+
 namespace tessera {
 
 std::vector<FsdpUnitSpec> autoBucketUnits(const std::vector<NamedModule>& modules, size_t minUnitBytes) {
@@ -30,6 +32,28 @@ std::vector<FsdpUnitSpec> autoBucketUnits(const std::vector<NamedModule>& module
   }
   close();
   return units;
+}
+
+size_t autoPrefetchBudget(const std::vector<FsdpUnitSpec>& units, c10::ScalarType paramDtype, bool reshardByDefault) {
+  size_t pinned = 0;
+  std::vector<size_t> others;
+  for (const auto& u : units) {
+    size_t b = 0;
+    for (const auto& np : u.params) b += static_cast<size_t>(np.second.numel()) * c10::elementSize(paramDtype);
+    if (u.reshardAfterForward.value_or(reshardByDefault)) {
+      others.push_back(b);
+    } else {
+      pinned += b;
+    }
+  }
+  size_t ahead = 512u << 20;
+  if (!others.empty()) {
+    const size_t largest = *std::max_element(others.begin(), others.end());
+    std::nth_element(others.begin(), others.begin() + others.size() / 2, others.end());
+    const size_t median = others[others.size() / 2];
+    ahead = std::max<size_t>({ahead, 2 * median, largest + median});
+  }
+  return pinned + ahead;
 }
 
 }  // namespace tessera

@@ -3,6 +3,7 @@
 // listed explicitly (e.g. one per transformer block plus a root unit for embeddings and head)
 // or formed by auto-bucketing consecutive modules up to a byte budget.
 #include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 #include <torch/nn/module.h>
 
 #include <cstddef>
@@ -35,5 +36,13 @@ using NamedModule = std::pair<std::string, std::shared_ptr<torch::nn::Module>>;
 // appearing in two modules is kept in the first unit that has it and refused by FSDP if the
 // two modules land in different units. minUnitBytes == 0 puts every module in its own unit.
 std::vector<FsdpUnitSpec> autoBucketUnits(const std::vector<NamedModule>& modules, size_t minUnitBytes);
+
+// Local. A prefetch budget (FsdpOptions::prefetchBudgetBytes, bytes of `paramDtype`) that lets
+// every unit's all-gather run beside the compute of the unit before it: the units kept gathered
+// through forward (reshardAfterForward false: they count against the budget while alive), plus
+// the largest of 512 MiB, two median units, and the largest other unit beside a median one.
+// `reshardByDefault` stands for FsdpOptions::reshardAfterForward (units that do not override it).
+size_t autoPrefetchBudget(const std::vector<FsdpUnitSpec>& units, c10::ScalarType paramDtype,
+                          bool reshardByDefault = true);
 
 }  // namespace tessera
