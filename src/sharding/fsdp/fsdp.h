@@ -66,10 +66,12 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstddef>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -204,7 +206,7 @@ class FullyShardedDataParallel {
   void checkLoadable(const char* fn) const;
   void processGrads(int u);
   void drainReduceScatters(int current);
-  void releaseReduceInput();
+  void releaseReduceInputs(size_t keep);
   void launchReady();
   void finalizeBackward();
   void resetPass();
@@ -222,9 +224,8 @@ class FullyShardedDataParallel {
   std::vector<int> passOrder_, plannedOrder_, backwardOrder_;
   bool passOpen_ = false, inBackward_ = false;
   size_t nextLaunch_ = 0;
-  // The last reduce-scatter's input and its work, freed by releaseReduceInput().
-  at::Tensor reduceIn_;
-  WorkPtr reduceInWork_;
+  // Reduce-scatter inputs still in flight, oldest first, with their ops (releaseReduceInputs).
+  std::deque<std::pair<at::Tensor, WorkPtr>> reduceIns_;
 };
 
 }  // namespace tessera
