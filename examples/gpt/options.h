@@ -63,6 +63,7 @@ struct TrainOptions {
   data::Format dataFormat = data::Format::Auto;
   int64_t eodToken = -1;          // end-of-document token: appended where missing, ends stream documents
   bool sequenceParallel = false;
+  bool gradReduceBf16 = false;    // DDP's all-reduce and FSDP's reduce-scatter in bf16 (else float32)
   int ddpBucketMiB = 25;          // DDP's bucket size (DdpOptions::bucketCapBytes)
   int64_t fsdpPrefetchMiB = -1;  // -1: auto (fsdp::autoPrefetchBudget in sharding/fsdp/unit.h)
   std::string checkpointDir;      // empty: no checkpoints

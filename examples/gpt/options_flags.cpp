@@ -240,6 +240,13 @@ std::vector<Flag> flagTable(bool onGpu) {
   t.add(switchFlag("--no-fused-wgrad", "weight gradients by autograd, not summed in fp32 by the GEMM", true,
                    FIELD(fusedWgrad)));
   t.add(fsdpPrefetchFlag());
+  t.add(choiceFlag(
+      "--grad-reduce", "fp32|bf16", "dtype of the data-parallel gradient reduction (bf16: half the bytes, rounded)",
+      [](const std::string& v) {
+        if (v == "fp32" || v == "bf16") return v == "bf16";
+        throw UsageError(fmt::format("train_gpt: --grad-reduce takes fp32 or bf16, got '{}'", v));
+      },
+      [](bool bf16) { return bf16 ? "bf16" : "fp32"; }, FIELD(gradReduceBf16)));
   t.add(integerFlag("--ddp-bucket-mib", "N", "DDP: MiB of gradients per all-reduce (the first bucket: 1 MiB)", 1, 4096,
                     FIELD(ddpBucketMiB)));
   t.add(numberFlag("--peak-tflops", "X", "per-GPU peak TFLOP/s for the MFU column (0: no MFU)", 0, false,

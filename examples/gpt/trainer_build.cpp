@@ -94,6 +94,7 @@ void Trainer::State::build() {
     }
     FsdpOptions fo;
     fo.paramDtype = bf16 ? at::kBFloat16 : at::kFloat;
+    if (o.gradReduceBf16) fo.reduceDtype = at::kBFloat16;
     fo.prefetchBudgetBytes = o.fsdpPrefetchMiB >= 0 ? static_cast<size_t>(o.fsdpPrefetchMiB) << 20
                                                     : autoPrefetchBudget(units, fo.paramDtype, fo.reshardAfterForward);
     if (isLogger()) log::info("train_gpt: FSDP over {} units, prefetch budget {} MiB{}", units.size(),
@@ -112,7 +113,9 @@ void Trainer::State::build() {
       decay.push_back(decays(p.name));
     }
     DdpOptions dopt;
-    dopt.gradientAsBucketView = true;
+    // bf16 reduction: buckets of their own in bf16, cast back into the float32 .grad.
+    dopt.gradientAsBucketView = !o.gradReduceBf16;
+    if (o.gradReduceBf16) dopt.commDtype = at::kBFloat16;
     dopt.bucketCapBytes = static_cast<size_t>(o.ddpBucketMiB) << 20;
     dopt.smCarveout = o.overlap.smCarveout;
     // Interleaved: the last backward runs chunk 0 only; the other chunks' parameters then

@@ -143,6 +143,12 @@ TEST_F(Options, DdpBucketTakesMiB) {
   EXPECT_EQ(parse({"--ddp-bucket-mib", "100"}).ddpBucketMiB, 100);
 }
 
+TEST_F(Options, GradReduceTakesFp32OrBf16) {
+  EXPECT_FALSE(parse({}).gradReduceBf16);
+  EXPECT_TRUE(parse({"--grad-reduce", "bf16"}).gradReduceBf16);
+  EXPECT_FALSE(parse({"--grad-reduce=fp32"}).gradReduceBf16);
+}
+
 TEST_F(Options, SyncDebugOnGpusWithoutBreakdown) {
   EXPECT_EQ(parse({}, true).syncDebug, tessera::SyncDebug::Off);
   EXPECT_EQ(parse({"--sync-debug", "error"}, true).syncDebug, tessera::SyncDebug::Error);
@@ -178,6 +184,7 @@ TEST_F(Options, BadValuesNameTheFlagAndTheValue) {
       {{"--fsdp-prefetch-mib", "-1"}, {"--fsdp-prefetch-mib", "'-1'", ">= 0"}},
       {{"--fsdp-prefetch-mib", "lots"}, {"--fsdp-prefetch-mib", "'lots'"}},
       {{"--ddp-bucket-mib", "0"}, {"--ddp-bucket-mib", "'0'", "[1, 4096]"}},
+      {{"--grad-reduce", "fp16"}, {"--grad-reduce takes fp32 or bf16", "'fp16'"}},
       {{"--model", "llama4"}, {"--model", "'llama4'", "llama3-1b"}},
       {{"--data", dir}, {"--data", "'" + dir + "'", "is a directory"}},
       {{"--data", "0.5 " + dir + " 0.5 x"}, {"--data", "is a directory"}},
