@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Issue 40's 4-GPU reading of train_gpt alone, in one call: what separates each llama3-1b layout from
+# its scaling target, named from traces, plus the data-parallel variants that the traces point at.
+#   variants  untraced: tessera-single, -ddp, -ddp-bf16 (--grad-reduce bf16), -fsdp, -fsdp-bf16, scaled
+#             against the single row: RESULTS/RESULT_NAME.{json,md} (bench/results.py gpt)
+#   traces    each of single, ddp, fsdp, tp-sp (1x1xN --sp, TP_B sequences), pp (1xNx1, 1f1b, MB micro-
+#             batches of PP_B sequences) and pp-zb (zb-h1) traced for steps 5 and 6 of 8 (--profile):
+#             LOGS/traces/<name>.json.gz (rank 0), LOGS/kernels-dp.md (summarize.py: single, ddp, fsdp),
+#             LOGS/gaps-<name>.txt (gaps.py: compute idle beside communication, by launching op)
+#   bench/llama/scale_traces.sh BUILD LOGS [variants] [traces]        (default: both)
+# Env: NPROC (4), MODEL (llama3-1b; llama-tiny on a CPU: the plumbing, fp32, Gloo), B (4 per GPU), TP_B (NPROC x B),
+# PP_B (16), MB (16), STEPS (10 timed after 3 warm-ups), RUN_TIMEOUT (s per run, 120), BUDGET_S (s for the
+# script, 0 = none), PYTHON (python3), RESULTS (bench/results), RESULT_NAME (scale_variants_<model>).
+set -uo pipefail
+BUILD=${1:?build dir}
+LOGS=${2:?log dir}
+shift 2
+HERE=$(cd "$(dirname "$0")" && pwd)
+SECTIONS=("$@")
+[ ${#SECTIONS[@]} -eq 0 ] && SECTIONS=(variants traces)
+N=${NPROC:-4} MODEL=${MODEL:-llama3-1b} B=${B:-4} STEPS=${STEPS:-10}
+TP_B=${TP_B:-$((N * B))} PP_B=${PP_B:-16} MB=${MB:-16}
+RUN_TIMEOUT=${RUN_TIMEOUT:-120} BUDGET_S=${BUDGET_S:-0}
+PY=${PYTHON:-python3}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+[[ $N =~ ^[1-9][0-9]*$ ]] && ((N >= 2)) || { echo "scale_traces.sh: NPROC=$N: needs 2 GPUs or more" >&2; exit 2; }
+[ -x "$BUILD/examples/train_gpt" ] || { echo "scale_traces.sh: $BUILD/examples/train_gpt was not built" >&2; exit 1; }
+source "$HERE/../run_lib.sh"  # run, budget_run, torchrun_cmd, machine
+torchrun_cmd
+PRECISION=()
+nvidia-smi -L >/dev/null 2>&1 && PRECISION=(--precision bf16)
+mkdir -p "$LOGS/traces"
+rc=0 logs=() BENCH=scale_traces.sh
+
+train() {  # train NAME NPROC STEPS flags...: train_gpt under torchrun, its RESULT line from the JSONL log
+  local name=$1 n=$2 steps=$3
+  shift 3
+  budget_run "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" --no_python "$BUILD/examples/train_gpt" --model "$MODEL" \
+    "${PRECISION[@]}" --recompute none --steps "$steps" --log-jsonl "$LOGS/$name.jsonl" "$@" &&
+    "$PY" "$HERE/../results.py" from-jsonl "$LOGS/$name.jsonl" "$name" 3 >>"$LOGS/$name.log" &&
+    grep RESULT "$LOGS/$name.log" | cut -c1-240 | sed 's/^/  /'
+}
+layout() {  # layout NAME: the flags of a layout name
+  case $1 in
+    single) echo --layout 1x1x1 --batch "$B" ;;
+    ddp) echo --layout "${N}x1x1" --batch $((N * B)) ;;
+    fsdp) echo --layout "${N}x1x1" --batch $((N * B)) --dp-mode fsdp ;;
+    tp-sp) echo --layout "1x1x$N" --batch "$TP_B" --sp ;;
+    pp) echo --layout "1x${N}x1" --batch "$PP_B" --micro-batches "$MB" --schedule 1f1b ;;
+    pp-zb) echo --layout "1x${N}x1" --batch "$PP_B" --micro-batches "$MB" --schedule zb-h1 ;;
+  esac
+}
+gpus() { [ "$1" = single ] && echo 1 || echo "$N"; }
+
+for s in "${SECTIONS[@]}"; do
+  case $s in
+    variants)
+      for v in single ddp ddp-bf16 fsdp fsdp-bf16; do
+        base=${v%-bf16} extra=()
+        [ "$v" != "$base" ] && extra=(--grad-reduce bf16)
+        # shellcheck disable=SC2046
+        train "tessera-$v" "$(gpus "$base")" $((STEPS + 3)) $(layout "$base") "${extra[@]}"
+      done
+      "$PY" "$HERE/../results.py" gpt "${logs[@]}" --name "${RESULT_NAME:-scale_variants_${MODEL//-/_}}" \
+        --results "${RESULTS:-$HERE/../results}" --machine "$(PYTHON=$PY machine CPU) ($N used)" \
+        --command "NPROC=$N MODEL=$MODEL B=$B STEPS=$STEPS bench/llama/scale_traces.sh $BUILD $LOGS variants" \
+        --title "$MODEL on $N GPU(s): train_gpt's data-parallel variants (gradients reduced in float32 and bf16)" \
+        --config "$MODEL ${PRECISION[*]:-fp32}; B=$B sequences per GPU; synthetic tokens; no recompute" \
+        --method "3 warm-ups then the median of $STEPS steps (upper median) from train_gpt's JSONL log" \
+        --reference tessera=tessera-single --columns "mode,scaled_against,overhead_ms" || rc=1 ;;
+    traces)
+      for t in single ddp fsdp tp-sp pp pp-zb; do
+        # shellcheck disable=SC2046
+        train "traced-$t" "$(gpus "$t")" 8 $(layout "$t") --profile "$LOGS/traces/$t.json:5:2" || continue
+        "$PY" "$HERE/../profile/gaps.py" "$LOGS/traces/$t.json" --top 12 >"$LOGS/gaps-$t.txt" 2>&1 &&
+          sed -n 2,4p "$LOGS/gaps-$t.txt" | sed "s/^/  $t: /"
+      done
+      "$PY" "$HERE/../profile/summarize.py" --steps 2 --top 40 single="$LOGS/traces/single.json" \
+        ddp="$LOGS/traces/ddp.json" fsdp="$LOGS/traces/fsdp.json" >"$LOGS/kernels-dp.md" 2>&1 || rc=1
+      grep -E "all kernels|GPU span" "$LOGS/kernels-dp.md"
+      rm -f "$LOGS"/traces/*.rank[0-9]*.json
+      gzip -f "$LOGS"/traces/*.json 2>/dev/null ;;
+    *) echo "scale_traces.sh: unknown section $s (variants traces)" >&2; exit 2 ;;
+  esac
+done
+exit $rc

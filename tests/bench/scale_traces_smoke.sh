@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# bench/llama/scale_traces.sh's variants on the CPU (2 ranks over Gloo, llama-tiny, fp32, 2 timed steps), results
+# into a temporary directory: the five rows come out, each scaled against tessera-single, and the bf16 rows ran
+# with the gradients reduced in bf16 (their losses after the first step differ from the float32 rows').
+#   scale_traces_smoke.sh BUILD_DIR
+set -uo pipefail
+export PET_MONITOR_INTERVAL=${PET_MONITOR_INTERVAL:-0.1}
+BUILD=$1
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+export TESSERA_BACKEND=gloo OMP_NUM_THREADS=1
+PYTHON=/usr/bin/python3 MODEL=llama-tiny NPROC=2 STEPS=2 B=2 RESULTS="$WORK/results" RESULT_NAME=variants \
+  timeout -k 10 270 bash "$(dirname "$0")/../../bench/llama/scale_traces.sh" "$BUILD" "$WORK/logs" variants || {
+  echo "FAIL: bench/llama/scale_traces.sh variants failed"; exit 1; }
+/usr/bin/python3 - "$WORK" <<'PY' || exit 1
+import json, os, sys
+w = sys.argv[1]
+res = json.load(open(os.path.join(w, "results", "variants.json")))
+rows = {r["system"]: r for r in res["rows"]}
+want = ["tessera-single", "tessera-ddp", "tessera-ddp-bf16", "tessera-fsdp", "tessera-fsdp-bf16"]
+assert sorted(rows) == sorted(want), sorted(rows)
+for s in want:
+    assert rows[s]["scaled_against"] == "tessera-single" and rows[s]["scaling"] > 0, rows[s]
+    assert rows[s]["gpus"] == (1 if s == "tessera-single" else 2), rows[s]
+def losses(name):
+    return [json.loads(l)["loss"] for l in open(os.path.join(w, "logs", name + ".jsonl")) if '"step"' in l]
+for base in ("ddp", "fsdp"):
+    f32, bf16 = losses("tessera-" + base), losses("tessera-" + base + "-bf16")
+    assert f32[0] == bf16[0] and f32[1:] != bf16[1:], (base, f32, bf16)
+print("PASS: five rows scaled against tessera-single; the bf16 rows reduced in bf16")
+PY
