@@ -52,41 +52,16 @@ Flag layoutFlag() {
   return f;  // no get: the config gives dp, pp, cp and tp
 }
 
-// A comma-separated list of integers >= lo into o.*field (the whole list, or a refusal saying `what`).
-Flag intListFlag(const char* name, const char* meta, const char* help, const char* shown, int64_t lo, const char* what,
-                 std::vector<int> TrainOptions::*field) {
-  Flag f = make(name, meta, help);
-  f.shown = shown;
-  f.set = [=](TrainOptions& o, const std::string& v) {
-    auto& out = o.*field;
-    out.clear();
-    std::stringstream ss(v);
-    for (std::string item; std::getline(ss, item, ',');) {
-      try {
-        out.push_back(static_cast<int>(integer(name, item, lo, INT_MAX)));
-      } catch (const UsageError&) {
-        refuse(name, v, what);
-      }
-    }
-    if (out.empty()) refuse(name, v, what);
-  };
-  f.get = [=](const TrainOptions& o) {
-    const auto& in = o.*field;
-    return in.empty() ? std::string() : quoted(fmt::format("{}", fmt::join(in, ",")));
-  };
-  return f;
-}
-
 Flag layersPerStageFlag() {
   return intListFlag("--layers-per-stage", "A,B,...", "blocks of each stage (pp * chunks entries)",
                      "balanced by compute", 1, "a comma-separated list of block counts >= 1",
-                     &TrainOptions::layersPerStage);
+                     FIELD(layersPerStage));
 }
 
 Flag fp8SkipFlag() {
   return intListFlag("--fp8-skip-blocks", "I,J,...", "blocks kept out of --fp8 (negative: from the end, e.g. 0,-1)",
                      "none", INT_MIN + 1, "a comma-separated list of block indices (negative from the end)",
-                     &TrainOptions::fp8SkipBlocks);
+                     FIELD(fp8SkipBlocks));
 }
 
 Flag modelFlag() {

@@ -4,10 +4,12 @@
 // and `ref`, the field it sets (FIELD(cfg.d)); the Flag parses and checks a value (UsageError
 // naming the flag and the value) and prints the field as TOML. Local; internal to examples/gpt.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <climits>
 #include <cstdint>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <type_traits>
 
@@ -84,6 +86,33 @@ Flag choiceFlag(std::string names, std::string value, std::string help, Parse pa
   f.get = [name, ref](const TrainOptions& o) { return quoted(name(ref(o))); };
   return f;
 }
+// A comma-separated list of integers >= lo (the whole list, or a refusal saying `what`); `shown`:
+// what --help says when the list is empty.
+template <typename Ref>
+Flag intListFlag(const char* name, const char* meta, const char* help, const char* shown, int64_t lo,
+                 const char* what, Ref ref) {
+  Flag f = make(name, meta, help);
+  f.shown = shown;
+  f.set = [=](TrainOptions& o, const std::string& v) {
+    auto& out = ref(o);
+    out.clear();
+    std::stringstream ss(v);
+    for (std::string item; std::getline(ss, item, ',');) {
+      try {
+        out.push_back(static_cast<int>(integer(name, item, lo, INT_MAX)));
+      } catch (const UsageError&) {
+        refuse(name, v, what);
+      }
+    }
+    if (out.empty()) refuse(name, v, what);
+  };
+  f.get = [=](const TrainOptions& o) {
+    const auto& in = ref(o);
+    return in.empty() ? std::string() : quoted(fmt::format("{}", fmt::join(in, ",")));
+  };
+  return f;
+}
+
 // The flag with the default --help shows, and left out of the config while the field holds its
 // "auto" value `unset` (resolveLayout or the preset fills it in).
 template <typename Ref>
