@@ -95,6 +95,7 @@ void Trainer::State::build() {
     FsdpOptions fo;
     fo.paramDtype = bf16 ? at::kBFloat16 : at::kFloat;
     if (o.gradReduceBf16) fo.reduceDtype = at::kBFloat16;
+    fo.gatherAfterStep = true;  // the next step's first units gather beside the optimizer
     fo.prefetchBudgetBytes = o.fsdpPrefetchMiB >= 0 ? static_cast<size_t>(o.fsdpPrefetchMiB) << 20
                                                     : autoPrefetchBudget(units, fo.paramDtype, fo.reshardAfterForward);
     if (isLogger()) log::info("train_gpt: FSDP over {} units, prefetch budget {} MiB{}", units.size(),

@@ -89,6 +89,11 @@ struct FsdpOptions {
   size_t prefetchBudgetBytes = 0;
   int shardGroupSize = 0;  // 0 or world size: plain FSDP; else hybrid (divides the world size)
   bool syncModuleStates = true;
+  // ShardedAdamW::step updates the units the next forward starts with (leadingUnits()) first and
+  // all-gathers them while it updates the rest, so that gather is not waited for at the next
+  // step's start. They stay gathered until that forward runs them (or reshardAll(); the state-dict
+  // loads reshard them first).
+  bool gatherAfterStep = false;
 };
 
 // Instrumentation (local counters, reset by resetStats()).
@@ -122,6 +127,13 @@ class FullyShardedDataParallel {
   // backward, e.g. evaluation under torch::NoGradGuard, which leaves non-resharding units
   // such as the root gathered).
   void reshardAll();
+  // Local: the units the next forward gathers before its first compute, in order: the first unit
+  // of the last finished pass, then those the prefetch budget gathers ahead of it. Empty before a
+  // pass has finished, or with prefetch off.
+  std::vector<int> leadingUnits() const;
+  // Collective over the shard group: all-gathers `units` now, asynchronously (gathered ones are
+  // skipped), for the next forward to find them gathered. Not inside a pass (tessera::Error).
+  void gatherForNextForward(const std::vector<int>& units);
   // Collective over the shard group: gathers every unit (in paramDtype), so that the parameters
   // hold their full values outside forward and backward (as FSDP's summon_full_params), e.g. to
   // take views of them for a checkpoint. Call reshardAll() afterwards. Not inside a pass.
@@ -204,6 +216,7 @@ class FullyShardedDataParallel {
   void beginBackward();
   void warnRepeatedRuns();
   void checkLoadable(const char* fn) const;
+  void dropGatheredAhead();
   void processGrads(int u);
   void drainReduceScatters(int current);
   void releaseReduceInputs(size_t keep);

@@ -57,6 +57,7 @@ void FullyShardedDataParallel::reshard(int u) {
   waitGathered(u);  // the communicator must be done writing before the memory goes
   fsdp::freeStorage(x.full);
   x.state = Unit::State::Sharded;
+  x.gatheredAhead = false;
   alive_[u] = false;
   stats_.unshardedUnits -= 1;
   stats_.unshardedBytes -= unitBytes_[u];
@@ -72,6 +73,32 @@ void FullyShardedDataParallel::unshardAll() {
                 "FullyShardedDataParallel::unshardAll: called inside a forward/backward pass");
   for (size_t u = 0; u < units_.size(); ++u) gather(static_cast<int>(u), false);
   for (size_t u = 0; u < units_.size(); ++u) waitGathered(static_cast<int>(u));
+}
+
+std::vector<int> FullyShardedDataParallel::leadingUnits() const {
+  if (plannedOrder_.empty() || opts_.prefetchBudgetBytes == 0) return {};
+  const int first = plannedOrder_.front();
+  auto alive = alive_;
+  size_t bytes = stats_.unshardedBytes;
+  if (!alive[first]) alive[first] = true, bytes += unitBytes_[first];
+  std::vector<int> out{first};
+  for (int p : fsdp::PrefetchPlanner(opts_.prefetchBudgetBytes).pick(plannedOrder_, first, unitBytes_, alive, bytes)) {
+    out.push_back(p);
+  }
+  return out;
+}
+
+void FullyShardedDataParallel::gatherForNextForward(const std::vector<int>& units) {
+  TESSERA_CHECK(!passOpen_ && !inBackward_ && running_ < 0,
+                "FullyShardedDataParallel::gatherForNextForward: called inside a forward/backward pass");
+  for (int u : units) {
+    TESSERA_CHECK(u >= 0 && static_cast<size_t>(u) < units_.size(),
+                  "FullyShardedDataParallel::gatherForNextForward: unit {} out of range (there are {} units)", u,
+                  units_.size());
+    if (units_[u]->state != Unit::State::Sharded) continue;
+    gather(u, true);
+    units_[u]->gatheredAhead = true;
+  }
 }
 
 void FullyShardedDataParallel::prefetchAfter(const std::vector<int>& order, int u) {
@@ -111,6 +138,7 @@ std::vector<at::Tensor> FullyShardedDataParallel::runUnit(size_t unit, const std
   // last block) must not gather the next iteration's first units now.
   const bool first = std::find(passOrder_.begin(), passOrder_.end(), u) == passOrder_.end();
   if (first) passOrder_.push_back(u);
+  units_[u]->gatheredAhead = false;  // a forward uses it now: resharded as usual from here
 
   gather(u, false);
   if (first) prefetchAfter(plannedOrder_, u);

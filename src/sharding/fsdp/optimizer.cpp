@@ -40,19 +40,33 @@ ShardedAdamW::ShardedAdamW(FullyShardedDataParallel& fsdp, AdamWOptions o, Decay
 void ShardedAdamW::step(const at::Tensor& gradScale) {
   torch::NoGradGuard ng;
   ++step_;
-  std::vector<at::Tensor> p, g, m, v;
-  std::vector<bool> decay;
-  for (size_t u = 0; u < fsdp_.numUnits(); ++u) {
-    for (const auto& run : runs_[u]) {
-      const int64_t a = run.begin, n = run.end - run.begin;
-      p.push_back(fsdp_.masterShard(u).narrow(0, a, n));
-      g.push_back(fsdp_.gradShard(u).narrow(0, a, n));
-      m.push_back(expAvg_[u].narrow(0, a, n));
-      v.push_back(expAvgSq_[u].narrow(0, a, n));
-      decay.push_back(run.decay);
+  // With gatherAfterStep, the units the next forward starts with go first, and their all-gathers
+  // run beside the update of the rest.
+  std::vector<int> lead;
+  if (fsdp_.options().gatherAfterStep) lead = fsdp_.leadingUnits();
+  std::vector<bool> leads(fsdp_.numUnits(), false);
+  for (int u : lead) leads[u] = true;
+  auto update = [&](bool leading) {
+    std::vector<at::Tensor> p, g, m, v;
+    std::vector<bool> decay;
+    for (size_t u = 0; u < fsdp_.numUnits(); ++u) {
+      if (leads[u] != leading) continue;
+      for (const auto& run : runs_[u]) {
+        const int64_t a = run.begin, n = run.end - run.begin;
+        p.push_back(fsdp_.masterShard(u).narrow(0, a, n));
+        g.push_back(fsdp_.gradShard(u).narrow(0, a, n));
+        m.push_back(expAvg_[u].narrow(0, a, n));
+        v.push_back(expAvgSq_[u].narrow(0, a, n));
+        decay.push_back(run.decay);
+      }
     }
+    if (!p.empty()) kernels::multiTensorAdamW(p, g, m, v, decay, adamwKernelStep(opts_, step_), {}, gradScale);
+  };
+  if (!lead.empty()) {
+    update(true);
+    fsdp_.gatherForNextForward(lead);
   }
-  kernels::multiTensorAdamW(p, g, m, v, decay, adamwKernelStep(opts_, step_), {}, gradScale);
+  update(false);
 }
 
 std::map<std::string, at::Tensor> ShardedAdamW::stateDict() const {

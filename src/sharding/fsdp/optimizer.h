@@ -4,7 +4,7 @@
 // parameters and padding are never stepped), so with the same gradients the result equals
 // torch::optim::AdamW on the unsharded parameters element for element.
 //
-// Contract: step() and zeroGrad() are local; call step() after backward (and after
+// Contract: step() and zeroGrad() are local (step() is collective with gatherAfterStep); call step() after backward (and after
 // fsdp.clipGradNorm if clipping) on every rank. Parameters whose gradient was zero are still
 // stepped (momentum and weight decay apply), unlike torch's AdamW, which skips parameters with
 // no gradient at all. The FSDP object must outlive the optimizer.
@@ -36,8 +36,10 @@ class ShardedAdamW {
   ShardedAdamW(FullyShardedDataParallel& fsdp, AdamWOptions options = {}, DecayRule decays = nullptr);
 
   // Every run of every unit in one multi-tensor AdamW (kernels/multi_tensor_adamw.h: a few
-  // launches on CUDA, bitwise the per-tensor kernel). gradScale: as optim::AdamW::step's
-  // (clipping's coefficient on the device, applied as the gradients are read).
+  // launches on CUDA, bitwise the per-tensor kernel); with FsdpOptions::gatherAfterStep, in two:
+  // the next forward's leading units, then (after their all-gathers are issued: collective over
+  // the shard group) the rest. gradScale: as optim::AdamW::step's (clipping's coefficient on the
+  // device, applied as the gradients are read).
   void step(const at::Tensor& gradScale = {});
   void zeroGrad() { fsdp_.zeroGrad(); }
   int64_t steps() const { return step_; }

@@ -42,7 +42,17 @@ void FullyShardedDataParallel::checkLoadable(const char* fn) const {
                 fn);
 }
 
+// Units gathered ahead for the next forward would keep the old values once a load changes the
+// shards: released first (outside a pass; inside one, checkLoadable refuses as before).
+void FullyShardedDataParallel::dropGatheredAhead() {
+  if (passOpen_ || inBackward_) return;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (units_[u]->gatheredAhead) reshard(static_cast<int>(u));
+  }
+}
+
 void FullyShardedDataParallel::loadFullStateDict(const std::map<std::string, at::Tensor>& sd) {
+  dropGatheredAhead();
   checkLoadable("loadFullStateDict");
   torch::NoGradGuard ng;
   for (auto& x : units_) {
@@ -82,6 +92,7 @@ std::map<std::string, at::Tensor> FullyShardedDataParallel::shardedStateDict() c
 }
 
 void FullyShardedDataParallel::loadShardedStateDict(const std::map<std::string, at::Tensor>& sd) {
+  dropGatheredAhead();
   checkLoadable("loadShardedStateDict");
   torch::NoGradGuard ng;
   for (auto& x : units_) {

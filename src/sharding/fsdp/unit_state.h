@@ -31,6 +31,7 @@ struct Unit {
   at::Tensor accum;   // [paddedNumel] fp32 unsharded noSync gradients, or undefined
 
   State state = State::Sharded;
+  bool gatheredAhead = false;  // by gatherForNextForward, not yet run by a forward
   WorkPtr gatherWork;
   at::Tensor gatherIn;  // the cast shard being sent (kept until the gather is waited for)
 
