@@ -215,13 +215,9 @@ std::vector<Flag> flagTable(bool onGpu) {
   t.add(switchFlag("--no-fused-wgrad", "weight gradients by autograd, not summed in fp32 by the GEMM", true,
                    FIELD(fusedWgrad)));
   t.add(fsdpPrefetchFlag());
-  t.add(choiceFlag(
-      "--grad-reduce", "fp32|bf16", "dtype of the data-parallel gradient reduction (bf16: half the bytes, rounded)",
-      [](const std::string& v) {
-        if (v == "fp32" || v == "bf16") return v == "bf16";
-        throw UsageError(fmt::format("train_gpt: --grad-reduce takes fp32 or bf16, got '{}'", v));
-      },
-      [](bool bf16) { return bf16 ? "bf16" : "fp32"; }, FIELD(gradReduceBf16)));
+  t.add(twoWordFlag("--grad-reduce", "fp32|bf16", "fp32", "bf16",
+                    "dtype of the data-parallel gradient reduction (bf16: half the bytes, rounded)",
+                    FIELD(gradReduceBf16)));
   t.add(integerFlag("--ddp-bucket-mib", "N", "DDP: MiB of gradients per all-reduce (the first bucket: 1 MiB)", 1, 4096,
                     FIELD(ddpBucketMiB)));
   t.add(numberFlag("--peak-tflops", "X", "per-GPU peak TFLOP/s for the MFU column (0: no MFU)", 0, false,
@@ -232,13 +228,8 @@ std::vector<Flag> flagTable(bool onGpu) {
                  FIELD(checkpointDir)));
   t.add(integerFlag("--checkpoint-every", "K", "save every K steps and at the end (0: only at the end)", 0, INT_MAX,
                     FIELD(checkpointEvery)));
-  t.add(choiceFlag(
-      "--async-checkpoint", "on|off", "save from host copies on a writer thread while training goes on",
-      [](const std::string& v) {
-        if (v == "on" || v == "off") return v == "on";
-        throw UsageError(fmt::format("train_gpt: --async-checkpoint takes on or off, got '{}'", v));
-      },
-      [](bool on) { return on ? "on" : "off"; }, FIELD(asyncCheckpoint)));
+  t.add(twoWordFlag("--async-checkpoint", "on|off", "off", "on",
+                    "save from host copies on a writer thread while training goes on", FIELD(asyncCheckpoint)));
   t.add(textFlag("--log-jsonl", "FILE", "rank 0's JSONL log (empty: none)", FIELD(logJsonl)));
 
   t.group = "Hugging Face (Llama; without --model the model is --init-from-hf's, else the checkpoint's)";

@@ -86,6 +86,18 @@ Flag choiceFlag(std::string names, std::string value, std::string help, Parse pa
   f.get = [name, ref](const TrainOptions& o) { return quoted(name(ref(o))); };
   return f;
 }
+// A bool named by one of two words: `no` (false) or `yes` (true); `value` shows them (default first).
+template <typename Ref>
+Flag twoWordFlag(std::string names, std::string value, const char* no, const char* yes, std::string help, Ref ref) {
+  Flag f = make(std::move(names), std::move(value), std::move(help));
+  f.set = [flag = f.flag(), no, yes, ref](TrainOptions& o, const std::string& v) {
+    if (v != no && v != yes) throw UsageError(fmt::format("train_gpt: {} takes {} or {}, got '{}'", flag, no, yes, v));
+    ref(o) = v == yes;
+  };
+  f.get = [no, yes, ref](const TrainOptions& o) { return quoted(ref(o) ? yes : no); };
+  return f;
+}
+
 // A comma-separated list of integers >= lo (the whole list, or a refusal saying `what`); `shown`:
 // what --help says when the list is empty.
 template <typename Ref>
