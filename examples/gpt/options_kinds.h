@@ -89,9 +89,11 @@ Flag choiceFlag(std::string names, std::string value, std::string help, Parse pa
 // A bool named by one of two words: `no` (false) or `yes` (true); `value` shows them (default first).
 template <typename Ref>
 Flag twoWordFlag(std::string names, std::string value, const char* no, const char* yes, std::string help, Ref ref) {
+  std::string words = value;  // "on|off" -> "on or off", in the refusal
+  words.replace(words.find('|'), 1, " or ");
   Flag f = make(std::move(names), std::move(value), std::move(help));
-  f.set = [flag = f.flag(), no, yes, ref](TrainOptions& o, const std::string& v) {
-    if (v != no && v != yes) throw UsageError(fmt::format("train_gpt: {} takes {} or {}, got '{}'", flag, no, yes, v));
+  f.set = [flag = f.flag(), words, no, yes, ref](TrainOptions& o, const std::string& v) {
+    if (v != no && v != yes) throw UsageError(fmt::format("train_gpt: {} takes {}, got '{}'", flag, words, v));
     ref(o) = v == yes;
   };
   f.get = [no, yes, ref](const TrainOptions& o) { return quoted(ref(o) ? yes : no); };
