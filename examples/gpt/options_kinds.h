@@ -90,7 +90,7 @@ Flag choiceFlag(std::string names, std::string value, std::string help, Parse pa
 template <typename Ref>
 Flag twoWordFlag(std::string names, std::string value, const char* no, const char* yes, std::string help, Ref ref) {
   std::string words = value;  // "on|off" -> "on or off", in the refusal
-  words.replace(words.find('|'), 1, " or ");
+  if (const auto bar = words.find('|'); bar != std::string::npos) words.replace(bar, 1, " or ");
   Flag f = make(std::move(names), std::move(value), std::move(help));
   f.set = [flag = f.flag(), words, no, yes, ref](TrainOptions& o, const std::string& v) {
     if (v != no && v != yes) throw UsageError(fmt::format("train_gpt: {} takes {}, got '{}'", flag, words, v));
