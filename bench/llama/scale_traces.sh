@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 40's 4-GPU reading of train_gpt alone, in one call: what separates each llama3-1b layout from
 # its scaling target, named from traces, plus the data-parallel variants that the traces point at.
-#   variants  untraced: tessera-single, -ddp, -ddp-bf16 (--grad-reduce bf16), -fsdp, -fsdp-bf16, scaled
-#             against the single row: RESULTS/RESULT_NAME.{json,md} (bench/results.py gpt)
+#   variants  untraced: tessera-single, -ddp, -ddp-bf16 (--grad-reduce bf16), -ddp-ctas8 (NCCL_MIN_CTAS=
+#             NCCL_MAX_CTAS=8: fewer SMs for NCCL beside backward), -fsdp, -fsdp-bf16, scaled against the
+#             single row: RESULTS/RESULT_NAME.{json,md} (bench/results.py gpt)
 #   traces    each of single, ddp, fsdp, tp-sp (1x1xN --sp, TP_B sequences), pp (1xNx1, 1f1b, MB micro-
 #             batches of PP_B sequences) and pp-zb (zb-h1) traced for steps 5 and 6 of 8 (--profile):
 #             LOGS/traces/<name>.json.gz (rank 0), LOGS/kernels-dp.md (summarize.py: single, ddp, fsdp),
@@ -30,12 +31,13 @@ torchrun_cmd
 PRECISION=()
 nvidia-smi -L >/dev/null 2>&1 && PRECISION=(--precision bf16)
 mkdir -p "$LOGS/traces"
-rc=0 logs=() BENCH=scale_traces.sh
+rc=0 logs=() BENCH=scale_traces.sh ENV_RUN=()
 
-train() {  # train NAME NPROC STEPS flags...: train_gpt under torchrun, its RESULT line from the JSONL log
+train() {  # train NAME NPROC STEPS flags...: train_gpt under torchrun (env ENV_RUN=(VAR=value ...) before
+  # it), its RESULT line from the JSONL log
   local name=$1 n=$2 steps=$3
   shift 3
-  budget_run "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" --no_python "$BUILD/examples/train_gpt" --model "$MODEL" \
+  budget_run "$name" env "${ENV_RUN[@]}" "${TORCHRUN[@]}" --nproc_per_node="$n" --no_python "$BUILD/examples/train_gpt" --model "$MODEL" \
     "${PRECISION[@]}" --recompute none --steps "$steps" --log-jsonl "$LOGS/$name.jsonl" "$@" &&
     "$PY" "$HERE/../results.py" from-jsonl "$LOGS/$name.jsonl" "$name" 3 >>"$LOGS/$name.log" &&
     grep RESULT "$LOGS/$name.log" | cut -c1-240 | sed 's/^/  /'
@@ -55,12 +57,16 @@ gpus() { [ "$1" = single ] && echo 1 || echo "$N"; }
 for s in "${SECTIONS[@]}"; do
   case $s in
     variants)
-      for v in single ddp ddp-bf16 fsdp fsdp-bf16; do
-        base=${v%-bf16} extra=()
-        [ "$v" != "$base" ] && extra=(--grad-reduce bf16)
+      for v in single ddp ddp-bf16 ddp-ctas8 fsdp fsdp-bf16; do
+        base=${v%-*} extra=() ENV_RUN=()
+        case $v in
+          *-bf16) extra=(--grad-reduce bf16) ;;
+          *-ctas8) ENV_RUN=(NCCL_MIN_CTAS=8 NCCL_MAX_CTAS=8) ;;
+        esac
         # shellcheck disable=SC2046
         train "tessera-$v" "$(gpus "$base")" $((STEPS + 3)) $(layout "$base") "${extra[@]}"
       done
+      ENV_RUN=()
       "$PY" "$HERE/../results.py" gpt "${logs[@]}" --name "${RESULT_NAME:-scale_variants_${MODEL//-/_}}" \
         --results "${RESULTS:-$HERE/../results}" --machine "$(PYTHON=$PY machine CPU) ($N used)" \
         --command "NPROC=$N MODEL=$MODEL B=$B STEPS=$STEPS bench/llama/scale_traces.sh $BUILD $LOGS variants" \
