@@ -7,8 +7,10 @@
 // those of the same run over the untimed fake (every op complete when issued). Both must agree
 // bitwise after 3 AdamW steps of a tiny GPT (4 blocks of equal size, so the allocator does
 // reuse blocks between units), fp32 and bf16 parameters, with and without gradient
-// accumulation (a pipeline's order too). Also: clipGradNorm returns without waiting for the
-// device. Skips visibly without a GPU and a CUDA LibTorch.
+// accumulation (a pipeline's order too), and with gatherAfterStep (the next forward's units
+// gathered while the optimizer updates the rest) against the untimed run without it. Also:
+// clipGradNorm returns without waiting for the device. Skips visibly without a GPU and a CUDA
+// LibTorch.
 #include <ATen/ATen.h>
 #include <c10/core/Event.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -25,7 +27,7 @@ using namespace tessera::testing;
 
 namespace {
 
-std::vector<at::Tensor> train(bool timed, bool bf16, int accum, bool pipelined) {
+std::vector<at::Tensor> train(bool timed, bool bf16, int accum, bool pipelined, bool gatherAfterStep) {
   const at::Device dev(at::kCUDA, 0);
   FakeTiming t;
   t.enabled = timed;
@@ -37,6 +39,7 @@ std::vector<at::Tensor> train(bool timed, bool bf16, int accum, bool pipelined) 
   FsdpOptions o;
   if (bf16) o.paramDtype = at::kBFloat16;
   o.prefetchBudgetBytes = 1 << 20;
+  o.gatherAfterStep = gatherAfterStep;
   FullyShardedDataParallel fsdp(task.units, world, o);
   ShardedAdamW opt(fsdp, {.lr = kLr});
   for (int step = 0; step < 3; ++step) fsdpStep(fsdp, opt, task, step, accum, /*rank=*/0, /*clip=*/0, pipelined);
@@ -49,6 +52,7 @@ struct Case {
   bool bf16;
   int accum;
   bool pipelined;
+  bool gatherAfterStep = false;  // the timed run's: the next forward's units gathered beside the optimizer
 };
 
 class FsdpTimedFake : public ::testing::TestWithParam<Case> {};
@@ -56,8 +60,8 @@ class FsdpTimedFake : public ::testing::TestWithParam<Case> {};
 TEST_P(FsdpTimedFake, SameShardsAsTheUntimedRun) {
   TESSERA_REQUIRE_CUDA_LIBTORCH();
   const auto c = GetParam();
-  const auto untimed = train(false, c.bf16, c.accum, c.pipelined);
-  const auto timed = train(true, c.bf16, c.accum, c.pipelined);
+  const auto untimed = train(false, c.bf16, c.accum, c.pipelined, false);
+  const auto timed = train(true, c.bf16, c.accum, c.pipelined, c.gatherAfterStep);
   ASSERT_EQ(timed.size(), untimed.size());
   for (size_t u = 0; u < timed.size(); ++u) {
     EXPECT_TRUE(at::equal(timed[u], untimed[u])) << "unit " << u << ": max difference "
@@ -67,7 +71,8 @@ TEST_P(FsdpTimedFake, SameShardsAsTheUntimedRun) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, FsdpTimedFake,
                          ::testing::Values(Case{false, 1, false}, Case{true, 1, false}, Case{false, 3, false},
-                                           Case{true, 3, true}));
+                                           Case{true, 3, true}, Case{true, 1, false, true},
+                                           Case{false, 3, false, true}));
 
 // clipGradNorm queues its work on the current stream without blocking the host: over the timed
 // fake communicator with 200 ms per op, the norm's all-reduce keeps the GPU busy for 200 ms after
