@@ -294,12 +294,14 @@ env_status() {  # env_status <name> <rank> <code>
 # reach P: one alike (2 ranks by hand: rank 0 cannot bind P, rank 1 finds rank 1 held), one of
 # another size (3 ranks: the store belongs to another job), one under mpirun with
 # TESSERA_STORE_PORT=P (rank 0 cannot bind P and tells rank 1 through PMIx). Each ends on every
-# rank within 30 s (TESSERA_TIMEOUT_S is 120) naming the first job; the first job is unharmed.
+# rank within 30 s (TESSERA_TIMEOUT_S is 120) naming the first job; the first job is unharmed: it
+# has more steps than it can reach meanwhile (a fixed short run once ended before the last probe),
+# so after the probes it must still be running and log further steps; then this row ends it.
 row_port_taken() {
   export TESSERA_TIMEOUT_S=120
   local port first0 first1
   port=$(free_port)
-  env_ranks first 2 "$port" --steps 20
+  env_ranks first 2 "$port" --steps 100000
   local t0=$SECONDS
   until grep -q "step 2/" "$WORK/first.0.txt"; do
     ((SECONDS - t0 < 90)) || { cat "$WORK"/first.*.txt; fail "the first job did not reach step 2"; }
@@ -334,11 +336,20 @@ row_port_taken() {
   expect_says 0 "$held"
   expect_says 1 "tessera PMIx bootstrap: rank 1 of 2: rank 0 could not start the store: .*$held"
 
-  ranks_done first 2 120
-  env_status first 0 0
-  env_status first 1 0
-  grep -q "step 20/20" "$WORK/first.0.txt" || fail "the first job did not train its 20 steps"
-  pass "three jobs on port $port failed at once naming the first job, which trained on"
+  # The first job trains on: both ranks run, and rank 0 logs two steps past its last one.
+  local last r
+  last=$(grep -oE "step [0-9]+/" "$WORK/first.0.txt" | tail -1 | grep -oE "[0-9]+")
+  t0=$SECONDS
+  until (($(grep -oE "step [0-9]+/" "$WORK/first.0.txt" | tail -1 | grep -oE "[0-9]+") >= last + 2)); do
+    for r in 0 1; do
+      kill -0 "$(cat "$WORK/first.$r.pid")" 2>/dev/null || { cat "$WORK"/first.*.txt; fail "the first job's rank $r ended"; }
+    done
+    ((SECONDS - t0 < 60)) || { cat "$WORK"/first.*.txt; fail "the first job logged no step past $last in 60 s"; }
+    sleep 0.2
+  done
+  grep -iE "error" "$WORK"/first.*.txt && fail "the first job logged an error"
+  for r in 0 1; do kill -9 "$(cat "$WORK/first.$r.pid")"; done
+  pass "three jobs on port $port failed at once naming the first job, which trained on past step $((last + 2))"
 }
 
 need mpirun
