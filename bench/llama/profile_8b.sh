@@ -14,10 +14,11 @@
 # afterwards (OUTDIR/traces/*.json.gz; rank r's with ".rank<r>").
 #   bench/llama/profile_8b.sh BUILD OUTDIR
 # Env: NPROC (4), MODEL (llama3-8b; llama-tiny on a CPU: the plumbing only, nothing is traced there), T (4096),
-# B (1 sequence per GPU), RECOMPUTE (selective), STEPS (8 timed after 3 warm-ups), RUN_TIMEOUT (s per run, 240),
+# B (1 sequence per GPU), RECOMPUTE (selective), FP8 (off; tensorwise or rowwise: train_gpt --fp8 FP8 beside the
+# anchor's FP8 linears over torch._scaled_mm, tensorwise, issue 37's anchor), STEPS (8 timed after 3 warm-ups), RUN_TIMEOUT (s per run, 240),
 # BUDGET_S (s for the whole script, 0 = none: a run that cannot finish within it is cut short or skipped, so the
 # results are always written), PYTHON (python3: its torch runs the PyTorch side), RESULTS (bench/results),
-# RESULT_NAME (profile_<model>_fsdp, "-" as "_"). Exit status 0 when every run produced its part.
+# RESULT_NAME (profile_<model>_fsdp[_fp8], "-" as "_"). Exit status 0 when every run produced its part.
 set -uo pipefail
 BUILD=${1:?build dir}
 LOGS=${2:?output dir}
@@ -25,10 +26,15 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 N=${NPROC:-4}
 [[ $N =~ ^[1-9][0-9]*$ ]] && ((N >= 2)) || { echo "profile_8b.sh: NPROC=$N: FSDP needs 2 GPUs or more" >&2; exit 2; }
 export MODEL=${MODEL:-llama3-8b} STEPS=${STEPS:-8} T=${T:-4096}
-B=${B:-1} RECOMPUTE=${RECOMPUTE:-selective}
+B=${B:-1} RECOMPUTE=${RECOMPUTE:-selective} FP8=${FP8:-off}
+case $FP8 in
+  off) TORCH_FP8=0 FP8_FLAGS=() ;;
+  tensorwise | rowwise) TORCH_FP8=1 FP8_FLAGS=(--fp8 "$FP8") ;;
+  *) echo "profile_8b.sh: FP8=$FP8: off, tensorwise or rowwise" >&2; exit 2 ;;
+esac
 RUN_TIMEOUT=${RUN_TIMEOUT:-240} BUDGET_S=${BUDGET_S:-0}
 PY=${PYTHON:-python3}
-NAME=${RESULT_NAME:-profile_${MODEL//-/_}_fsdp}
+NAME=${RESULT_NAME:-profile_${MODEL//-/_}_fsdp$([ "$FP8" = off ] || echo _fp8)}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 [ -x "$BUILD/examples/train_gpt" ] || { echo "profile_8b.sh: $BUILD/examples/train_gpt was not built" >&2; exit 1; }
 PRECISION=()
@@ -45,7 +51,7 @@ BUDGET_RESERVE_S=20  # kept for the comparison
 brun() { budget_run "$@"; }  # run_lib.sh
 # parallel.sh's fsdp rows: train NAME flags... (its `train`, with NPROC ranks) and the compiled anchor
 TRAIN=("$BUILD/examples/train_gpt" --model "$MODEL" "${PRECISION[@]}" --recompute "$RECOMPUTE" --seq-len "$T"
-  --layout "${N}x1x1" --dp-mode fsdp --batch $((N * B)))
+  --layout "${N}x1x1" --dp-mode fsdp --batch $((N * B)) "${FP8_FLAGS[@]}")
 train() {  # train NAME STEPS_IN_ALL flags...: then its RESULT line from the JSONL log (3 warm-ups)
   local name=$1 steps=$2
   shift 2
@@ -57,19 +63,19 @@ train() {  # train NAME STEPS_IN_ALL flags...: then its RESULT line from the JSO
 }
 
 train tessera-traced 5 --breakdown --profile "$TRACES/tessera.json:3:2"
-COMPILE=1 RECOMPUTE=$RECOMPUTE FP8=0 B=$B PROFILE=$TRACES/torch.json brun pytorch-compiled-fsdp "${TORCHRUN[@]}" \
+COMPILE=1 RECOMPUTE=$RECOMPUTE FP8=$TORCH_FP8 B=$B PROFILE=$TRACES/torch.json brun pytorch-compiled-fsdp "${TORCHRUN[@]}" \
   --nproc_per_node="$N" "$HERE/torch_llama_parallel.py" fsdp
 train tessera-train-fsdp $((STEPS + 3))
 
 runs=(--run "tessera-traced=torchrun --standalone --nproc_per_node=$N --no_python ${TRAIN[*]} --steps 5 --log-jsonl LOGS/tessera-traced.jsonl --breakdown --profile TRACES/tessera.json:3:2"
-  --run "pytorch-compiled-fsdp=COMPILE=1 RECOMPUTE=$RECOMPUTE FP8=0 B=$B MODEL=$MODEL T=$T STEPS=$STEPS PROFILE=TRACES/torch.json torchrun --standalone --nproc_per_node=$N bench/llama/torch_llama_parallel.py fsdp"
+  --run "pytorch-compiled-fsdp=COMPILE=1 RECOMPUTE=$RECOMPUTE FP8=$TORCH_FP8 B=$B MODEL=$MODEL T=$T STEPS=$STEPS PROFILE=TRACES/torch.json torchrun --standalone --nproc_per_node=$N bench/llama/torch_llama_parallel.py fsdp"
   --run "tessera-train-fsdp=torchrun --standalone --nproc_per_node=$N --no_python ${TRAIN[*]} --steps $((STEPS + 3)) --log-jsonl LOGS/tessera-train-fsdp.jsonl")
 "$PY" "$HERE/../profile/compare.py" --tessera-trace "$TRACES/tessera.json" --tessera-breakdown "$LOGS/tessera-traced.jsonl" \
   --tessera-log "$LOGS/tessera-train-fsdp.log" --torch-trace "$TRACES/torch.json" --torch-log "$LOGS/pytorch-compiled-fsdp.log" \
   --steps 2 --warm 3 --name "$NAME" --results "${RESULTS:-$HERE/../results}" --machine "$(PYTHON=$PY machine CPU) ($N used)" \
-  --command "NPROC=$N MODEL=$MODEL T=$T B=$B RECOMPUTE=$RECOMPUTE STEPS=$STEPS bench/llama/profile_8b.sh $BUILD LOGS" \
-  --title "$MODEL, FSDP over $N GPUs, seq $T, $B sequence(s) per GPU, recompute $RECOMPUTE: train_gpt beside compiled PyTorch, kernel by kernel" \
-  --config "train_gpt ${PRECISION[*]:-fp32} synthetic tokens (parallel.sh's tessera-train-fsdp); PyTorch: the Llama of tests/models/torch_llama.py, each block under torch.compile, FSDP2 (bf16 parameters, fp32 reduction), fused AdamW, clipping at 1.0, random tokens (parallel.sh's pytorch-compiled-fsdp)" \
+  --command "NPROC=$N MODEL=$MODEL T=$T B=$B RECOMPUTE=$RECOMPUTE FP8=$FP8 STEPS=$STEPS bench/llama/profile_8b.sh $BUILD LOGS" \
+  --title "$MODEL, FSDP over $N GPUs, seq $T, $B sequence(s) per GPU, recompute $RECOMPUTE, FP8 $FP8: train_gpt beside compiled PyTorch, kernel by kernel" \
+  --config "train_gpt ${PRECISION[*]:-fp32} ${FP8_FLAGS[*]} synthetic tokens (parallel.sh's tessera-train-fsdp); PyTorch: the Llama of tests/models/torch_llama.py, each block under torch.compile, FSDP2 (bf16 parameters, fp32 reduction), fused AdamW, clipping at 1.0, $([ "$FP8" = off ] || echo "the blocks' linears in FP8 over torch._scaled_mm (tensorwise), ")random tokens (parallel.sh's pytorch-compiled-fsdp)" \
   "${runs[@]}" \
   --note "Traced steps run slower than untraced ones (the profiler's CPU-op records slow the host; tessera's traced run also syncs the device for --breakdown), so the GPU span per step is longer than the untraced step_ms; compare kernel times, which the profiler barely moves" \
   --note "NCCL kernel time includes each kernel's wait for its peers: 'beside compute' is the part hidden behind compute kernels, 'exposed' the part with no compute kernel on any stream" ||
