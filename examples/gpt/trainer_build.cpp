@@ -119,6 +119,8 @@ void Trainer::State::build() {
     if (o.gradReduceBf16) dopt.commDtype = at::kBFloat16;
     dopt.bucketCapBytes = static_cast<size_t>(o.ddpBucketMiB) << 20;
     dopt.smCarveout = o.overlap.smCarveout;
+    // The step's first weight-gradient GEMM writes .grad (beta = 0) instead of adding to zeros.
+    dopt.overwriteStaleGrads = true;
     // Interleaved: the last backward runs chunk 0 only; the other chunks' parameters then
     // contribute the gradients they accumulated (DDP's unused-parameter path).
     dopt.findUnusedParameters = o.chunks > 1;

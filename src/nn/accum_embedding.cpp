@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "comm/types.h"
 #include "nn/accum_linear.h"
+#include "nn/stale_grads.h"
 
 namespace tessera::nn {
 namespace {
@@ -24,6 +25,7 @@ struct AccumEmbedding : torch::autograd::Function<AccumEmbedding> {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor ids = saved[0], weight = saved[1];
     auto gy = grads[0].reshape({-1, weight.size(1)}).to(at::kFloat);
+    zeroIfStale(weight);  // stale_grads.h: only the rows of `ids` are written below
     auto& g = weight.mutable_grad();
     if (!g.defined()) g = at::zeros_like(weight, at::MemoryFormat::Contiguous);
     g.index_put_({ids.reshape({-1}).to(at::kLong)}, gy, /*accumulate=*/true);  // int32 ids: not indices in 1.13

@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "kernels/gemm_accumulate.h"
 #include "nn/deferred_grads.h"
+#include "nn/stale_grads.h"
 
 namespace tessera::nn {
 namespace {
@@ -63,6 +64,10 @@ void checkAccumulatable(const char* op, const char* what, const at::Tensor& p) {
 
 namespace {
 void accumulateWeightGradNow(const at::Tensor& weight, const at::Tensor& gy, const at::Tensor& x) {
+  if (takeStale(weight)) {  // stale_grads.h: the product replaces what .grad holds (beta = 0)
+    kernels::gemmAccumulateTN(weight.grad(), gy.contiguous(), x.contiguous(), /*overwrite=*/true);
+    return;
+  }
   kernels::gemmAccumulateTNInto(weight.mutable_grad(), weight.sizes(), weight.device(), gy.contiguous(),
                                 x.contiguous());
 }
@@ -81,16 +86,20 @@ at::Tensor onesColumn(int64_t k, c10::ScalarType dtype, const at::Device& device
 void accumulateBiasGradNow(const at::Tensor& bias, const at::Tensor& gy) {
   auto& g = bias.mutable_grad();
   const auto dt = gy.scalar_type();
+  const bool stale = takeStale(bias);  // stale_grads.h: replace .grad instead of adding to it
   if (gy.is_cuda() && gy.dim() == 2 && (dt == at::kBFloat16 || dt == at::kHalf)) {
     // Σ over rows as one GEMM summing in float32 straight into .grad (gyᵀ · 1, beta = 1): one
     // kernel instead of a reduction and an add (800 of each per step of a 16-micro-batch pipeline).
     const bool fresh = !g.defined();
     if (fresh) g = at::empty(bias.sizes(), at::TensorOptions().dtype(at::kFloat).device(bias.device()));
-    kernels::gemmAccumulateTN(g.view({-1, 1}), gy.contiguous(), onesColumn(gy.size(0), dt, gy.device()), fresh);
+    kernels::gemmAccumulateTN(g.view({-1, 1}), gy.contiguous(), onesColumn(gy.size(0), dt, gy.device()),
+                              fresh || stale);
     return;
   }
   auto sum = at::sum(gy, {0}, /*keepdim=*/false, at::kFloat);
-  if (g.defined()) {
+  if (stale) {
+    g.copy_(sum);
+  } else if (g.defined()) {
     g.add_(sum);
   } else {
     g = sum;

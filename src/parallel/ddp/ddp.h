@@ -50,7 +50,8 @@
 //   all-reduces may still write into them).
 // - A group of one (comm->size() == 1) communicates nothing: no buckets, no hooks, .grad as
 //   autograd left it (options that shape buckets or communication have no effect), unless
-//   onBucketReduced is set: then buckets and hooks exist for it, without communication.
+//   onBucketReduced or overwriteStaleGrads is set: then buckets and hooks exist for them,
+//   without communication.
 // - onBucketReduced (optimizer in backward): see DdpOptions.
 // - Not thread-safe: one backward at a time per DDP object. The DDP object must outlive
 //   every backward pass over its parameters.
@@ -104,6 +105,15 @@ struct DdpOptions {
   // clipping: there is no global norm yet when it runs). Not with findUnusedParameters (an
   // error). Exceptions propagate out of backward.
   std::function<void(const std::vector<at::Tensor>& params)> onBucketReduced;
+  // zeroGrad() marks the gradients stale instead of zeroing them (nn/stale_grads.h): the next
+  // backward's first writer of each replaces it, so the float32 weight-gradient GEMMs
+  // (nn/accum_linear.h) write their first product with beta = 0, and the step saves the zeroing
+  // pass and one read of every such gradient. Autograd's own gradients (a hook on each
+  // parameter) and the embedding's rows zero a stale .grad before adding; the end of the next
+  // synchronised backward or reduceGradients() zeroes what nothing wrote. Between zeroGrad() and
+  // that end .grad holds garbage: read it only after (as after a synchronised backward anyway).
+  // Local: ranks may differ.
+  bool overwriteStaleGrads = false;
 };
 
 class Reducer;
@@ -119,7 +129,8 @@ class DistributedDataParallel {
 
   // Collective when broadcastBuffers (no-op otherwise): buffers from rank 0.
   void syncBuffers();
-  // Local: zeroes every parameter's .grad in place (keeps bucket views). After a synchronised
+  // Local: zeroes every parameter's .grad in place (keeps bucket views), or with
+  // overwriteStaleGrads marks them for the next backward to overwrite. After a synchronised
   // backward that raised, it first completes that backward's collectives (see the contract).
   void zeroGrad();
 

@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "kernels/bucket_copy.h"
+#include "nn/stale_grads.h"
 #include "parallel/ddp/buckets.h"
 
 namespace tessera {
@@ -29,8 +30,8 @@ Reducer::Reducer(DistributedDataParallel::Named named, CommPtr comm, DdpOptions 
   }
 
   // A group of one: each gradient already is the average. No buckets, hooks or collectives
-  // (but for onBucketReduced: buckets and hooks without communication).
-  if (comm_->size() == 1 && !opts_.onBucketReduced) return;
+  // (but for onBucketReduced and overwriteStaleGrads: buckets and hooks without communication).
+  if (comm_->size() == 1 && !opts_.onBucketReduced && !opts_.overwriteStaleGrads) return;
 
   std::vector<int> reverse(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) reverse[i] = static_cast<int>(params_.size() - 1 - i);
@@ -47,11 +48,26 @@ Reducer::Reducer(DistributedDataParallel::Named named, CommPtr comm, DdpOptions 
           return outputs;
         }));
     hooks_.emplace_back(std::move(acc), key);  // also keeps the accumulator alive
+    if (opts_.overwriteStaleGrads) {
+      // Before autograd adds a gradient into a stale .grad: zero it (nn/stale_grads.h). Keyed by
+      // the TensorImpl, not the tensor: the parameter must not own a hook that owns it.
+      const c10::TensorImpl* self = params_[i].tensor.unsafeGetTensorImpl();
+      tensorHooks_.push_back(params_[i].tensor.register_hook([self](const at::Tensor& g) {
+        if (g.defined()) nn::zeroIfStale(self);
+      }));
+    }
   }
 }
 
 Reducer::~Reducer() {
   for (auto& [acc, key] : hooks_) acc->del_post_hook(key);
+  for (size_t i = 0; i < tensorHooks_.size(); ++i) params_[i].tensor.remove_hook(tensorHooks_[i]);
+  try {
+    std::vector<at::Tensor> all;
+    for (const auto& p : params_) all.push_back(p.tensor);
+    nn::zeroIfStale(all);  // no mark outlives the DDP that made it: .grad reads as zeroGrad() left it
+  } catch (...) {
+  }
 }
 
 void Reducer::build(const std::vector<int>& order) {
@@ -107,6 +123,12 @@ void Reducer::zeroGrad() {
   for (auto& p : params_) {
     if (p.tensor.grad().defined()) grads.push_back(p.tensor.mutable_grad());
   }
+  if (opts_.overwriteStaleGrads) {  // the first writer replaces them (nn/stale_grads.h)
+    std::vector<at::Tensor> ps;
+    for (auto& p : params_) ps.push_back(p.tensor);
+    nn::markStale(ps);
+    return;
+  }
 #if TORCH_VERSION_MAJOR >= 2
   if (!grads.empty()) at::_foreach_zero_(grads);  // one multi-tensor kernel
 #else
@@ -126,6 +148,7 @@ void Reducer::onGradReady(int i) {
     torch::autograd::Engine::get_default_engine().queue_callback([this, token] { finalize(); });
   }
   auto& p = params_[i];
+  if (opts_.overwriteStaleGrads) nn::zeroIfStale(p.tensor);  // still stale: nothing wrote it
   TESSERA_CHECK(!p.ready,
                 "DistributedDataParallel: parameter '{}' got its gradient twice in one backward on rank {} (reentrant "
                 "backward or a parameter used by two graphs?); use noSync() for all but one",

@@ -94,6 +94,7 @@ class Reducer {
   DdpOptions opts_;
   std::vector<Bucket> buckets_;
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
+  std::vector<unsigned> tensorHooks_;  // overwriteStaleGrads: params_[i]'s hook before autograd adds
   std::mutex mu_;
   bool sync_ = true;
   bool inBackward_ = false;

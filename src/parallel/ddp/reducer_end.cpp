@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "nn/stale_grads.h"
 #include "parallel/ddp/buckets.h"
 #include "parallel/ddp/reducer.h"
 
@@ -75,6 +76,11 @@ std::vector<int> Reducer::completeIteration(bool deliver) {
   }
   // Parameters without a gradient here contribute what they hold (zeros if nothing), so every
   // bucket is all-reduced on every rank, whether this rank raises afterwards or not.
+  if (opts_.overwriteStaleGrads) {
+    std::vector<at::Tensor> unwritten;
+    for (int i : missing) unwritten.push_back(params_[i].tensor);
+    nn::zeroIfStale(unwritten);  // what they hold is garbage while stale
+  }
   for (int i : missing) {
     params_[i].ready = true;
     --buckets_[params_[i].bucket].pending;
@@ -111,7 +117,8 @@ std::vector<int> Reducer::completeIteration(bool deliver) {
 }
 
 void Reducer::reduceNow() {
-  if (comm_->size() == 1 && !opts_.onBucketReduced) return;  // nothing to average (no buckets)
+  // Nothing to average (no buckets), unless stale gradients are to be resolved.
+  if (comm_->size() == 1 && !opts_.onBucketReduced && !opts_.overwriteStaleGrads) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (inBackward_ && iteration_.expired()) finishAbortedIteration();
   TESSERA_CHECK(!inBackward_,
@@ -120,6 +127,11 @@ void Reducer::reduceNow() {
                 comm_->rank());
   inBackward_ = true;
   auto reset = c10::make_scope_exit([this] { resetIteration(); });
+  if (opts_.overwriteStaleGrads) {
+    std::vector<at::Tensor> all;
+    for (const auto& p : params_) all.push_back(p.tensor);
+    nn::zeroIfStale(all);  // nobody wrote them since zeroGrad()
+  }
   for (auto& p : params_) p.ready = true;
   for (auto& b : buckets_) b.pending = 0;
   launchReady();

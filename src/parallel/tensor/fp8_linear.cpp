@@ -9,6 +9,7 @@
 #include "kernels/gemm_accumulate.h"
 #include "nn/accum_linear.h"
 #include "nn/deferred_grads.h"
+#include "nn/stale_grads.h"
 #include "parallel/tensor/fp8_weight_cache.h"
 
 namespace tessera::tp {
@@ -65,6 +66,7 @@ at::Tensor weightGradFp8(const at::Tensor& into, const at::Tensor& gyT, const at
                          const at::Tensor& xInv, at::ScalarType wdtype) {
   if (!into.defined()) return fp8Gemm(gyT, gInv, Format::E5M2, xT, xInv, Format::E4M3, at::kFloat).to(wdtype);
   auto run = [w = into, gyT, gInv, xT, xInv] {
+    nn::zeroIfStale(w);  // nn/stale_grads.h: the FP8 GEMM adds into .grad
     auto& g = w.mutable_grad();
     kernels::Fp8GemmOptions o;
     o.accumulate = g;

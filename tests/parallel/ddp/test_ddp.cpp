@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <torch/optim/sgd.h>
 
+#include <limits>
 #include <map>
 
 #include "harness/args.h"
@@ -23,6 +24,8 @@
 #endif
 #include "models/tiny_models.h"
 #include "nn/accum_linear.h"
+#include "nn/deferred_grads.h"
+#include "nn/stale_grads.h"
 #include "parallel/ddp/ddp.h"
 
 using namespace tessera;
@@ -125,7 +128,11 @@ at::Tensor flatParams(torch::nn::Module& m) {
 // fused=0|1 (the MLP's linears sum weight gradients into .grad inside the GEMM,
 // nn::linearAccumulateGrad: DDP's hooks must still see them; the reference uses at::linear);
 // optov=1 (the optimizer steps each bucket's parameters from onBucketReduced during backward
-// instead of after it: the same parameters, every parameter stepped once per step)
+// instead of after it: the same parameters, every parameter stepped once per step);
+// stale=1 (overwriteStaleGrads: zeroGrad() only marks, and this test then fills every .grad with
+// NaN, the garbage a stale gradient may hold: none of it may reach the result); defer=1 (every
+// micro-batch's backward under noSync with its weight gradients deferred, nn/deferred_grads.h,
+// run after it, then reduceGradients(): a zero-bubble pipeline's order)
 TESSERA_WORKER(ddp_train) {
   auto a = parseArgs(w.arg);
   auto get = [&](const char* k, const char* d) { return a.count(k) ? a[k] : std::string(d); };
@@ -142,6 +149,8 @@ TESSERA_WORKER(ddp_train) {
   if (a.count("cap")) o.bucketCapBytes = o.firstBucketCapBytes = std::stoul(a["cap"]);
   o.findUnusedParameters = unused;
   o.smCarveout = std::stoi(get("carve", "0"));
+  o.overwriteStaleGrads = get("stale", "0") == "1";
+  const bool defer = get("defer", "0") == "1";
   const bool optov = get("optov", "0") == "1";
   MomentumSgd inBackward;
   if (optov) o.onBucketReduced = [&inBackward](const std::vector<at::Tensor>& ps) { inBackward.step(ps); };
@@ -150,23 +159,43 @@ TESSERA_WORKER(ddp_train) {
   auto task = makeTask(model, 100 + w.rank, unused, dev, get("fused", "0") == "1");
   DistributedDataParallel ddp(namedParameters(*task.module), namedBuffers(*task.module), ctx.world, o);
   // A group of one communicates nothing: no buckets (the gradients are the average already),
-  // unless the optimizer runs per bucket.
-  WCHECK((w.world == 1 && !optov) == ddp.bucketLayout().empty(), "world {}: {} buckets", w.world,
+  // unless the optimizer runs per bucket or stale gradients are resolved at the end of backward.
+  WCHECK((w.world == 1 && !optov && !o.overwriteStaleGrads) == ddp.bucketLayout().empty(), "world {}: {} buckets", w.world,
          ddp.bucketLayout().size());
   auto opt = sgd(*task.module);
   int64_t trained = 0;
   for (const auto& p : task.module->parameters()) trained += p.requires_grad() ? 1 : 0;
   for (int step = 0; step < kSteps; ++step) {
     ddp.zeroGrad();
+    if (o.overwriteStaleGrads) {
+      size_t withGrad = 0;
+      for (auto& p : task.module->parameters()) {
+        if (!p.grad().defined()) continue;
+        ++withGrad;
+        WCHECK(nn::isStale(p), "step {}: a parameter's .grad is defined but not marked stale", step);
+        p.mutable_grad().fill_(std::numeric_limits<float>::quiet_NaN());
+      }
+      WCHECK(step == 0 || withGrad > 0, "step {}: no gradient to mark", step);
+    }
     for (int k = 0; k < accum; ++k) {
       auto loss = task.lossOn(step, k, w.rank) / accum;
-      if (k + 1 < accum) {
+      if (defer) {
+        nn::WeightGradQueue q;
+        {
+          auto guard = ddp.noSync();
+          nn::DeferWeightGrads scope(q);
+          loss.backward();
+        }
+        q.run();
+        if (k + 1 == accum) ddp.reduceGradients();
+      } else if (k + 1 < accum) {
         auto guard = ddp.noSync();
         loss.backward();
       } else {
         loss.backward();
       }
     }
+    WCHECK(nn::staleCount() == 0, "step {}: {} stale gradient(s) left after backward", step, nn::staleCount());
     if (optov) {
       WCHECK(inBackward.stepped == (step + 1) * trained, "step {}: {} parameter steps from onBucketReduced, want {}",
              step, inBackward.stepped, (step + 1) * trained);
@@ -236,7 +265,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(DdpCase{2, "model=gpt"}, DdpCase{2, "model=gpt;view=1"}, DdpCase{2, "model=gpt;comm=bf16"},
                       DdpCase{2, "model=gpt;cap=512;accum=2"}, DdpCase{2, "model=mlp;unused=1"},
                       DdpCase{2, "model=gpt;carve=16"}, DdpCase{2, "model=gpt;cap=512;carve=24;view=1"},
-                      DdpCase{2, "model=gpt;cap=4096;optov=1"}, DdpCase{2, "model=gpt;cap=4096;view=1;optov=1"}));
+                      DdpCase{2, "model=gpt;cap=4096;optov=1"}, DdpCase{2, "model=gpt;cap=4096;view=1;optov=1"},
+                      DdpCase{2, "model=mlp;fused=1;accum=2;view=1;stale=1"}));
 #else
 TEST_P(DdpTraining, MatchesSingleProcessAndRanksAgree) {
   auto c = GetParam();
@@ -255,5 +285,11 @@ INSTANTIATE_TEST_SUITE_P(
                       // views or copies, bf16 communication, accumulation, and a group of one.
                       DdpCase{2, "model=gpt;cap=4096;optov=1"}, DdpCase{2, "model=gpt;cap=4096;view=1;optov=1"},
                       DdpCase{2, "model=mlp;comm=bf16;optov=1"}, DdpCase{2, "model=mlp;accum=3;fused=1;optov=1"},
-                      DdpCase{1, "model=gpt;optov=1"}));
+                      DdpCase{1, "model=gpt;optov=1"},
+                      // Stale gradients: overwritten by the GEMMs (fused), zeroed before autograd adds
+                      // (gpt), unused (zeroed at the end), accumulation, deferred weight gradients.
+                      DdpCase{1, "model=mlp;fused=1;stale=1"}, DdpCase{1, "model=gpt;stale=1;accum=2"},
+                      DdpCase{2, "model=mlp;fused=1;accum=3;view=1;stale=1"}, DdpCase{2, "model=gpt;view=1;stale=1"},
+                      DdpCase{2, "model=mlp;unused=1;fused=1;view=1;stale=1"}, DdpCase{2, "model=mlp;comm=bf16;fused=1;stale=1"},
+                      DdpCase{2, "model=mlp;fused=1;accum=2;defer=1;view=1;stale=1"}));
 #endif

@@ -1,0 +1,40 @@
+#pragma once
+// Stale gradients: a zero_grad without the zeroing pass (DdpOptions::overwriteStaleGrads).
+// A parameter marked stale has a .grad whose values are garbage, to be replaced by the step's
+// first writer instead of added to:
+//   - the float32 weight-gradient GEMMs (nn/accum_linear.h: accumulateWeightGrad,
+//     accumulateBiasGrad) write with beta = 0: no zeroing pass before them and no read of the
+//     old values inside them (takeStale);
+//   - writers that add into part of .grad (the embedding's rows, nn/accum_embedding.h) or add a
+//     whole gradient (autograd's AccumulateGrad, reached through a hook on the parameter that
+//     DDP installs) zero it first (zeroIfStale);
+//   - whoever ends the backward (DDP's gradient-ready hooks, its end of backward,
+//     reduceGradients) zeroes the gradients nobody wrote.
+// Each mark is resolved exactly once, by one of these. Between the mark and the resolution
+// .grad must not be read.
+// Process-wide (on CUDA autograd runs backward on device threads; one registry for all of
+// them), thread-safe, local (no communication). An entry is keyed by the parameter's
+// TensorImpl and holds the parameter until it is resolved or cleared, so the key is never
+// reused meanwhile. Zeroing runs on the calling thread's current stream.
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <vector>
+
+namespace tessera::nn {
+
+// Marks the parameters whose .grad is defined (the others are created by their first writer
+// anyway). Marking a stale parameter again keeps one mark.
+void markStale(const std::vector<at::Tensor>& params);
+// True when `param` was stale: the mark is removed and the caller must now overwrite every
+// element of .grad (and .grad is defined).
+bool takeStale(const at::Tensor& param);
+// Resolves a mark by zeroing .grad in place; nothing for a parameter that is not stale.
+void zeroIfStale(const at::Tensor& param);
+void zeroIfStale(const c10::TensorImpl* param);
+// zeroIfStale for each, the zeroing in one multi-tensor launch where LibTorch has it.
+void zeroIfStale(const std::vector<at::Tensor>& params);
+bool isStale(const at::Tensor& param);
+size_t staleCount();  // marks not yet resolved (tests)
+
+}  // namespace tessera::nn
