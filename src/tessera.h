@@ -47,6 +47,7 @@
 #include "nn/init.h"
 #include "nn/recompute.h"
 #include "nn/rope.h"
+#include "nn/stale_grads.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "parallel/ddp/ddp.h"
