@@ -1,6 +1,9 @@
 #include "nn/recompute.h"
 
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/engine.h>
+
+#include <vector>
 
 #include "common/autocast.h"
 #include "common/choice.h"
@@ -19,6 +22,27 @@ const char* toString(Recompute r) { return kRecompute.name(r); }
 namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// Recomputations' nested backwards this thread is inside (the engine runs a reentrant backward
+// on the thread that called it), and the callbacks queueAtBackwardEnd deferred meanwhile.
+thread_local int nestedBackwards = 0;
+thread_local std::vector<std::function<void()>> deferredCallbacks;
+
+// The nested backward of a recomputation; at the outermost one's return (a node of the whole
+// backward is running again) the deferred callbacks go to the whole backward's graph task.
+void nestedBackward(const at::Tensor& y, const at::Tensor& grad) {
+  ++nestedBackwards;
+  try {
+    torch::autograd::backward({y}, {grad});
+  } catch (...) {
+    if (--nestedBackwards == 0) deferredCallbacks.clear();  // the whole backward fails with this
+    throw;
+  }
+  if (--nestedBackwards > 0) return;
+  auto callbacks = std::move(deferredCallbacks);
+  deferredCallbacks.clear();
+  for (auto& cb : callbacks) torch::autograd::Engine::get_default_engine().queue_callback(std::move(cb));
+}
 
 struct Holder : torch::CustomClassHolder {
   Holder(MultiFn f_, std::function<void()> b) : f(std::move(f_)), before(std::move(b)) {}
@@ -49,13 +73,21 @@ struct Recomputed : torch::autograd::Function<Recomputed> {
       CudaAutocast autocast(h->autocast);  // backward runs without the forward's autocast
       y = h->f(inputs);
     }
-    if (y.requires_grad()) torch::autograd::backward({y}, {grads[0]});
+    if (y.requires_grad()) nestedBackward(y, grads[0]);
     variable_list out{at::Tensor()};  // the holder
     for (const auto& x : inputs) out.push_back(x.requires_grad() ? x.grad() : at::Tensor());
     return out;
   }
 };
 }  // namespace
+
+void queueAtBackwardEnd(std::function<void()> callback) {
+  if (nestedBackwards > 0) {
+    deferredCallbacks.push_back(std::move(callback));
+    return;
+  }
+  torch::autograd::Engine::get_default_engine().queue_callback(std::move(callback));
+}
 
 at::Tensor recompute(const MultiFn& f, const std::vector<at::Tensor>& xs) {
   return Recomputed::apply(c10::make_intrusive<Holder>(f, nullptr), at::TensorList(xs))[0];

@@ -29,4 +29,11 @@ at::Tensor recompute(const Fn& f, const at::Tensor& x, const std::function<void(
 using MultiFn = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
 at::Tensor recompute(const MultiFn& f, const std::vector<at::Tensor>& xs);
 
+// For hooks that act once the whole backward has ended (DDP's end of backward): the autograd
+// engine's queue_callback, except that from inside a recomputation's nested backward (a separate
+// graph task, which ends first) the callback waits until that recomputation's backward returns
+// and then goes to the enclosing backward. Call it from a backward hook or node; a nested
+// backward that raises drops what it deferred.
+void queueAtBackwardEnd(std::function<void()> callback);
+
 }  // namespace tessera::nn

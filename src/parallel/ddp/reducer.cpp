@@ -3,7 +3,6 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -16,6 +15,7 @@
 
 #include "common/error.h"
 #include "kernels/bucket_copy.h"
+#include "nn/recompute.h"
 #include "nn/stale_grads.h"
 #include "parallel/ddp/buckets.h"
 
@@ -145,7 +145,9 @@ void Reducer::onGradReady(int i) {
     inBackward_ = true;
     auto token = std::make_shared<bool>();  // lives as long as the callback, i.e. the graph task
     iteration_ = token;
-    torch::autograd::Engine::get_default_engine().queue_callback([this, token] { finalize(); });
+    // At the end of the whole backward, also when this hook runs inside a recomputation's nested
+    // backward (recompute full: a pipeline stage whose first gradients come from a block).
+    nn::queueAtBackwardEnd([this, token] { finalize(); });
   }
   auto& p = params_[i];
   if (opts_.overwriteStaleGrads) nn::zeroIfStale(p.tensor);  // still stale: nothing wrote it

@@ -25,6 +25,7 @@
 #include "models/tiny_models.h"
 #include "nn/accum_linear.h"
 #include "nn/deferred_grads.h"
+#include "nn/recompute.h"
 #include "nn/stale_grads.h"
 #include "parallel/ddp/ddp.h"
 
@@ -43,7 +44,8 @@ struct Task {
   std::function<at::Tensor(int step, int accum, int world)> refLoss;    // every rank, every micro
 };
 
-Task makeTask(const std::string& model, uint64_t seed, bool skipFc2, const at::Device& dev, bool fused = false) {
+Task makeTask(const std::string& model, uint64_t seed, bool skipFc2, const at::Device& dev, bool fused = false,
+              bool recomputed = false) {
   Task t;
   if (model == "gpt") {
     auto m = makeTinyGpt(seed);
@@ -68,13 +70,21 @@ Task makeTask(const std::string& model, uint64_t seed, bool skipFc2, const at::D
     if (fused) m->linearFn = [](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
       return nn::linearAccumulateGrad(x, w, b);
     };
+    // The data does not require grad: the first recomputation's input is made to, as a block's
+    // input (the embedding's output) does, or autograd would not record it at all.
+    if (recomputed) m->linearFn = [](const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+      const auto in = x.requires_grad() ? x : x.detach().requires_grad_(true);
+      return nn::recompute([w, b](const at::Tensor& t) { return at::linear(t, w, b); }, in);
+    };
     m->to(dev);
     t.module = m.ptr();
-    t.lossOn = [m, dev](int step, int micro, int rank) mutable {
+    t.lossOn = [m, dev, recomputed](int step, int micro, int rank) mutable {
       auto b = mlpBatch(1000 * step + micro, rank, kBatch, {}, dev);
       auto out = m->forward(b.x);
-      WCHECK(!m->linearFn || (out.grad_fn() && out.grad_fn()->name().find("AccumLinear") != std::string::npos),
-             "fused=1 but the output came from {}", out.grad_fn() ? out.grad_fn()->name() : "no graph");
+      const char* node = recomputed ? "Recomputed" : "AccumLinear";
+      WCHECK(!m->linearFn || (out.grad_fn() && out.grad_fn()->name().find(node) != std::string::npos),
+             "the output should come from {} but came from {}", node,
+             out.grad_fn() ? out.grad_fn()->name() : "no graph");
       return mlpLoss(out, b.y);
     };
     t.refLoss = [m, dev](int step, int accum, int world) mutable {
@@ -132,7 +142,9 @@ at::Tensor flatParams(torch::nn::Module& m) {
 // stale=1 (overwriteStaleGrads: zeroGrad() only marks, and this test then fills every .grad with
 // NaN, the garbage a stale gradient may hold: none of it may reach the result); defer=1 (every
 // micro-batch's backward under noSync with its weight gradients deferred, nn/deferred_grads.h,
-// run after it, then reduceGradients(): a zero-bubble pipeline's order)
+// run after it, then reduceGradients(): a zero-bubble pipeline's order); recompute=1 (each of the
+// MLP's linears recomputed in backward, nn/recompute.h: every gradient comes from a nested
+// backward, and DDP's end of backward must wait for the whole one)
 TESSERA_WORKER(ddp_train) {
   auto a = parseArgs(w.arg);
   auto get = [&](const char* k, const char* d) { return a.count(k) ? a[k] : std::string(d); };
@@ -156,7 +168,7 @@ TESSERA_WORKER(ddp_train) {
   if (optov) o.onBucketReduced = [&inBackward](const std::vector<at::Tensor>& ps) { inBackward.step(ps); };
 
   // Every rank starts from a different init: DDP must broadcast rank 0's (seed 100).
-  auto task = makeTask(model, 100 + w.rank, unused, dev, get("fused", "0") == "1");
+  auto task = makeTask(model, 100 + w.rank, unused, dev, get("fused", "0") == "1", get("recompute", "0") == "1");
   DistributedDataParallel ddp(namedParameters(*task.module), namedBuffers(*task.module), ctx.world, o);
   // A group of one communicates nothing: no buckets (the gradients are the average already),
   // unless the optimizer runs per bucket or stale gradients are resolved at the end of backward.
@@ -291,5 +303,6 @@ INSTANTIATE_TEST_SUITE_P(
                       DdpCase{1, "model=mlp;fused=1;stale=1"}, DdpCase{1, "model=gpt;stale=1;accum=2"},
                       DdpCase{2, "model=mlp;fused=1;accum=3;view=1;stale=1"}, DdpCase{2, "model=gpt;view=1;stale=1"},
                       DdpCase{2, "model=mlp;unused=1;fused=1;view=1;stale=1"}, DdpCase{2, "model=mlp;comm=bf16;fused=1;stale=1"},
-                      DdpCase{2, "model=mlp;fused=1;accum=2;defer=1;view=1;stale=1"}));
+                      DdpCase{2, "model=mlp;fused=1;accum=2;defer=1;view=1;stale=1"},
+                      DdpCase{2, "model=mlp;recompute=1"}, DdpCase{1, "model=mlp;recompute=1;stale=1;accum=2"}));
 #endif
