@@ -65,6 +65,7 @@ struct TrainOptions {
   bool sequenceParallel = false;
   bool gradReduceBf16 = false;    // DDP's all-reduce and FSDP's reduce-scatter in bf16 (else float32)
   int ddpBucketMiB = 25;          // DDP's bucket size (DdpOptions::bucketCapBytes)
+  bool zeroGrads = false;         // DDP zeroes .grad after the step (else marks it: overwriteStaleGrads)
   int64_t fsdpPrefetchMiB = -1;  // -1: auto (fsdp::autoPrefetchBudget in sharding/fsdp/unit.h)
   std::string checkpointDir;      // empty: no checkpoints
   int checkpointEvery = 0;        // 0: only at the end (when a directory is given)

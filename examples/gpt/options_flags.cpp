@@ -218,6 +218,9 @@ std::vector<Flag> flagTable(bool onGpu) {
   t.add(twoWordFlag("--grad-reduce", "fp32|bf16", "fp32", "bf16",
                     "dtype of the data-parallel gradient reduction (bf16: half the bytes, rounded)",
                     FIELD(gradReduceBf16)));
+  t.add(twoWordFlag("--zero-grads", "mark|zero", "mark", "zero",
+                    "DDP after each step: mark the gradients for the next GEMMs to overwrite, or zero them",
+                    FIELD(zeroGrads)));
   t.add(integerFlag("--ddp-bucket-mib", "N", "DDP: MiB of gradients per all-reduce (the first bucket: 1 MiB)", 1, 4096,
                     FIELD(ddpBucketMiB)));
   t.add(numberFlag("--peak-tflops", "X", "per-GPU peak TFLOP/s for the MFU column (0: no MFU)", 0, false,

@@ -120,7 +120,7 @@ void Trainer::State::build() {
     dopt.bucketCapBytes = static_cast<size_t>(o.ddpBucketMiB) << 20;
     dopt.smCarveout = o.overlap.smCarveout;
     // The step's first weight-gradient GEMM writes .grad (beta = 0) instead of adding to zeros.
-    dopt.overwriteStaleGrads = true;
+    dopt.overwriteStaleGrads = !o.zeroGrads;
     // Interleaved: the last backward runs chunk 0 only; the other chunks' parameters then
     // contribute the gradients they accumulated (DDP's unused-parameter path).
     dopt.findUnusedParameters = o.chunks > 1;

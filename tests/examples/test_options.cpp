@@ -113,6 +113,9 @@ TEST_F(Options, GradReduceTakesFp32OrBf16) {
   EXPECT_FALSE(parse({}).gradReduceBf16);
   EXPECT_TRUE(parse({"--grad-reduce", "bf16"}).gradReduceBf16);
   EXPECT_FALSE(parse({"--grad-reduce=fp32"}).gradReduceBf16);
+  EXPECT_FALSE(parse({}).zeroGrads);
+  EXPECT_TRUE(parse({"--zero-grads", "zero"}).zeroGrads);
+  EXPECT_FALSE(parse({"--zero-grads=mark"}).zeroGrads);
 }
 
 TEST_F(Options, SyncDebugOnGpusWithoutBreakdown) {
@@ -151,6 +154,7 @@ TEST_F(Options, BadValuesNameTheFlagAndTheValue) {
       {{"--fsdp-prefetch-mib", "lots"}, {"--fsdp-prefetch-mib", "'lots'"}},
       {{"--ddp-bucket-mib", "0"}, {"--ddp-bucket-mib", "'0'", "[1, 4096]"}},
       {{"--grad-reduce", "fp16"}, {"--grad-reduce takes fp32 or bf16", "'fp16'"}},
+      {{"--zero-grads", "none"}, {"--zero-grads takes mark or zero", "'none'"}},
       {{"--model", "llama4"}, {"--model", "'llama4'", "llama3-1b"}},
       {{"--data", dir}, {"--data", "'" + dir + "'", "is a directory"}},
       {{"--data", "0.5 " + dir + " 0.5 x"}, {"--data", "is a directory"}},

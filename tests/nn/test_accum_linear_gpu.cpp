@@ -3,12 +3,15 @@
 // under bf16 autocast over 4 micro-batches against at::linear + autograd's accumulation (the
 // same autocast): forward bitwise equal; the summed weight gradient no further from the exact
 // (float64 CPU) sum than the reference's, which rounds each micro-batch's gradient to bf16
-// first. nn::embeddingAccumulateGrad on CUDA (deterministic, summed in float32). Skips visibly
+// first. nn::embeddingAccumulateGrad on CUDA (deterministic, summed in float32). A stale .grad
+// overwritten (nn/stale_grads.h). Skips visibly
 // without a GPU or a CUDA LibTorch.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/types.h>
 #include <torch/utils.h>
+
+#include <limits>
 
 #include "comm/gpu/gpu_test_util.h"
 #include "common/autocast.h"
@@ -16,6 +19,7 @@
 #include "nn/accum_embedding.h"
 #include "nn/accum_linear.h"
 #include "nn/accum_hook_check.h"
+#include "nn/stale_grads.h"
 
 namespace {
 
@@ -122,4 +126,30 @@ TEST(AccumEmbeddingGpu, MicroBatchesDeterministic) {
   EXPECT_TRUE(at::equal(a, b)) << "two runs differ";
   EXPECT_LT(maxRelErr(a, exact), 1e-5);
   EXPECT_LT(maxRelErr(ref, exact), 1e-5);
+}
+
+// Stale gradients (nn/stale_grads.h) on CUDA under bf16 autocast: a stale .grad full of NaN is
+// overwritten by the weight GEMM (beta = 0) and the bias GEMM, bitwise what a fresh .grad gets,
+// and the next micro-batch adds as usual.
+TEST(AccumLinearGpu, StaleGradIsOverwrittenBitwiseAsFresh) {
+  TESSERA_REQUIRE_CUDA_LIBTORCH();
+  const at::Device dev(at::kCUDA, 0);
+  torch::manual_seed(13);
+  auto w0 = at::randn({192, 128}) * 0.05, b0 = at::randn({192}) * 0.05;
+  auto wStale = w0.to(dev).requires_grad_(true), bStale = b0.to(dev).requires_grad_(true);
+  auto wFresh = w0.to(dev).requires_grad_(true), bFresh = b0.to(dev).requires_grad_(true);
+  wStale.mutable_grad() = at::full({192, 128}, std::numeric_limits<float>::quiet_NaN(), at::device(dev));
+  bStale.mutable_grad() = at::full({192}, std::numeric_limits<float>::quiet_NaN(), at::device(dev));
+  tessera::nn::markStale({wStale, bStale});
+  for (int m = 0; m < 2; ++m) {
+    auto x = at::randn({2, 64, 128}).to(dev);
+    for (auto* p : {&wStale, &wFresh}) {
+      tessera::Bf16Autocast ac;
+      auto& b = p == &wStale ? bStale : bFresh;
+      tessera::nn::linearAccumulateGrad(x, *p, b).to(at::kFloat).sum().backward();
+    }
+    EXPECT_TRUE(at::equal(wStale.grad(), wFresh.grad())) << "weight gradient after micro-batch " << m;
+    EXPECT_TRUE(at::equal(bStale.grad(), bFresh.grad())) << "bias gradient after micro-batch " << m;
+  }
+  EXPECT_EQ(tessera::nn::staleCount(), 0u);
 }
