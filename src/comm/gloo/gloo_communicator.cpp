@@ -6,14 +6,12 @@
 #include <gloo/transport/tcp/device.h>
 #include <unistd.h>
 
-#include <condition_variable>
-#include <deque>
 #include <functional>
 #include <mutex>
-#include <thread>
 
 #include "comm/backends.h"
 #include "comm/gloo/gloo_ops.h"
+#include "comm/gloo/gloo_worker.h"
 #include "comm/watchdog/board.h"
 #include "comm/watchdog/watchdog.h"
 #include "common/host.h"
@@ -21,16 +19,16 @@
 #include "common/log.h"
 
 namespace tessera {
-namespace {
 
-using Clock = std::chrono::steady_clock;
+using gloo_worker::Clock;
+using gloo_worker::GlooWork;
+using gloo_worker::GlooWorker;
+using gloo_worker::secondsSince;
+
+namespace {
 
 // Op tags come from sequence numbers counting up from 0; the construction barrier uses the top one.
 constexpr uint32_t kConnectBarrierTag = 0xFFFFFFFFu;
-
-double secondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // gloo's rendezvous store interface over a c10d store.
 class GlooStore : public gloo::rendezvous::Store {
@@ -99,136 +97,6 @@ std::shared_ptr<gloo::transport::Device> glooDevice() {
 }
 
 }  // namespace
-
-// Shared state of one op. (Outside the anonymous namespace: GlooWorker, declared in the header,
-// holds these in its queue.)
-//
-// The worker releases an op's tensors (the closure's copies and keep_) before it marks the op
-// done and without holding a lock: a caller that waits keeps its own references until then, so
-// the worker never drops the last one of such a tensor. Dropping the last reference of a tensor
-// made in Python frees its PyObject, which takes the GIL; under a lock that would stall every
-// thread needing the lock (post(), completed()) behind the thread holding the GIL.
-class GlooWork : public Work {
- public:
-  GlooWork(OpInfo info, std::chrono::milliseconds timeout, std::vector<at::Tensor> keep)
-      : Work(std::move(info)), timeout_(timeout), keep_(std::move(keep)), start_(Clock::now()) {}
-
-  // Worker thread only, before finish(); no other thread reads keep_.
-  void releaseTensors() { keep_.clear(); }
-  void finish(std::string error) {
-    std::lock_guard<std::mutex> l(mu_);
-    done_ = true;
-    error_ = std::move(error);
-    cv_.notify_all();
-  }
-  void wait() override { synchronize(); }
-  void synchronize() override {
-    std::unique_lock<std::mutex> l(mu_);
-    // The op itself carries the timeout; the margin lets its own error (and its cause) arrive first.
-    auto deadline = start_ + timeout_ + board::explainBound();
-    if (!cv_.wait_until(l, deadline, [&] { return done_; })) {
-      l.unlock();
-      throw CommError(
-          watchdog::withCause(fmt::format("tessera: {} timed out after {:.1f} s (timeout {:.1f} s): a peer did not "
-                                          "take part",
-                                          info_.describe(), secondsSince(start_), timeout_.count() / 1000.0)));
-    }
-    if (!error_.empty()) throw CommError(error_);
-  }
-  bool completed() override {
-    std::lock_guard<std::mutex> l(mu_);
-    return done_;
-  }
-  Clock::time_point start() const { return start_; }
-
- private:
-  std::chrono::milliseconds timeout_;
-  std::vector<at::Tensor> keep_;
-  Clock::time_point start_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::string error_;
-};
-
-// Runs a communicator's ops in order on one thread. Shared with the thread, so a
-// communicator destroyed while an op is stuck in gloo does not wait for it.
-class GlooWorker {
- public:
-  GlooWorker() : thread_([this] { run(); }) {}
-  ~GlooWorker() = default;
-
-  void post(std::shared_ptr<GlooWork> w, std::function<void()> fn) {
-    std::lock_guard<std::mutex> l(mu_);
-    q_.emplace_back(std::move(w), std::move(fn));
-    cv_.notify_one();
-  }
-  void breakWith(const std::string& reason) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (broken_.empty()) broken_ = reason;
-  }
-  // Stops the thread: joins it when idle, else leaves it to finish on its own.
-  static void stop(const std::shared_ptr<GlooWorker>& self) {
-    std::unique_lock<std::mutex> l(self->mu_);
-    self->stop_ = true;
-    self->cv_.notify_one();
-    bool busy = self->busy_;
-    l.unlock();
-    if (busy) {
-      self->keepAlive_ = self;  // the thread releases it when it exits
-      self->thread_.detach();
-    } else {
-      self->thread_.join();
-    }
-  }
-
- private:
-  void run() {
-    for (;;) {
-      std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [&] { return stop_ || !q_.empty(); });
-      if (q_.empty()) break;
-      auto [w, fn] = std::move(q_.front());
-      q_.pop_front();
-      std::string broken = broken_;
-      busy_ = true;
-      l.unlock();
-      std::string err;
-      if (!broken.empty()) {
-        err = fmt::format("tessera: {} not run: the communicator is broken by an earlier failure: {}",
-                          w->info().describe(), broken);
-      } else {
-        try {
-          fn();
-        } catch (const std::exception& e) {
-          err = watchdog::withCause(fmt::format("tessera: {} failed after {:.1f} s: {}", w->info().describe(),
-                                                secondsSince(w->start()), e.what()));
-          breakWith(err);
-          watchdog::onCommFailure(err, nullptr);
-        }
-      }
-      fn = nullptr;  // the op's tensors go before it is marked done, outside the lock (see GlooWork)
-      w->releaseTensors();
-      w->finish(std::move(err));
-      w.reset();
-      l.lock();
-      busy_ = false;
-    }
-    std::shared_ptr<GlooWorker> self;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      self = std::move(keepAlive_);
-    }
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::pair<std::shared_ptr<GlooWork>, std::function<void()>>> q_;
-  std::string broken_;
-  bool stop_ = false, busy_ = false;
-  std::shared_ptr<GlooWorker> keepAlive_;
-  std::thread thread_;
-};
 
 GlooCommunicator::GlooCommunicator(const StorePtr& store, int rank, int size, const std::string& name,
                                    std::chrono::milliseconds timeout)

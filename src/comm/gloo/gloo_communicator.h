@@ -17,7 +17,9 @@ class Context;
 
 namespace tessera {
 
+namespace gloo_worker {
 class GlooWorker;
+}
 
 class GlooCommunicator : public Communicator {
  public:
@@ -45,7 +47,7 @@ class GlooCommunicator : public Communicator {
  private:
   StorePtr store_;
   std::shared_ptr<gloo::Context> ctx_;
-  std::shared_ptr<GlooWorker> worker_;
+  std::shared_ptr<gloo_worker::GlooWorker> worker_;  // gloo_worker.h: the op queue's thread
   std::vector<uint64_t> sendCount_, recvCount_;  // per peer, to pair p2p ops by order
 };
 
