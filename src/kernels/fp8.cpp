@@ -166,7 +166,7 @@ at::Tensor fp8Gemm(const at::Tensor& a, const at::Tensor& aScaleInv, fp8::Format
       return v * (inv.numel() == 1 ? inv : inv.view({-1, 1}));
     };
     auto prod = at::mm(decoded(a, af, aScaleInv), decoded(b, bf, bScaleInv).t());
-    if (opts.accumulate.defined()) return opts.accumulate.add_(prod);
+    if (opts.accumulate.defined()) return opts.overwrite ? opts.accumulate.copy_(prod) : opts.accumulate.add_(prod);
     return prod.to(outDtype);
   }
 #ifdef TESSERA_HAVE_NCCL
@@ -188,7 +188,7 @@ at::Tensor fp8Gemm(const at::Tensor& a, const at::Tensor& aScaleInv, fp8::Format
   g.d = out.data_ptr();
   g.dType = detail::elemType(op, "out", out);
   g.m = m, g.n = n, g.k = k, g.ldd = n;
-  g.accumulate = opts.accumulate.defined();
+  g.accumulate = opts.accumulate.defined() && !opts.overwrite;
   g.fastAccum = opts.fastAccum;
   g.workspace = ws.data_ptr();
   g.workspaceBytes = kWorkspace;

@@ -40,10 +40,12 @@ Fp8Codes fp8Quantize(const at::Tensor& x, fp8::Format f, fp8::Axis axis, const F
 struct Fp8GemmOptions {
   bool fastAccum = false;   // cuBLASLt's fast accumulation (the forward GEMM's, as torchao's recipes)
   at::Tensor accumulate;    // a float32 [m, n] contiguous tensor to add the product into, or undefined
+  bool overwrite = false;   // with `accumulate`: the product replaces its contents (beta = 0)
 };
 // out[m, n] = (aScaleInv ⊗ bScaleInv) · decode(a)[m, k] · decode(b)[n, k]ᵀ in outDtype: a and b
 // uint8 codes, k contiguous, scales float32 [1] each or [m] and [n] (one per row of a and of b).
-// With opts.accumulate the product is added into it (float32) and it is returned.
+// With opts.accumulate the product is added into it (float32; written over it with opts.overwrite)
+// and it is returned.
 at::Tensor fp8Gemm(const at::Tensor& a, const at::Tensor& aScaleInv, fp8::Format af, const at::Tensor& b,
                    const at::Tensor& bScaleInv, fp8::Format bf, at::ScalarType outDtype,
                    const Fp8GemmOptions& opts = {});

@@ -1,7 +1,8 @@
 // nn/stale_grads.h on the CPU: a stale .grad (filled with NaN here, standing for the garbage it
 // may hold) is replaced by the first writer, never added to: the weight and bias GEMMs overwrite
 // it (the product alone, bitwise what a fresh .grad gets), the embedding zeroes it before adding
-// its rows, later writers add as usual; each mark is resolved once, also inside a deferred W.
+// its rows, later writers add as usual; each mark is resolved once, also inside a deferred W. The
+// FP8 linear's weight-gradient GEMM (kernels/fp8.h's CPU reference on CPU tensors) overwrites too.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 #include <torch/types.h>
@@ -13,6 +14,8 @@
 #include "nn/accum_linear.h"
 #include "nn/deferred_grads.h"
 #include "nn/stale_grads.h"
+#include "parallel/tensor/fp8_linear.h"
+#include "harness/multiprocess.h"
 
 namespace {
 
@@ -98,4 +101,28 @@ TEST(StaleGrads, ZeroIfStaleResolvesOnceAndMarksOnlyDefinedGrads) {
   zeroIfStale(a);  // resolved already: no second zeroing
   EXPECT_TRUE(at::equal(a.grad(), at::full({3}, 2.0)));
   EXPECT_FALSE(takeStale(a));
+}
+
+// On one rank (a tensor-parallel group of one over Gloo): the FP8 linear, tensorwise, with its weight
+// gradient summed into .grad by the FP8 GEMM, into a stale NaN .grad and into a fresh one.
+TESSERA_WORKER(stale_fp8_linear) {
+  auto ctx = tessera::testing::initWorker(w, tessera::Backend::Gloo);
+  torch::manual_seed(8);
+  const auto w0 = at::randn({32, 16}) * 0.1;
+  auto stale = w0.clone().requires_grad_(true), fresh = w0.clone().requires_grad_(true);
+  stale.mutable_grad() = at::full({32, 16}, kNaN);
+  markStale({stale});
+  const tessera::tp::Fp8LinearSpec spec{tessera::tp::Fp8Parallel::Column, ctx.world, false, /*accumulateGrad=*/true,
+                                        tessera::fp8::Recipe::Tensorwise};
+  for (int m = 0; m < 2; ++m) {
+    const auto x = at::randn({16, 16});
+    for (auto* p : {&stale, &fresh}) tessera::tp::fp8ParallelLinear(x, *p, {}, spec).sum().backward();
+    WCHECK(at::equal(stale.grad(), fresh.grad()), "FP8 weight gradient after micro-batch {}: {} against {}", m,
+           stale.grad().abs().max().item<double>(), fresh.grad().abs().max().item<double>());
+  }
+  WCHECK(staleCount() == 0, "{} marks left", staleCount());
+}
+
+TEST(StaleGrads, Fp8WeightGradGemmOverwrites) {
+  tessera::testing::expectAllOk(tessera::testing::runWorkers("stale_fp8_linear", {.ranks = 1}));
 }

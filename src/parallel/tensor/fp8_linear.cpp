@@ -66,10 +66,11 @@ at::Tensor weightGradFp8(const at::Tensor& into, const at::Tensor& gyT, const at
                          const at::Tensor& xInv, at::ScalarType wdtype) {
   if (!into.defined()) return fp8Gemm(gyT, gInv, Format::E5M2, xT, xInv, Format::E4M3, at::kFloat).to(wdtype);
   auto run = [w = into, gyT, gInv, xT, xInv] {
-    nn::zeroIfStale(w);  // nn/stale_grads.h: the FP8 GEMM adds into .grad
+    const bool stale = nn::takeStale(w);  // nn/stale_grads.h: then the product replaces .grad
     auto& g = w.mutable_grad();
     kernels::Fp8GemmOptions o;
     o.accumulate = g;
+    o.overwrite = stale;
     auto r = fp8Gemm(gyT, gInv, Format::E5M2, xT, xInv, Format::E4M3, at::kFloat, o);
     if (!g.defined()) g = r;
   };
