@@ -3,6 +3,8 @@
 // --name=on|off; --config FILE.toml gives any flag as `name = value` (flags on the command line
 // win); --help prints every flag with its default. Bad flags, values, config files and layouts
 // are UsageError naming the flag and the value (train_gpt exits 2 on them).
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -31,6 +33,12 @@ class UsageError : public Error {
  public:
   using Error::Error;
 };
+
+// USAGE_CHECK(cond, "fmt {}", args...): throws UsageError with the formatted message (needs fmt).
+#define USAGE_CHECK(cond, ...)                                               \
+  do {                                                                       \
+    if (!(cond)) throw ::tessera::gpt::UsageError(fmt::format(__VA_ARGS__)); \
+  } while (0)
 
 struct TrainOptions {
   int dp = 0, pp = 1, tp = 1;     // dp 0: world / (pp · cp · tp)
