@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench/llama/scale_traces.sh's variants on the CPU (2 ranks over Gloo, llama-tiny, fp32, 2 timed steps), results
-# into a temporary directory: the six rows come out (the NCCL one a plain DDP run on Gloo), each scaled against
-# tessera-single, and the bf16 rows ran with the gradients reduced in bf16 (their losses after the first step
-# differ from the float32 rows').
+# into a temporary directory: the eight rows come out (the NCCL one a plain DDP run on Gloo), each scaled against
+# tessera-single, the bf16 rows ran with the gradients reduced in bf16 (their losses after the first step
+# differ from the float32 rows'), and the --zero-grads zero rows trained bitwise as the default ones.
 #   scale_traces_smoke.sh BUILD_DIR
 set -uo pipefail
 export PET_MONITOR_INTERVAL=${PET_MONITOR_INTERVAL:-0.1}
@@ -18,15 +18,19 @@ import json, os, sys
 w = sys.argv[1]
 res = json.load(open(os.path.join(w, "results", "variants.json")))
 rows = {r["system"]: r for r in res["rows"]}
-want = ["tessera-single", "tessera-ddp", "tessera-ddp-bf16", "tessera-ddp-ctas8", "tessera-fsdp", "tessera-fsdp-bf16"]
+want = ["tessera-single", "tessera-single-zero", "tessera-ddp", "tessera-ddp-zero", "tessera-ddp-bf16", "tessera-ddp-ctas8",
+        "tessera-fsdp", "tessera-fsdp-bf16"]
 assert sorted(rows) == sorted(want), sorted(rows)
 for s in want:
     assert rows[s]["scaled_against"] == "tessera-single" and rows[s]["scaling"] > 0, rows[s]
-    assert rows[s]["gpus"] == (1 if s == "tessera-single" else 2), rows[s]
+    assert rows[s]["gpus"] == (1 if s.startswith("tessera-single") else 2), rows[s]
 def losses(name):
     return [json.loads(l)["loss"] for l in open(os.path.join(w, "logs", name + ".jsonl")) if '"step"' in l]
 for base in ("ddp", "fsdp"):
     f32, bf16 = losses("tessera-" + base), losses("tessera-" + base + "-bf16")
     assert f32[0] == bf16[0] and f32[1:] != bf16[1:], (base, f32, bf16)
-print("PASS: six rows scaled against tessera-single; the bf16 rows reduced in bf16")
+for base in ("single", "ddp"):
+    mark, zero = losses("tessera-" + base), losses("tessera-" + base + "-zero")
+    assert len(mark) > 1 and mark == zero, (base, mark, zero)
+print("PASS: eight rows scaled against tessera-single; the bf16 rows reduced in bf16; zeroed gradients train as marked")
 PY
