@@ -74,6 +74,7 @@ struct TrainOptions {
   bool gradReduceBf16 = false;    // DDP's all-reduce and FSDP's reduce-scatter in bf16 (else float32)
   int ddpBucketMiB = 25;          // DDP's bucket size (DdpOptions::bucketCapBytes)
   bool zeroGrads = false;         // DDP zeroes .grad after the step (else marks it: overwriteStaleGrads)
+  bool embGradGather = true;      // DDP, tied table: the lookup's rows gathered (DdpOptions::gatherEmbeddingRows)
   int64_t fsdpPrefetchMiB = -1;  // -1: auto (fsdp::autoPrefetchBudget in sharding/fsdp/unit.h)
   std::string checkpointDir;      // empty: no checkpoints
   int checkpointEvery = 0;        // 0: only at the end (when a directory is given)
@@ -126,5 +127,9 @@ std::string describe(const TrainOptions& o);
 // Whether the linears sum their weight gradients in the GEMM: fusedWgrad where it applies
 // (DDP, any tp).
 bool usesFusedWgrad(const TrainOptions& o);
+// Whether DDP gathers the tied table's embedding rows (DdpOptions::gatherEmbeddingRows) and the
+// lookup is untracked: DDP over several ranks, fused weight gradients, a tied table whose head is
+// in the same chunk (no pipeline), and --emb-grad gather.
+bool gathersEmbeddingRows(const TrainOptions& o, const models::ModelConfig& c);
 
 }  // namespace tessera::gpt

@@ -221,6 +221,10 @@ std::vector<Flag> flagTable(bool onGpu) {
   t.add(twoWordFlag("--zero-grads", "mark|zero", "mark", "zero",
                     "DDP after each step: mark the gradients for the next GEMMs to overwrite, or zero them",
                     FIELD(zeroGrads)));
+  t.add(twoWordFlag("--emb-grad", "gather|reduce", "reduce", "gather",
+                    "DDP, tied table: the lookup's rows all-gathered at the end of backward (the table's all-reduce "
+                    "then leaves with the head's gradient), or summed into the table's all-reduce",
+                    FIELD(embGradGather)));
   t.add(integerFlag("--ddp-bucket-mib", "N", "DDP: MiB of gradients per all-reduce (the first bucket: 1 MiB)", 1, 4096,
                     FIELD(ddpBucketMiB)));
   t.add(numberFlag("--peak-tflops", "X", "per-GPU peak TFLOP/s for the MFU column (0: no MFU)", 0, false,

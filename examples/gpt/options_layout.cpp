@@ -78,6 +78,10 @@ std::string configToml(const TrainOptions& o) {
 
 bool usesFusedWgrad(const TrainOptions& o) { return o.fusedWgrad && o.dpMode == DpMode::Ddp; }
 
+bool gathersEmbeddingRows(const TrainOptions& o, const models::ModelConfig& c) {
+  return o.embGradGather && usesFusedWgrad(o) && o.dp > 1 && c.tiedEmbeddings && o.pp == 1 && o.chunks == 1;
+}
+
 std::string describe(const TrainOptions& o) {
   const auto& ov = o.overlap;
   const bool overlapSet = ov.forwardChunks > 1 || ov.smCarveout > 0 || ov.ring;

@@ -76,6 +76,9 @@ void Trainer::State::build() {
     // Weight gradients summed by the GEMM into .grad across micro-batches: DDP's hooks still see
     // them (tests/parallel/ddp); FSDP's bf16 unit parameters and the tp > 1 ops cannot take it.
     if (usesFusedWgrad(o)) tp::setAccumulateGradInGemm(*chunk, true);
+    // The tied table's bucket leaves with the head's gradient; the lookup's rows are gathered
+    // at the end of backward instead (DdpOptions::gatherEmbeddingRows).
+    if (gathersEmbeddingRows(o, cfg)) chunk->emb->untracked = true;
     if (o.fp8 != fp8::Recipe::Off) setFp8(*chunk);
     chunks.push_back(chunk);
   }
@@ -121,6 +124,7 @@ void Trainer::State::build() {
     dopt.smCarveout = o.overlap.smCarveout;
     // The step's first weight-gradient GEMM writes .grad (beta = 0) instead of adding to zeros.
     dopt.overwriteStaleGrads = !o.zeroGrads;
+    dopt.gatherEmbeddingRows = gathersEmbeddingRows(o, cfg);
     // Interleaved: the last backward runs chunk 0 only; the other chunks' parameters then
     // contribute the gradients they accumulated (DDP's unused-parameter path).
     dopt.findUnusedParameters = o.chunks > 1;

@@ -18,10 +18,27 @@
 // No padding_idx, max_norm or scale_grad_by_freq. Like accumulateGrad linears, the op returns no
 // gradient to weight's AccumulateGrad node, which still runs (its post hooks fire with .grad
 // holding the sum). Without grad mode, or when weight does not require grad, it is at::embedding.
+//
+// Untracked (`untracked`): the lookup keeps no autograd edge to `weight`, for a weight that another
+// op also uses and that gives it one (a tied head): gradient-ready hooks on the weight (DDP's) then
+// fire once that op's backward is done, without waiting for this lookup, the last op of backward.
+// Its rows still reach .grad, or the weight's row-gradient sink. An untracked lookup of a weight
+// without a sink is a tessera::Error (its rows would be summed into .grad while DDP all-reduces it).
+//
+// Row-gradient sinks (DDP's gatherEmbeddingRows): a sink installed for a weight is offered each
+// backward's (ids int64 [n], rows [n, dim] in the gradient's dtype) first; when it returns true it
+// has taken them (and sums them into .grad itself later), else they are summed here. Process-wide,
+// thread-safe, keyed by the weight's TensorImpl; whoever installs a sink removes it (an empty one).
 #include <ATen/core/Tensor.h>
+
+#include <functional>
 
 namespace tessera::nn {
 
-at::Tensor embeddingAccumulateGrad(const at::Tensor& ids, const at::Tensor& weight);
+at::Tensor embeddingAccumulateGrad(const at::Tensor& ids, const at::Tensor& weight, bool untracked = false);
+
+using RowGradSink = std::function<bool(const at::Tensor& ids, const at::Tensor& rows)>;
+void setRowGradSink(const at::Tensor& weight, RowGradSink sink);
+bool hasRowGradSink(const at::Tensor& weight);
 
 }  // namespace tessera::nn

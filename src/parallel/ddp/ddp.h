@@ -17,7 +17,8 @@
 //   never a rank left waiting): when any rank's arguments are unusable (no parameters, none
 //   with requires_grad, bad options...: the message names each such rank and why), or when
 //   the ranks differ in the options that shape buckets and communication (bucket caps,
-//   gradientAsBucketView, commDtype, findUnusedParameters, broadcastBuffers, rebuildBuckets),
+//   gradientAsBucketView, commDtype, findUnusedParameters, broadcastBuffers, rebuildBuckets,
+//   gatherEmbeddingRows),
 //   in their parameters (count, names, shapes, dtypes, device type, requires_grad) or in their
 //   buffers (count, names, shapes, dtypes, device type): the message names the first
 //   differing option, parameter or buffer and what each rank has. Parameters and buffers are
@@ -114,6 +115,18 @@ struct DdpOptions {
   // that end .grad holds garbage: read it only after (as after a synchronised backward anyway).
   // Local: ranks may differ.
   bool overwriteStaleGrads = false;
+  // Embedding rows gathered instead of all-reduced (nn/accum_embedding.h's row-gradient sinks, on
+  // every parameter): in a synchronised backward, the rows an embedding lookup
+  // (nn::embeddingAccumulateGrad) would sum into a parameter's .grad are all-gathered over the
+  // group instead (the ids and the rows in the gradient's dtype, as the lookup issues them), and
+  // each rank sums every rank's rows into .grad at the end of backward, divided by the group size,
+  // after the parameter's all-reduce. With an untracked lookup of a tied table the table's bucket
+  // then goes as soon as the head's gradient is in, beside the rest of backward, and only the
+  // batch's rows (tokens x dim per rank) remain for the end. Every rank must look up the same number
+  // of ids, and ids must be below 2^24 (they travel as float32). Without a synchronised backward
+  // (noSync) the rows are summed into .grad as usual. Not with onBucketReduced. A group of one:
+  // nothing changes.
+  bool gatherEmbeddingRows = false;
 };
 
 class Reducer;

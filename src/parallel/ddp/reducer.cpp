@@ -57,9 +57,11 @@ Reducer::Reducer(DistributedDataParallel::Named named, CommPtr comm, DdpOptions 
       }));
     }
   }
+  if (opts_.gatherEmbeddingRows && comm_->size() > 1) installRowSinks();
 }
 
 Reducer::~Reducer() {
+  removeRowSinks();
   for (auto& [acc, key] : hooks_) acc->del_post_hook(key);
   for (size_t i = 0; i < tensorHooks_.size(); ++i) params_[i].tensor.remove_hook(tensorHooks_[i]);
   try {
@@ -136,19 +138,22 @@ void Reducer::zeroGrad() {
 #endif
 }
 
+void Reducer::beginIteration() {
+  // The last backward that reached a hook ended without finalize(): it raised.
+  if (inBackward_ && iteration_.expired()) finishAbortedIteration();
+  if (inBackward_) return;
+  inBackward_ = true;
+  auto token = std::make_shared<bool>();  // lives as long as the callback, i.e. the graph task
+  iteration_ = token;
+  // At the end of the whole backward, also when this hook runs inside a recomputation's nested
+  // backward (recompute full: a pipeline stage whose first gradients come from a block).
+  nn::queueAtBackwardEnd([this, token] { finalize(); });
+}
+
 void Reducer::onGradReady(int i) {
   if (!sync_) return;
   std::lock_guard<std::mutex> lock(mu_);
-  // The last backward that reached a hook ended without finalize(): it raised.
-  if (inBackward_ && iteration_.expired()) finishAbortedIteration();
-  if (!inBackward_) {
-    inBackward_ = true;
-    auto token = std::make_shared<bool>();  // lives as long as the callback, i.e. the graph task
-    iteration_ = token;
-    // At the end of the whole backward, also when this hook runs inside a recomputation's nested
-    // backward (recompute full: a pipeline stage whose first gradients come from a block).
-    nn::queueAtBackwardEnd([this, token] { finalize(); });
-  }
+  beginIteration();
   auto& p = params_[i];
   if (opts_.overwriteStaleGrads) nn::zeroIfStale(p.tensor);  // still stale: nothing wrote it
   TESSERA_CHECK(!p.ready,

@@ -1,7 +1,7 @@
 #pragma once
 // Reducer: DDP's engine room (internal). Owns the buckets, the autograd hooks on each
-// parameter's gradient accumulator, and the end-of-backward step (reducer_end.cpp). See ddp.h
-// for the contract.
+// parameter's gradient accumulator, the end-of-backward step (reducer_end.cpp) and the gathered
+// embedding rows (reducer_rows.cpp). See ddp.h for the contract.
 //
 // Flow of one synchronised backward:
 //   hook(i) fires after param i's .grad was accumulated → mark ready; when bucket b has all
@@ -86,6 +86,18 @@ class Reducer {
   void awaitBuckets(bool deliver, const std::vector<bool>& globallyUnused);
   void finishAbortedIteration();
   void resetIteration();
+  void beginIteration();  // with mu_ held: the first hook (or offered rows) of a synchronised backward
+  // gatherEmbeddingRows (reducer_rows.cpp): the sinks on the parameters, the rows they took this
+  // backward (all-gathers in flight), and their sum into .grad at the end of backward.
+  struct GatheredRows {
+    int param;
+    at::Tensor ids, rows;  // every rank's, float32 ids [world·n] and rows [world·n, dim]
+    WorkPtr idsWork, rowsWork;
+  };
+  void installRowSinks();
+  void removeRowSinks();
+  bool offerRows(int param, const at::Tensor& ids, const at::Tensor& rows);
+  void addGatheredRows(bool deliver);
   std::optional<std::vector<int>> agreedReadyOrder(bool offer);
   bool viewMode() const { return opts_.gradientAsBucketView; }
 
@@ -95,6 +107,8 @@ class Reducer {
   std::vector<Bucket> buckets_;
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
   std::vector<unsigned> tensorHooks_;  // overwriteStaleGrads: params_[i]'s hook before autograd adds
+  bool rowSinks_ = false;
+  std::vector<GatheredRows> gathered_;
   std::mutex mu_;
   bool sync_ = true;
   bool inBackward_ = false;

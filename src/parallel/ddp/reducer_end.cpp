@@ -106,6 +106,7 @@ std::vector<int> Reducer::completeIteration(bool deliver) {
     for (size_t i = 0; i < params_.size(); ++i) globallyUnused[i] = counts[i] == 0;
   }
   awaitBuckets(deliver, globallyUnused);
+  addGatheredRows(deliver && !discard_);
   if (opts_.rebuildBuckets && !rebuilt_) {
     // Rank 0 offers its order from a backward that went through, else the next one's is used.
     if (auto order = agreedReadyOrder(deliver && (missing.empty() || opts_.findUnusedParameters))) {
@@ -178,6 +179,7 @@ void Reducer::resetIteration() {
   }
   nextLaunch_ = 0;
   readyOrder_.clear();
+  gathered_.clear();
   inBackward_ = false;
   iteration_.reset();
   carveout_.reset();  // later GEMMs are stream-ordered after the all-reduces: all SMs again

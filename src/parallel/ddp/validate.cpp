@@ -57,6 +57,10 @@ std::string optionProblem(const DdpOptions& o) {
     return "onBucketReduced (an optimizer step per bucket during backward) cannot be combined with "
            "findUnusedParameters: which parameters got no gradient is known only at the end of backward";
   }
+  if (o.onBucketReduced && o.gatherEmbeddingRows) {
+    return "onBucketReduced (an optimizer step per bucket during backward) cannot be combined with "
+           "gatherEmbeddingRows: an embedding's gathered rows are added only at the end of backward";
+  }
   return "";
 }
 
@@ -85,6 +89,7 @@ RankState describeRank(const DistributedDataParallel::Named& params, const Distr
       fmt::format("findUnusedParameters={}", o.findUnusedParameters),
       fmt::format("broadcastBuffers={}", o.broadcastBuffers),
       fmt::format("rebuildBuckets={}", o.rebuildBuckets),
+      fmt::format("gatherEmbeddingRows={}", o.gatherEmbeddingRows),
   };
   for (const auto& [name, t] : params) s.params.push_back(describeTensor(name, t, /*withGrad=*/true));
   for (const auto& [name, t] : buffers) s.buffers.push_back(describeTensor(name, t, /*withGrad=*/false));

@@ -179,11 +179,11 @@ void VocabParallelEmbeddingImpl::loadFull(const at::Tensor& fullWeight) {
 }
 
 at::Tensor VocabParallelEmbeddingImpl::forward(const at::Tensor& ids) {
-  return vocabParallelEmbedding(ids, weight, tp_, vocab_, accumulateGrad);
+  return vocabParallelEmbedding(ids, weight, tp_, vocab_, accumulateGrad, untracked);
 }
 
 at::Tensor vocabParallelEmbedding(const at::Tensor& ids, const at::Tensor& weight, const CommPtr& tp,
-                                  int64_t vocab, bool accumulateGrad) {
+                                  int64_t vocab, bool accumulateGrad, bool untracked) {
   TESSERA_CHECK(tp != nullptr, "VocabParallelEmbedding: no tensor-parallel group given");
   const VocabRange range = vocabRange(vocab, tp->rank(), tp->size(), "VocabParallelEmbedding");
   TESSERA_CHECK(weight.defined() && weight.dim() == 2 && weight.size(0) == range.size(),
@@ -196,7 +196,7 @@ at::Tensor vocabParallelEmbedding(const at::Tensor& ids, const at::Tensor& weigh
                 ids.device().str(), weight.device().str());
   checkIdRange("VocabParallelEmbedding", ids, vocab);
   auto lookup = [&](const at::Tensor& rows) {
-    return accumulateGrad ? nn::embeddingAccumulateGrad(rows, weight) : at::embedding(weight, rows);
+    return accumulateGrad ? nn::embeddingAccumulateGrad(rows, weight, untracked) : at::embedding(weight, rows);
   };
   if (tp->size() == 1) return lookup(ids);
   at::Tensor outside = (ids < range.start).logical_or(ids >= range.end);

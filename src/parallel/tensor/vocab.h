@@ -66,6 +66,10 @@ class VocabParallelEmbeddingImpl : public torch::nn::Module {
   // (nn/accum_embedding.h), instead of a dense [vocab/tp, dim] gradient per micro-batch that
   // autograd then adds: set with the linears by tp::setAccumulateGradInGemm.
   bool accumulateGrad = false;
+  // With accumulateGrad: the lookup keeps no autograd edge to the weight (nn/accum_embedding.h's
+  // untracked lookup), for a table whose tied head gives it one; its rows go to the weight's
+  // row-gradient sink (DDP's gatherEmbeddingRows), which must exist.
+  bool untracked = false;
 
  private:
   void setup(int64_t vocab, int64_t dim, const at::Tensor& shard);
@@ -78,9 +82,10 @@ TORCH_MODULE(VocabParallelEmbedding);
 
 // Functional form of VocabParallelEmbedding's forward (what the Python extension's module
 // calls): `weightShard` [vocab/tp, dim] holds rows vocabRange(vocab, tp rank, tp size). Same
-// collectives, autograd and errors as forward(); `accumulateGrad` as the module's. Collective over tp.
+// collectives, autograd and errors as forward(); `accumulateGrad` and `untracked` as the module's.
+// Collective over tp.
 at::Tensor vocabParallelEmbedding(const at::Tensor& ids, const at::Tensor& weightShard, const CommPtr& tp,
-                                  int64_t vocab, bool accumulateGrad = false);
+                                  int64_t vocab, bool accumulateGrad = false, bool untracked = false);
 
 // Mean cross-entropy over N rows whose logits are split over `tp` by the vocab dimension:
 // `logitsShard` [N, V/tp] (float32/bf16/fp16; computed in float32) holds this rank's columns
