@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench/llama/scale_traces.sh's variants on the CPU (2 ranks over Gloo, llama-tiny, fp32, 2 timed steps), results
-# into a temporary directory: the eight rows come out (the NCCL one a plain DDP run on Gloo), each scaled against
+# into a temporary directory: the nine rows come out (the NCCL one a plain DDP run on Gloo), each scaled against
 # tessera-single, the bf16 rows ran with the gradients reduced in bf16 (their losses after the first step
-# differ from the float32 rows'), and the --zero-grads zero rows trained bitwise as the default ones.
+# differ from the float32 rows'), the --zero-grads zero rows trained bitwise as the default ones, and the
+# --emb-grad reduce row within float32 rounding of the default (gathered) one.
 #   scale_traces_smoke.sh BUILD_DIR
 set -uo pipefail
 export PET_MONITOR_INTERVAL=${PET_MONITOR_INTERVAL:-0.1}
@@ -18,8 +19,8 @@ import json, os, sys
 w = sys.argv[1]
 res = json.load(open(os.path.join(w, "results", "variants.json")))
 rows = {r["system"]: r for r in res["rows"]}
-want = ["tessera-single", "tessera-single-zero", "tessera-ddp", "tessera-ddp-zero", "tessera-ddp-bf16", "tessera-ddp-ctas8",
-        "tessera-fsdp", "tessera-fsdp-bf16"]
+want = ["tessera-single", "tessera-single-zero", "tessera-ddp", "tessera-ddp-zero", "tessera-ddp-embreduce",
+        "tessera-ddp-bf16", "tessera-ddp-ctas8", "tessera-fsdp", "tessera-fsdp-bf16"]
 assert sorted(rows) == sorted(want), sorted(rows)
 for s in want:
     assert rows[s]["scaled_against"] == "tessera-single" and rows[s]["scaling"] > 0, rows[s]
@@ -32,5 +33,7 @@ for base in ("ddp", "fsdp"):
 for base in ("single", "ddp"):
     mark, zero = losses("tessera-" + base), losses("tessera-" + base + "-zero")
     assert len(mark) > 1 and mark == zero, (base, mark, zero)
-print("PASS: eight rows scaled against tessera-single; the bf16 rows reduced in bf16; zeroed gradients train as marked")
+gather, reduce = losses("tessera-ddp"), losses("tessera-ddp-embreduce")
+assert len(gather) == len(reduce) > 1 and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(gather, reduce)), (gather, reduce)
+print("PASS: nine rows scaled against tessera-single; the bf16 rows reduced in bf16; zeroed gradients train as marked")
 PY
