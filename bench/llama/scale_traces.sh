@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 40's 4-GPU reading of train_gpt alone, in one call: what separates each llama3-1b layout from
 # its scaling target, named from traces, plus the data-parallel variants that the traces point at.
-#   variants  untraced: tessera-single, -single-zero and -ddp-zero (--zero-grads zero: gradients zeroed after
+#   variants  untraced: tessera-single, -single-gqarepeat (--gqa repeat: k and v repeated to the query heads
+#             before attention), -single-zero and -ddp-zero (--zero-grads zero: gradients zeroed after
 #             the step instead of overwritten by the next GEMMs), -ddp, -ddp-embreduce (--emb-grad reduce: the
 #             tied table's lookup rows all-reduced with it, not gathered), -ddp-bf16 (--grad-reduce bf16),
 #             -ddp-ctas8 (NCCL_MIN_CTAS=NCCL_MAX_CTAS=8: fewer SMs for NCCL beside backward), -fsdp,
@@ -59,12 +60,13 @@ gpus() { [ "$1" = single ] && echo 1 || echo "$N"; }
 for s in "${SECTIONS[@]}"; do
   case $s in
     variants)
-      for v in single single-zero ddp ddp-zero ddp-embreduce ddp-bf16 ddp-ctas8 fsdp fsdp-bf16; do
+      for v in single single-gqarepeat single-zero ddp ddp-zero ddp-embreduce ddp-bf16 ddp-ctas8 fsdp fsdp-bf16; do
         base=${v%-*} extra=() ENV_RUN=()
         case $v in
           *-bf16) extra=(--grad-reduce bf16) ;;
           *-zero) extra=(--zero-grads zero) ;;
           *-embreduce) extra=(--emb-grad reduce) ;;
+          *-gqarepeat) extra=(--gqa repeat) ;;
           *-ctas8) ENV_RUN=(NCCL_MIN_CTAS=8 NCCL_MAX_CTAS=8) ;;
         esac
         # shellcheck disable=SC2046

@@ -74,6 +74,7 @@ struct TrainOptions {
   bool gradReduceBf16 = false;    // DDP's all-reduce and FSDP's reduce-scatter in bf16 (else float32)
   int ddpBucketMiB = 25;          // DDP's bucket size (DdpOptions::bucketCapBytes)
   bool zeroGrads = false;         // DDP zeroes .grad after the step (else marks it: overwriteStaleGrads)
+  bool repeatKvHeads = false;     // Llama GQA: k and v repeated before attention (else the kernel reads kv heads)
   bool embGradGather = true;      // DDP, tied table: the lookup's rows gathered (DdpOptions::gatherEmbeddingRows)
   int64_t fsdpPrefetchMiB = -1;  // -1: auto (fsdp::autoPrefetchBudget in sharding/fsdp/unit.h)
   std::string checkpointDir;      // empty: no checkpoints

@@ -211,6 +211,10 @@ std::vector<Flag> flagTable(bool onGpu) {
       "--fp8", "off|tensorwise|rowwise", "FP8 GEMMs in the blocks' linears (CPU: exact emulation)",
       fp8::parseRecipe, [](fp8::Recipe r) { return fp8::name(r); }, FIELD(fp8)));
   t.add(fp8SkipFlag());
+  t.add(twoWordFlag("--gqa", "native|repeat", "native", "repeat",
+                    "grouped-query attention: the fused kernel reads the kv heads as they are (LibTorch >= 2.5), or "
+                    "k and v are repeated to the query heads first",
+                    FIELD(repeatKvHeads)));
   t.add(fusedKernelsFlag(onGpu));
   t.add(switchFlag("--no-fused-wgrad", "weight gradients by autograd, not summed in fp32 by the GEMM", true,
                    FIELD(fusedWgrad)));

@@ -69,6 +69,7 @@ void Trainer::State::build() {
   co.seed = o.seed;
   co.fusedKernels = o.fusedKernels;
   co.contextGroup = mesh->cpGroup();  // null without --cp
+  co.repeatKvHeads = o.repeatKvHeads;
   for (int c = 0; c < o.chunks; ++c) {
     auto chunk = models::LmChunk(cfg, mesh->tpGroup(), kvGroup, part, part.stageOf(me.pp, c), co);
     chunk->to(device);

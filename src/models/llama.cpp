@@ -156,15 +156,10 @@ at::Tensor LlamaBlockImpl::attention(const at::Tensor& x) {
     k = nn::applyRope(h.narrow(2, lq_ * hd_, lkv_ * hd_).view({s, b, lkv_, hd_}), tables);
   }
   auto v = h.narrow(2, (lq_ + lkv_) * hd_, lkv_ * hd_).view({s, b, lkv_, hd_});
-  const int64_t rep = lq_ / lkv_;
-  const nn::MultiFn core = [s, b, rep, this](const std::vector<at::Tensor>& t) {
+  const nn::MultiFn core = [s, b, this](const std::vector<at::Tensor>& t) {
     if (o_.context) return cp::attention(t[0], t[1], t[2], o_.context).reshape({s, b, lq_ * hd_});
-    auto bhsd = [&](const at::Tensor& x, int64_t heads) {
-      auto y = x.permute({1, 2, 0, 3});  // [B, h, S, hd]
-      if (rep == 1) return y;
-      return y.unsqueeze(2).expand({b, heads, rep, s, hd_}).reshape({b, heads * rep, s, hd_});
-    };
-    return causalSelfAttention(t[0].permute({1, 2, 0, 3}), bhsd(t[1], lkv_), bhsd(t[2], lkv_))
+    auto bhsd = [](const at::Tensor& x) { return x.permute({1, 2, 0, 3}); };  // [B, h, S, hd]
+    return causalSelfAttention(bhsd(t[0]), bhsd(t[1]), bhsd(t[2]), !o_.repeatKvHeads)
         .permute({2, 0, 1, 3})
         .reshape({s, b, lq_ * hd_});
   };

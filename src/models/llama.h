@@ -66,6 +66,9 @@ struct LlamaBlockOptions {
   // rank's T / cp positions (rotary angles at their global positions) and attention gathers K
   // and V over the group.
   CommPtr context;
+  // Grouped-query attention with k and v repeated to the query heads before the fused kernel
+  // (common/attention.h), instead of the kernel reading the kv heads as they are (the default).
+  bool repeatKvHeads = false;
 };
 
 class LlamaBlockImpl : public torch::nn::Module {

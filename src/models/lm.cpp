@@ -73,7 +73,8 @@ LmChunkImpl::LmChunkImpl(const ModelConfig& c, CommPtr group, CommPtr kvGroup, c
     if (isLlama(c)) {
       llamaBlocks.push_back(register_module(
           fmt::format("block{}", i),
-          LlamaBlock(c, tp, kvGroup, i, o.seed, LlamaBlockOptions{sp, o.recompute, o.fusedKernels, o.contextGroup},
+          LlamaBlock(c, tp, kvGroup, i, o.seed,
+                     LlamaBlockOptions{sp, o.recompute, o.fusedKernels, o.contextGroup, o.repeatKvHeads},
                      name)));
     } else {
       torch::manual_seed(blockSeed(o.seed, i));

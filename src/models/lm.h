@@ -56,6 +56,7 @@ struct ChunkOptions {
   // rank's T / cp positions of every sequence (chunks.h: tokens [b, T / cp]), learned positions
   // and rotary angles at their global positions, and its blocks' attention gathers K and V.
   CommPtr contextGroup;
+  bool repeatKvHeads = false;  // LlamaBlockOptions::repeatKvHeads
 };
 
 class LmChunkImpl : public torch::nn::Module {

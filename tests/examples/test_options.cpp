@@ -116,6 +116,8 @@ TEST_F(Options, GradReduceTakesFp32OrBf16) {
   EXPECT_FALSE(parse({}).zeroGrads);
   EXPECT_TRUE(parse({"--zero-grads", "zero"}).zeroGrads);
   EXPECT_FALSE(parse({"--zero-grads=mark"}).zeroGrads);
+  EXPECT_FALSE(parse({}).repeatKvHeads);
+  EXPECT_TRUE(parse({"--gqa", "repeat"}).repeatKvHeads);
   EXPECT_TRUE(parse({}).embGradGather);
   EXPECT_FALSE(parse({"--emb-grad", "reduce"}).embGradGather);
 }
@@ -158,6 +160,7 @@ TEST_F(Options, BadValuesNameTheFlagAndTheValue) {
       {{"--grad-reduce", "fp16"}, {"--grad-reduce takes fp32 or bf16", "'fp16'"}},
       {{"--zero-grads", "none"}, {"--zero-grads takes mark or zero", "'none'"}},
       {{"--emb-grad", "sparse"}, {"--emb-grad takes gather or reduce", "'sparse'"}},
+      {{"--gqa", "grouped"}, {"--gqa takes native or repeat", "'grouped'"}},
       {{"--model", "llama4"}, {"--model", "'llama4'", "llama3-1b"}},
       {{"--data", dir}, {"--data", "'" + dir + "'", "is a directory"}},
       {{"--data", "0.5 " + dir + " 0.5 x"}, {"--data", "is a directory"}},
