@@ -23,12 +23,7 @@
 namespace tessera::cp {
 namespace {
 // [S, B, H, D] → [B, H·rep, S, D], each head repeated rep times (grouped-query attention).
-at::Tensor headsFirst(const at::Tensor& x, int64_t rep) {
-  auto y = x.permute({1, 2, 0, 3});
-  if (rep == 1) return y;
-  const int64_t b = y.size(0), h = y.size(1), s = y.size(2), d = y.size(3);
-  return y.unsqueeze(2).expand({b, h, rep, s, d}).reshape({b, h * rep, s, d});
-}
+at::Tensor headsFirst(const at::Tensor& x, int64_t rep) { return repeatKvHeads(x.permute({1, 2, 0, 3}), rep); }
 
 // The math path for one chunk: q [c, B, Hq, D] at global positions first.., k and v
 // [keys, B, Hkv, D] (positions 0..keys-1). Returns [c, B, Hq, D].

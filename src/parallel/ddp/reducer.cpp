@@ -65,11 +65,15 @@ Reducer::~Reducer() {
   for (auto& [acc, key] : hooks_) acc->del_post_hook(key);
   for (size_t i = 0; i < tensorHooks_.size(); ++i) params_[i].tensor.remove_hook(tensorHooks_[i]);
   try {
-    std::vector<at::Tensor> all;
-    for (const auto& p : params_) all.push_back(p.tensor);
-    nn::zeroIfStale(all);  // no mark outlives the DDP that made it: .grad reads as zeroGrad() left it
+    nn::zeroIfStale(paramTensors());  // no mark outlives the DDP that made it: .grad reads as zeroGrad() left it
   } catch (...) {
   }
+}
+
+std::vector<at::Tensor> Reducer::paramTensors() const {
+  std::vector<at::Tensor> out;
+  for (const auto& p : params_) out.push_back(p.tensor);
+  return out;
 }
 
 void Reducer::build(const std::vector<int>& order) {
@@ -121,15 +125,13 @@ void Reducer::zeroGrad() {
     std::lock_guard<std::mutex> lock(mu_);
     if (inBackward_ && iteration_.expired()) finishAbortedIteration();
   }
+  if (opts_.overwriteStaleGrads) {  // the first writer replaces them (nn/stale_grads.h)
+    nn::markStale(paramTensors());
+    return;
+  }
   std::vector<at::Tensor> grads;
   for (auto& p : params_) {
     if (p.tensor.grad().defined()) grads.push_back(p.tensor.mutable_grad());
-  }
-  if (opts_.overwriteStaleGrads) {  // the first writer replaces them (nn/stale_grads.h)
-    std::vector<at::Tensor> ps;
-    for (auto& p : params_) ps.push_back(p.tensor);
-    nn::markStale(ps);
-    return;
   }
 #if TORCH_VERSION_MAJOR >= 2
   if (!grads.empty()) at::_foreach_zero_(grads);  // one multi-tensor kernel

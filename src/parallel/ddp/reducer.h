@@ -100,6 +100,7 @@ class Reducer {
   void addGatheredRows(bool deliver);
   std::optional<std::vector<int>> agreedReadyOrder(bool offer);
   bool viewMode() const { return opts_.gradientAsBucketView; }
+  std::vector<at::Tensor> paramTensors() const;  // params_[i].tensor, in order
 
   std::vector<Param> params_;
   CommPtr comm_;

@@ -128,11 +128,7 @@ void Reducer::reduceNow() {
                 comm_->rank());
   inBackward_ = true;
   auto reset = c10::make_scope_exit([this] { resetIteration(); });
-  if (opts_.overwriteStaleGrads) {
-    std::vector<at::Tensor> all;
-    for (const auto& p : params_) all.push_back(p.tensor);
-    nn::zeroIfStale(all);  // nobody wrote them since zeroGrad()
-  }
+  if (opts_.overwriteStaleGrads) nn::zeroIfStale(paramTensors());  // nobody wrote them since zeroGrad()
   for (auto& p : params_) p.ready = true;
   for (auto& b : buckets_) b.pending = 0;
   launchReady();

@@ -20,7 +20,9 @@ void Reducer::installRowSinks() {
                   "float32, exact below 2^24",
                   params_[i].name, t.size(0));
     const int idx = static_cast<int>(i);
-    nn::setRowGradSink(t, [this, idx](const at::Tensor& ids, const at::Tensor& rows) { return offerRows(idx, ids, rows); });
+    nn::setRowGradSink(t, [this, idx](const at::Tensor& ids, const at::Tensor& rows) {
+      return offerRows(idx, ids, rows);
+    });
   }
   rowSinks_ = true;
 }
