@@ -100,6 +100,33 @@ class CudaAutocastCacheScope {
   bool on_ = false;
 };
 
+// While alive: autocast's cast cache is neither read nor filled on this thread (casts are made
+// afresh), e.g. for a forward without gradients inside a step's CudaAutocastCacheScope (the
+// pipeline executor's shape probe). A cast cached there would serve the step's real forward: from
+// PyTorch 2.10 with a grad_fn made before that forward, whose low sequence number makes autograd run
+// it last in backward, so the parameter's gradient (and DDP's ready hook) comes at the very end;
+// before 2.10 with no grad_fn at all, so the parameter would get no gradient through it. LibTorch
+// 1.13: nothing (no CUDA autocast).
+class NoAutocastCache {
+ public:
+  NoAutocastCache() {
+#if TORCH_VERSION_MAJOR >= 2
+    prev_ = at::autocast::is_autocast_cache_enabled();
+    at::autocast::set_autocast_cache_enabled(false);
+#endif
+  }
+  ~NoAutocastCache() {
+#if TORCH_VERSION_MAJOR >= 2
+    at::autocast::set_autocast_cache_enabled(prev_);
+#endif
+  }
+  NoAutocastCache(const NoAutocastCache&) = delete;
+  NoAutocastCache& operator=(const NoAutocastCache&) = delete;
+
+ private:
+  bool prev_ = true;
+};
+
 // A parameter (a float32 leaf that requires grad) in the CUDA autocast dtype through autocast's
 // cast cache, as at::linear under autocast gets it: one cast per parameter per autocast region,
 // shared with every op that uses the parameter; the cast is recorded by autograd like autocast's.

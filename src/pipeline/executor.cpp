@@ -8,6 +8,7 @@
 
 #include <optional>
 
+#include "common/autocast.h"
 #include "common/error.h"
 #include "common/host_sync.h"
 
@@ -109,6 +110,9 @@ void PipelineExecutor::probe(const at::Tensor& input0, const at::Tensor& target0
   int64_t failed = 0;
   std::string why;
   TensorMeta failedIn;
+  // The probe's weight casts must not serve the step's forward (common/autocast.h): a tied table's
+  // cast made here ran last in step 1's backward, and DDP built its buckets from that order.
+  NoAutocastCache freshCasts;
   for (int c = 0; c < sched_.chunks; ++c) {
     const int s = sched_.stageOf(r, c);
     const bool first = s == 0, last = s == sched_.numStages() - 1;

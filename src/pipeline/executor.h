@@ -32,7 +32,8 @@
 // process exits, at the latest after the communicator's timeout (test_pipeline checks it).
 // The probe runs each stage's forward once more: a stage drawing random numbers (dropout)
 // draws extra ones, and one with running statistics (batch norm) updates them, on the steps
-// that probe. With pp > 1 on GPUs the preamble reads a few integers back to the host: on a side
+// that probe. It neither reads nor fills CUDA autocast's cast cache (common/autocast.h's
+// NoAutocastCache), so the step's forward makes its own casts. With pp > 1 on GPUs the preamble reads a few integers back to the host: on a side
 // stream, so the host waits for the pp group's transfers queued before it (the previous step's
 // last ones), not for this rank's compute stream; a SyncCheck (common/host_sync.h) lets that
 // one round trip pass. With pp = 1 the preamble stays on the host. A probe reads back too.
