@@ -85,6 +85,7 @@ Trainer::State::Pending Trainer::State::queueStep(int64_t s) {
     adam->setLr(p.rep.lr);
     adam->step(scale);
     ddp->zeroGrad();
+    if (s == startStep) logDdpBuckets();
   }
   p.marks.mark();
   auto l = loss.reshape({1}).to(at::kFloat).clone();

@@ -1,5 +1,6 @@
 // train_gpt's progress log (rank 0: a line per step and a JSONL record).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/types.h>
 #include <torch/utils.h>
 
@@ -159,6 +160,18 @@ void Trainer::State::startTrainingMemory() {
                             built.item<double>());
   resetPeakMemory(device);
   runPeakGiB = 0;
+}
+
+void Trainer::State::logDdpBuckets() const {
+  if (!ddp || !isLogger()) return;
+  const auto layout = ddp->bucketLayout();
+  if (layout.empty()) return;
+  auto names = [](const std::vector<std::string>& b) {
+    std::vector<std::string> shown(b.begin(), b.begin() + std::min<size_t>(b.size(), 3));
+    return fmt::format("{}{}", fmt::join(shown, ", "), b.size() > 3 ? fmt::format(" and {} more", b.size() - 3) : "");
+  };
+  log::info("train_gpt: DDP all-reduces {} bucket(s), built in this run's first step's gradient-ready order; first: {}; last: {}",
+            layout.size(), names(layout.front()), names(layout.back()));
 }
 
 bool Trainer::State::measureMemory() const { return o.breakdown && device.is_cuda(); }

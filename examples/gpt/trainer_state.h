@@ -63,6 +63,9 @@ struct Trainer::State {
   void startTrainingMemory();
   bool measureMemory() const;
   double endMemoryPhase();  // the peak since the last phase ended (folded into runPeakGiB), then resets it
+  // DDP: logs (rank 0) the buckets as the first synchronised backward's gradient-ready order left them:
+  // how many, and the first and last bucket's parameters (whose all-reduces start first and last).
+  void logDdpBuckets() const;
   std::ofstream jsonl;
   std::chrono::steady_clock::time_point runStart = std::chrono::steady_clock::now();
   int64_t startStep = 0;
