@@ -7,11 +7,8 @@
 // comes back in its own dtype. Nothing happens without CUDA autocast (CPU, LibTorch 1.13, or
 // autocast off), for non-floating inputs, or when the dtype already matches.
 #include <ATen/ATen.h>
-#include <torch/version.h>
-
-#if TORCH_VERSION_MAJOR >= 2
 #include <ATen/autocast_mode.h>
-#endif
+#include <torch/version.h>
 
 namespace tessera {
 
@@ -101,30 +98,21 @@ class CudaAutocastCacheScope {
 };
 
 // While alive: autocast's cast cache is neither read nor filled on this thread (casts are made
-// afresh), e.g. for a forward without gradients inside a step's CudaAutocastCacheScope (the
-// pipeline executor's shape probe). A cast cached there would serve the step's real forward: from
-// PyTorch 2.10 with a grad_fn made before that forward, whose low sequence number makes autograd run
-// it last in backward, so the parameter's gradient (and DDP's ready hook) comes at the very end;
-// before 2.10 with no grad_fn at all, so the parameter would get no gradient through it. LibTorch
-// 1.13: nothing (no CUDA autocast).
+// afresh; any device's autocast), e.g. for a forward without gradients inside a step's
+// CudaAutocastCacheScope (the pipeline executor's shape probe). A cast cached there would serve the
+// step's real forward: on the GPU image's PyTorch 2.11 (after pytorch/pytorch#165068) with a grad_fn
+// made before that forward, whose low sequence number makes autograd run it last in backward, so the
+// parameter's gradient (and DDP's ready hook) comes at the very end; before that change (LibTorch
+// 1.13's CPU autocast included) with no grad_fn at all, so the parameter got no gradient through it.
 class NoAutocastCache {
  public:
-  NoAutocastCache() {
-#if TORCH_VERSION_MAJOR >= 2
-    prev_ = at::autocast::is_autocast_cache_enabled();
-    at::autocast::set_autocast_cache_enabled(false);
-#endif
-  }
-  ~NoAutocastCache() {
-#if TORCH_VERSION_MAJOR >= 2
-    at::autocast::set_autocast_cache_enabled(prev_);
-#endif
-  }
+  NoAutocastCache() : prev_(at::autocast::is_autocast_cache_enabled()) { at::autocast::set_autocast_cache_enabled(false); }
+  ~NoAutocastCache() { at::autocast::set_autocast_cache_enabled(prev_); }
   NoAutocastCache(const NoAutocastCache&) = delete;
   NoAutocastCache& operator=(const NoAutocastCache&) = delete;
 
  private:
-  bool prev_ = true;
+  bool prev_;
 };
 
 // A parameter (a float32 leaf that requires grad) in the CUDA autocast dtype through autocast's
