@@ -10,7 +10,8 @@
 #   traces    each of single, ddp, fsdp, tp-sp (1x1xN --sp, TP_B sequences), pp (1xNx1, 1f1b, MB micro-
 #             batches of PP_B sequences) and pp-zb (zb-h1) traced for steps 5 and 6 of 8 (--profile):
 #             LOGS/traces/<name>.json.gz (rank 0), LOGS/kernels-dp.md (summarize.py: single, ddp, fsdp),
-#             LOGS/gaps-<name>.txt (gaps.py: compute idle beside communication, by launching op)
+#             LOGS/gaps-<name>.txt (gaps.py: compute idle beside communication, by launching op; for tp-sp,
+#             pp and pp-zb also each other rank's, LOGS/gaps-<name>.rank<r>.txt: which stage sets the pace)
 #   bench/llama/scale_traces.sh BUILD LOGS [variants] [traces]        (default: both)
 # Env: NPROC (4), MODEL (llama3-1b; llama-tiny on a CPU: the plumbing, fp32, Gloo), B (4 per GPU), TP_B (NPROC x B),
 # PP_B (16), MB (16), STEPS (10 timed after 3 warm-ups), RUN_TIMEOUT (s per run, 120), BUDGET_S (s for the
@@ -86,6 +87,16 @@ for s in "${SECTIONS[@]}"; do
         train "traced-$t" "$(gpus "$t")" 8 $(layout "$t") --profile "$LOGS/traces/$t.json:5:2" || continue
         "$PY" "$HERE/../profile/gaps.py" "$LOGS/traces/$t.json" --top 12 >"$LOGS/gaps-$t.txt" 2>&1 &&
           sed -n 2,4p "$LOGS/gaps-$t.txt" | sed "s/^/  $t: /"
+        # Pipelines and TP: every rank's idle time too (which stage sets the pace, which rank waits).
+        case $t in
+          pp | pp-zb | tp-sp)
+            for f in "$LOGS"/traces/"$t".rank[0-9]*.json; do
+              [ -f "$f" ] || continue
+              r=${f##*.rank} r=${r%.json}
+              "$PY" "$HERE/../profile/gaps.py" "$f" --top 12 >"$LOGS/gaps-$t.rank$r.txt" 2>&1 &&
+                sed -n 3p "$LOGS/gaps-$t.rank$r.txt" | sed "s/^/  $t rank $r: /"
+            done ;;
+        esac
       done
       "$PY" "$HERE/../profile/summarize.py" --steps 2 --top 40 single="$LOGS/traces/single.json" \
         ddp="$LOGS/traces/ddp.json" fsdp="$LOGS/traces/fsdp.json" >"$LOGS/kernels-dp.md" 2>&1 || rc=1
