@@ -5,7 +5,8 @@
 #             before attention), -single-zero and -ddp-zero (--zero-grads zero: gradients zeroed after
 #             the step instead of overwritten by the next GEMMs), -ddp, -ddp-embreduce (--emb-grad reduce: the
 #             tied table's lookup rows all-reduced with it, not gathered), -ddp-bf16 (--grad-reduce bf16),
-#             -ddp-ctas8 (NCCL_MIN_CTAS=NCCL_MAX_CTAS=8: fewer SMs for NCCL beside backward), -fsdp,
+#             -ddp-ctas8 (NCCL_MIN_CTAS=NCCL_MAX_CTAS=8: fewer SMs for NCCL beside backward), -ddp-simple
+#             (NCCL_PROTO=Simple: NCCL's bulk protocol, lighter on the SMs and memory than LL/LL128), -fsdp,
 #             -fsdp-bf16, scaled against the single row: RESULTS/RESULT_NAME.{json,md} (bench/results.py gpt)
 #   traces    each of single, ddp, fsdp, tp-sp (1x1xN --sp, TP_B sequences), pp (1xNx1, 1f1b, MB micro-
 #             batches of PP_B sequences) and pp-zb (zb-h1) traced for steps 5 and 6 of 8 (--profile):
@@ -61,7 +62,7 @@ gpus() { [ "$1" = single ] && echo 1 || echo "$N"; }
 for s in "${SECTIONS[@]}"; do
   case $s in
     variants)
-      for v in single single-gqarepeat single-zero ddp ddp-zero ddp-embreduce ddp-bf16 ddp-ctas8 fsdp fsdp-bf16; do
+      for v in single single-gqarepeat single-zero ddp ddp-zero ddp-embreduce ddp-bf16 ddp-ctas8 ddp-simple fsdp fsdp-bf16; do
         base=${v%-*} extra=() ENV_RUN=()
         case $v in
           *-bf16) extra=(--grad-reduce bf16) ;;
@@ -69,6 +70,7 @@ for s in "${SECTIONS[@]}"; do
           *-embreduce) extra=(--emb-grad reduce) ;;
           *-gqarepeat) extra=(--gqa repeat) ;;
           *-ctas8) ENV_RUN=(NCCL_MIN_CTAS=8 NCCL_MAX_CTAS=8) ;;
+          *-simple) ENV_RUN=(NCCL_PROTO=Simple) ;;
         esac
         # shellcheck disable=SC2046
         train "tessera-$v" "$(gpus "$base")" $((STEPS + 3)) $(layout "$base") "${extra[@]}"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/llama/scale_traces.sh's variants on the CPU (2 ranks over Gloo, llama-tiny, fp32, 2 timed steps), results
-# into a temporary directory: the ten rows come out (the NCCL one a plain DDP run on Gloo), each scaled against
+# into a temporary directory: the eleven rows come out (the NCCL ones plain DDP runs on Gloo), each scaled against
 # tessera-single, the bf16 rows ran with the gradients reduced in bf16 (their losses after the first step
 # differ from the float32 rows'), the --zero-grads zero rows trained bitwise as the default ones, and the
 # --emb-grad reduce row within float32 rounding of the default (gathered) one.
@@ -20,7 +20,7 @@ w = sys.argv[1]
 res = json.load(open(os.path.join(w, "results", "variants.json")))
 rows = {r["system"]: r for r in res["rows"]}
 want = ["tessera-single", "tessera-single-gqarepeat", "tessera-single-zero", "tessera-ddp", "tessera-ddp-zero", "tessera-ddp-embreduce",
-        "tessera-ddp-bf16", "tessera-ddp-ctas8", "tessera-fsdp", "tessera-fsdp-bf16"]
+        "tessera-ddp-bf16", "tessera-ddp-ctas8", "tessera-ddp-simple", "tessera-fsdp", "tessera-fsdp-bf16"]
 assert sorted(rows) == sorted(want), sorted(rows)
 for s in want:
     assert rows[s]["scaled_against"] == "tessera-single" and rows[s]["scaling"] > 0, rows[s]
@@ -35,5 +35,5 @@ for base in ("single", "ddp"):
     assert len(mark) > 1 and mark == zero, (base, mark, zero)
 gather, reduce = losses("tessera-ddp"), losses("tessera-ddp-embreduce")
 assert len(gather) == len(reduce) > 1 and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(gather, reduce)), (gather, reduce)
-print("PASS: ten rows scaled against tessera-single; the bf16 rows reduced in bf16; zeroed gradients train as marked")
+print("PASS: eleven rows scaled against tessera-single; the bf16 rows reduced in bf16; zeroed gradients train as marked")
 PY
