@@ -26,6 +26,16 @@ at::Tensor take(const c10::TensorImpl* key) {
   return p;
 }
 
+// Zeroes the tensors in place, in one multi-tensor launch where LibTorch has it.
+void zeroAll(const std::vector<at::Tensor>& grads) {
+  if (grads.empty()) return;
+#if TORCH_VERSION_MAJOR >= 2
+  at::_foreach_zero_(grads);
+#else
+  for (auto g : grads) g.zero_();
+#endif
+}
+
 }  // namespace
 
 void markStale(const std::vector<at::Tensor>& params) {
@@ -53,12 +63,16 @@ void zeroIfStale(const std::vector<at::Tensor>& params) {
     auto p = take(q.unsafeGetTensorImpl());
     if (p.defined() && p.grad().defined()) grads.push_back(p.mutable_grad());
   }
-  if (grads.empty()) return;
-#if TORCH_VERSION_MAJOR >= 2
-  at::_foreach_zero_(grads);
-#else
-  for (auto& g : grads) g.zero_();
-#endif
+  zeroAll(grads);
+}
+
+void zeroGrads(const std::vector<at::Tensor>& params) {
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params) {
+    take(p.unsafeGetTensorImpl());  // zeroed below: no longer stale
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  zeroAll(grads);
 }
 
 bool isStale(const at::Tensor& param) {

@@ -34,6 +34,9 @@ void zeroIfStale(const at::Tensor& param);
 void zeroIfStale(const c10::TensorImpl* param);
 // zeroIfStale for each, the zeroing in one multi-tensor launch where LibTorch has it.
 void zeroIfStale(const std::vector<at::Tensor>& params);
+// The plain zero_grad: every defined .grad zeroed in place (bucket views kept), in one launch
+// as above; marks on these parameters are resolved by it.
+void zeroGrads(const std::vector<at::Tensor>& params);
 bool isStale(const at::Tensor& param);
 size_t staleCount();  // marks not yet resolved (tests)
 

@@ -6,7 +6,6 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
-#include <torch/version.h>
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -129,15 +128,7 @@ void Reducer::zeroGrad() {
     nn::markStale(paramTensors());
     return;
   }
-  std::vector<at::Tensor> grads;
-  for (auto& p : params_) {
-    if (p.tensor.grad().defined()) grads.push_back(p.tensor.mutable_grad());
-  }
-#if TORCH_VERSION_MAJOR >= 2
-  if (!grads.empty()) at::_foreach_zero_(grads);  // one multi-tensor kernel
-#else
-  for (auto& g : grads) g.zero_();
-#endif
+  nn::zeroGrads(paramTensors());
 }
 
 void Reducer::beginIteration() {
