@@ -74,21 +74,15 @@ class Bf16Autocast : public CudaAutocast {
 // opened inside it, e.g. the micro-batches of one training step, so each parameter is cast once
 // per step instead of once per micro-batch (micro-batches in flight then share one copy). The
 // destructor clears the cache once no region is open: end it before the parameters change (the
-// optimizer step). Autocast itself stays as the regions inside set it. LibTorch 1.13: nothing.
+// optimizer step). Autocast itself stays as the regions inside set it. The cache is autocast's
+// one cache, so the scope holds CPU autocast's casts as well (LibTorch 1.13's tests use that).
 class CudaAutocastCacheScope {
  public:
-  explicit CudaAutocastCacheScope(bool enabled) {
-#if TORCH_VERSION_MAJOR >= 2
-    on_ = enabled;
+  explicit CudaAutocastCacheScope(bool enabled) : on_(enabled) {
     if (on_) at::autocast::increment_nesting();
-#else
-    (void)enabled;
-#endif
   }
   ~CudaAutocastCacheScope() {
-#if TORCH_VERSION_MAJOR >= 2
     if (on_ && at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-#endif
   }
   CudaAutocastCacheScope(const CudaAutocastCacheScope&) = delete;
   CudaAutocastCacheScope& operator=(const CudaAutocastCacheScope&) = delete;

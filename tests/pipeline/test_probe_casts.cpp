@@ -68,14 +68,6 @@ class Autocast {
   std::optional<Bf16Autocast> gpu_;
 };
 
-// As CudaAutocastCacheScope (any device): the casts outlive the autocast regions inside it.
-struct CastOncePerStep {
-  CastOncePerStep() { at::autocast::increment_nesting(); }
-  ~CastOncePerStep() {
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-  }
-};
-
 // The order in which parameters' AccumulateGrad post hooks fire (as DDP's ready hooks do).
 struct ReadyOrder {
   std::vector<std::string> names;
@@ -119,7 +111,7 @@ TESSERA_WORKER(pp_probe_casts) {
     order.names.clear();
     u.mutable_grad() = at::Tensor(), head.mutable_grad() = at::Tensor();
     {
-      CastOncePerStep castOncePerStep;  // as train_gpt's step
+      CudaAutocastCacheScope castOncePerStep(true);  // as train_gpt's step (the cache serves CPU autocast too)
       exec.step(x, t);
     }
     WCHECK(order.names.size() == 2, "step {}: {} gradient-ready hooks fired, expected 2", step, order.names.size());
