@@ -26,10 +26,11 @@ CommPtr makeNcclCommunicator(const StorePtr& store, int rank, int size, int devi
 // communicators made afterwards. setGlooDevice: the interface name, else the host name or
 // address, Gloo's TCP device binds (both empty: this host's name); ignored once the device
 // exists (the first Gloo communicator) and in builds without Gloo. setNcclOptions: ops on a
-// blocking twin communicator (blockingOps) and NCCL's CTA policy; throws tessera::Error for a
+// blocking twin communicator (blockingOps), NCCL's CTA policy, and whether each communicator's
+// stream has the device's greatest priority (else the default one); throws tessera::Error for a
 // policy this NCCL lacks (< 2.27); ignored in builds without NCCL.
 void setGlooDevice(const std::string& ifname, const std::string& host);
-void setNcclOptions(bool blockingOps, NcclCtaPolicy ctaPolicy);
+void setNcclOptions(bool blockingOps, NcclCtaPolicy ctaPolicy, bool highPriorityStreams = true);
 
 // CUDA device queries (0 / "" when built without CUDA or no driver is present).
 int cudaDeviceCount();

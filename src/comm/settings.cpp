@@ -27,6 +27,7 @@ constexpr Choices<Backend, 2> kBackend{"backend", {{{Backend::Gloo, "gloo"}, {Ba
 constexpr Choices<NcclCtaPolicy, 3> kCtaPolicy{
     "TESSERA_NCCL_CTA_POLICY value",
     {{{NcclCtaPolicy::Default, "default"}, {NcclCtaPolicy::Efficiency, "efficiency"}, {NcclCtaPolicy::Zero, "zero"}}}};
+constexpr Choices<bool, 2> kStreamPriority{"TESSERA_NCCL_STREAM_PRIORITY value", {{{true, "high"}, {false, "normal"}}}};
 constexpr Choices<bool, 2> kDebug{"TESSERA_DEBUG value", {{{false, "off"}, {true, "detail"}}}};
 
 // An integer variable within [lo, hi], else an error naming it.
@@ -77,6 +78,7 @@ Settings Settings::fromEnvironment() {
   if (auto g = env::getSeconds("TESSERA_EXIT_GRACE_S")) s.exitGrace = *g;
   readBool("TESSERA_NCCL_BLOCKING", s.ncclBlocking);
   readChoice("TESSERA_NCCL_CTA_POLICY", s.ncclCtaPolicy, kCtaPolicy);
+  readChoice("TESSERA_NCCL_STREAM_PRIORITY", s.ncclHighPriorityStreams, kStreamPriority);
   s.glooIfname = env::get("TESSERA_GLOO_IFNAME").value_or("");
   s.glooHost = env::get("TESSERA_GLOO_HOST").value_or("");
   s.faultInject = env::get("TESSERA_FAULT_INJECT").value_or("");
@@ -112,7 +114,7 @@ void injectFault(const Settings& s, const std::string& point, int rank, const ch
 }
 
 void configure(const Settings& s) {
-  setNcclOptions(s.ncclBlocking, s.ncclCtaPolicy);  // first: it may refuse the policy
+  setNcclOptions(s.ncclBlocking, s.ncclCtaPolicy, s.ncclHighPriorityStreams);  // first: it may refuse the policy
   setGlooDevice(s.glooIfname, s.glooHost);
   log::setLevel(s.logLevel);
   fingerprint::setEnabled(s.debugDetail);

@@ -37,9 +37,11 @@ struct Settings {
   bool exitOnError = true;                                        // TESSERA_EXIT_ON_ERROR=0|1
   std::chrono::milliseconds exitGrace = std::chrono::seconds(5);  // TESSERA_EXIT_GRACE_S
   // NCCL: ops on a blocking twin of the non-blocking control communicator (false: one
-  // non-blocking communicator); NCCL's CTA policy (NCCL >= 2.27).
+  // non-blocking communicator); NCCL's CTA policy (NCCL >= 2.27); each communicator's stream
+  // of the device's greatest priority (false: the default priority, the compute stream's).
   bool ncclBlocking = true;                                // TESSERA_NCCL_BLOCKING=0|1
   NcclCtaPolicy ncclCtaPolicy = NcclCtaPolicy::Default;    // TESSERA_NCCL_CTA_POLICY=default|efficiency|zero
+  bool ncclHighPriorityStreams = true;                     // TESSERA_NCCL_STREAM_PRIORITY=high|normal
   // Gloo's TCP device: an interface name, else a host name or address to bind, else this
   // host's name (127.0.0.1 when that does not resolve).
   std::string glooIfname;  // TESSERA_GLOO_IFNAME

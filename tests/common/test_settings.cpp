@@ -38,7 +38,7 @@ const std::map<std::string, std::string> kOddEnv = {
     {"TESSERA_GLOO_IFNAME", "lo"},       {"TESSERA_FAULT_INJECT", "checkpoint-after-write:9"},
     {"TESSERA_OVERLAP_SM_CARVEOUT", "16"}, {"TESSERA_TP_FORWARD_CHUNKS", "3"},
     {"TESSERA_TP_RING", "1"},            {"TESSERA_PROFILE", "trace.json:1:1"},
-    {"TESSERA_PROFILE_CPU", "0"},
+    {"TESSERA_PROFILE_CPU", "0"},        {"TESSERA_NCCL_STREAM_PRIORITY", "normal"},
 };
 
 std::string ms(std::chrono::milliseconds t) { return std::to_string(t.count()); }
@@ -64,9 +64,9 @@ std::string libraryDefaults() {
   s += fmt::format("init {} {} {} {};", i.backend.has_value(), i.timeout.has_value(), i.settings.has_value(),
                    i.storeHost);
   const Settings st;
-  s += fmt::format("settings {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {};", ms(st.timeout), st.backend.has_value(),
+  s += fmt::format("settings {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {};", ms(st.timeout), st.backend.has_value(),
                    static_cast<int>(st.logLevel), st.debugDetail, st.flightRecorderSize, st.exitOnError,
-                   ms(st.exitGrace), st.ncclBlocking, toString(st.ncclCtaPolicy), st.glooIfname, st.glooHost,
+                   ms(st.exitGrace), st.ncclBlocking, toString(st.ncclCtaPolicy), st.ncclHighPriorityStreams, st.glooIfname, st.glooHost,
                    st.faultInject, st.smCarveout, st.tpForwardChunks, st.tpRing, st.profile + (st.profileCpu ? "+cpu" : ""));
   // Process-wide state before configure(): constants too.
   s += fmt::format("process {} {} {};", static_cast<int>(log::level()), fingerprint::enabled(),
@@ -81,7 +81,7 @@ TESSERA_WORKER(defaults_with_odd_env) {
   const auto e = Settings::fromEnvironment();
   WCHECK(e.timeout == std::chrono::seconds(7) && e.backend == Backend::Gloo && e.logLevel == log::Level::Error &&
              e.debugDetail && e.flightRecorderSize == 5 && !e.exitOnError && e.exitGrace == std::chrono::seconds(2) &&
-             !e.ncclBlocking && e.glooIfname == "lo" && e.faultInject == "checkpoint-after-write:9" && e.smCarveout == 16 &&
+             !e.ncclBlocking && !e.ncclHighPriorityStreams && e.glooIfname == "lo" && e.faultInject == "checkpoint-after-write:9" && e.smCarveout == 16 &&
              e.tpForwardChunks == 3 && e.tpRing && e.profile == "trace.json:1:1" && !e.profileCpu,
          "Settings::fromEnvironment() did not read every variable");
   WCHECK(tp::LinearOverlap::fromSettings(e).forwardChunks == 3 && tp::LinearOverlap::fromSettings(e).smCarveout == 16 &&
@@ -142,6 +142,7 @@ TEST(Settings, MalformedVariablesAreNamed) {
       {{"TESSERA_LOG_LEVEL", "verbose"}, "unknown TESSERA_LOG_LEVEL value 'verbose'; allowed: debug, info, warn, error"},
       {{"TESSERA_DEBUG", "1"}, "unknown TESSERA_DEBUG value '1'; allowed: off, detail"},
       {{"TESSERA_NCCL_CTA_POLICY", "fastest"}, "unknown TESSERA_NCCL_CTA_POLICY value 'fastest'; allowed: default, efficiency, zero"},
+      {{"TESSERA_NCCL_STREAM_PRIORITY", "low"}, "unknown TESSERA_NCCL_STREAM_PRIORITY value 'low'; allowed: high, normal"},
       {{"TESSERA_FLIGHT_RECORDER_SIZE", "-1"}, "TESSERA_FLIGHT_RECORDER_SIZE=-1 is not a number of ops"},
       {{"TESSERA_EXIT_ON_ERROR", "yes"}, "environment variable TESSERA_EXIT_ON_ERROR='yes' is not an integer"},
       {{"TESSERA_FAULT_INJECT", "bootstrap-after-stor:1"},

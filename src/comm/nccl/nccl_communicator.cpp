@@ -42,6 +42,8 @@ std::string uniqueIdKey(const std::string& name) {
 std::atomic<bool> g_blockingOps{true};
 // NCCL's CTA policy for every communicator made afterwards (setNcclOptions); -1: NCCL's own.
 std::atomic<int> g_ctaPolicy{-1};
+// Streams of communicators made afterwards: the device's greatest priority, else the default.
+std::atomic<bool> g_highPriorityStreams{true};
 
 bool blockingOps() { return g_blockingOps.load(); }
 
@@ -56,7 +58,7 @@ ncclConfig_t commConfig(bool blocking) {
 
 }  // namespace
 
-void setNcclOptions(bool blocking, NcclCtaPolicy policy) {
+void setNcclOptions(bool blocking, NcclCtaPolicy policy, bool highPriorityStreams) {
   int p = -1;
   if (policy != NcclCtaPolicy::Default) {
 #ifdef NCCL_CTA_POLICY_EFFICIENCY
@@ -69,6 +71,7 @@ void setNcclOptions(bool blocking, NcclCtaPolicy policy) {
   }
   g_blockingOps = blocking;
   g_ctaPolicy = p;
+  g_highPriorityStreams = highPriorityStreams;
 }
 
 NcclCommunicator::NcclCommunicator(const StorePtr& store, int rank, int size, int device, const std::string& name,
@@ -122,7 +125,7 @@ NcclCommunicator::NcclCommunicator(const StorePtr& store, int rank, int size, in
   }
   st_->control = d ? c : nullptr;
   st_->comm = d ? d : c;
-  st_->start();
+  st_->start(g_highPriorityStreams.load());
   log::debug("nccl communicator '{}' rank {} of {} on cuda:{} ready in {:.2f} s", name, rank, size, device,
              nccl_detail::secondsSince(t0));
 }
@@ -198,7 +201,7 @@ std::shared_ptr<Communicator> NcclCommunicator::doSplit(int color, const std::ve
   if (members.empty() || !nc) return nullptr;
   st->control = nd ? nc : nullptr;
   st->comm = nd ? nd : nc;
-  st->start();
+  st->start(g_highPriorityStreams.load());
   return std::make_shared<NcclCommunicator>(st, timeout_);
 }
 

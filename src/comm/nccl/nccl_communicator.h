@@ -2,7 +2,8 @@
 // NcclCommunicator: CUDA tensors over NCCL. Internal header: the public entry point is
 // makeNcclCommunicator() in comm/backends.h; no NCCL or CUDA type appears here.
 //
-// Streams: each communicator owns one CUDA stream of the greatest priority. An op records an
+// Streams: each communicator owns one CUDA stream, of the device's greatest priority unless
+// setNcclOptions said otherwise (TESSERA_NCCL_STREAM_PRIORITY=normal). An op records an
 // event on the caller's *current* stream (LibTorch's current stream of the device) and makes
 // its own stream wait on it, runs NCCL there and records a completion event. Work::wait()
 // makes the caller's current stream wait on that event (no host synchronisation);

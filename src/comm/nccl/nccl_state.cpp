@@ -27,11 +27,13 @@ NcclState::~NcclState() {
   (void)cudaGetLastError();
 }
 
-void NcclState::start() {
+void NcclState::start(bool highPriorityStream) {
   DeviceGuard g(device);
   int least = 0, greatest = 0;
   TESSERA_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest), rank);
-  TESSERA_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest), rank);
+  // `least` is the default priority (0), that of LibTorch's default and pool streams.
+  TESSERA_CUDA_CHECK(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, highPriorityStream ? greatest : least),
+                     rank);
   TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), rank);
   TESSERA_CUDA_CHECK(cudaMalloc(&scratch, 16), rank);
   TESSERA_CUDA_CHECK(cudaMemset(scratch, 0, 16), rank);

@@ -36,13 +36,14 @@ struct NcclState {
   std::string name;
   ncclComm_t comm = nullptr;       // every op runs on this one (blocking by default)
   ncclComm_t control = nullptr;    // non-blocking twin used to bound init/splits (or nullptr)
-  cudaStream_t stream = nullptr;  // the communicator's own high-priority stream
+  cudaStream_t stream = nullptr;  // the communicator's own stream (greatest priority unless start() said not)
   cudaEvent_t ready = nullptr;    // reused: "caller's stream reached this op"
   void* scratch = nullptr;        // 4 bytes of device memory for barrier()
   std::timed_mutex opMu;          // serialises NCCL calls on `comm`
 
-  // Creates the stream, events and scratch buffer and starts the watchdog. `comm` is set.
-  void start();
+  // Creates the stream (of the device's greatest priority, else the default one), events and
+  // scratch buffer and starts the watchdog. `comm` is set.
+  void start(bool highPriorityStream = true);
   // Waits (bounded by the ops' own timeouts) for in-flight ops, stops the watchdog, then
   // finalises and destroys the comm (or aborts it when that does not finish in time).
   void shutdown();

@@ -5,7 +5,7 @@
 namespace tessera {
 bool ncclAvailable() { return false; }
 std::string ncclVersion() { return ""; }
-void setNcclOptions(bool, NcclCtaPolicy) {}
+void setNcclOptions(bool, NcclCtaPolicy, bool) {}
 CommPtr makeNcclCommunicator(const StorePtr&, int rank, int, int, const std::string& name,
                              std::chrono::milliseconds) {
   throw Error(fmt::format("tessera: communicator '{}' on rank {}: tessera was built without NCCL", name, rank));
