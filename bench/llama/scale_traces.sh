@@ -7,8 +7,11 @@
 #             tied table's lookup rows all-reduced with it, not gathered), -ddp-bf16 (--grad-reduce bf16),
 #             -ddp-ctas8 (NCCL_MIN_CTAS=NCCL_MAX_CTAS=8: fewer SMs for NCCL beside backward), -ddp-simple
 #             (NCCL_PROTO=Simple: NCCL's bulk protocol, lighter on the SMs and memory than LL/LL128), -fsdp,
-#             -fsdp-bf16, scaled against the single row: RESULTS/RESULT_NAME.{json,md} (bench/results.py gpt)
-#   traces    each of single, ddp, fsdp, tp-sp (1x1xN --sp, TP_B sequences), pp (1xNx1, 1f1b, MB micro-
+#             -fsdp-bf16, scaled against the single row: RESULTS/RESULT_NAME.{json,md} (bench/results.py gpt).
+#             VARIANTS picks others: any layout name of `traces` below (untraced), and -ddp-normalprio,
+#             -fsdp-normalprio (TESSERA_NCCL_STREAM_PRIORITY=normal: NCCL's streams at the compute stream's
+#             priority), -ddp-ctaeff (TESSERA_NCCL_CTA_POLICY=efficiency, NCCL >= 2.27)
+#   traces    each of (TRACES, default all:) single, ddp, fsdp, tp-sp (1x1xN --sp, TP_B sequences), pp (1xNx1, 1f1b, MB micro-
 #             batches of PP_B sequences) and pp-zb (zb-h1) traced for steps 5 and 6 of 8 (--profile):
 #             LOGS/traces/<name>.json.gz (rank 0), LOGS/kernels-dp.md (summarize.py: single, ddp, fsdp),
 #             LOGS/gaps-<name>.txt (gaps.py: compute idle beside communication, by launching op; for tp-sp,
@@ -62,8 +65,10 @@ gpus() { [ "$1" = single ] && echo 1 || echo "$N"; }
 for s in "${SECTIONS[@]}"; do
   case $s in
     variants)
-      for v in single single-gqarepeat single-zero ddp ddp-zero ddp-embreduce ddp-bf16 ddp-ctas8 ddp-simple fsdp fsdp-bf16; do
+      for v in ${VARIANTS:-single single-gqarepeat single-zero ddp ddp-zero ddp-embreduce ddp-bf16 ddp-ctas8 ddp-simple fsdp fsdp-bf16}; do
         base=${v%-*} extra=() ENV_RUN=()
+        [ -n "$(layout "$v")" ] && base=$v  # a layout name itself (tp-sp, pp-zb)
+        [ -n "$(layout "$base")" ] || { echo "scale_traces.sh: unknown variant $v" >&2; rc=1; continue; }
         case $v in
           *-bf16) extra=(--grad-reduce bf16) ;;
           *-zero) extra=(--zero-grads zero) ;;
@@ -71,6 +76,8 @@ for s in "${SECTIONS[@]}"; do
           *-gqarepeat) extra=(--gqa repeat) ;;
           *-ctas8) ENV_RUN=(NCCL_MIN_CTAS=8 NCCL_MAX_CTAS=8) ;;
           *-simple) ENV_RUN=(NCCL_PROTO=Simple) ;;
+          *-normalprio) ENV_RUN=(TESSERA_NCCL_STREAM_PRIORITY=normal) ;;
+          *-ctaeff) ENV_RUN=(TESSERA_NCCL_CTA_POLICY=efficiency) ;;
         esac
         # shellcheck disable=SC2046
         train "tessera-$v" "$(gpus "$base")" $((STEPS + 3)) $(layout "$base") "${extra[@]}"
@@ -78,13 +85,13 @@ for s in "${SECTIONS[@]}"; do
       ENV_RUN=()
       "$PY" "$HERE/../results.py" gpt "${logs[@]}" --name "${RESULT_NAME:-scale_variants_${MODEL//-/_}}" \
         --results "${RESULTS:-$HERE/../results}" --machine "$(PYTHON=$PY machine CPU) ($N used)" \
-        --command "NPROC=$N MODEL=$MODEL B=$B STEPS=$STEPS bench/llama/scale_traces.sh $BUILD $LOGS variants" \
+        --command "${VARIANTS:+VARIANTS='$VARIANTS' }NPROC=$N MODEL=$MODEL B=$B STEPS=$STEPS bench/llama/scale_traces.sh $BUILD $LOGS variants" \
         --title "$MODEL on $N GPU(s): train_gpt's data-parallel variants (gradients reduced in float32 and bf16)" \
-        --config "$MODEL ${PRECISION[*]:-fp32}; B=$B sequences per GPU; synthetic tokens; no recompute" \
+        --config "$MODEL ${PRECISION[*]:-fp32}; B=$B sequences per GPU (tp-sp: TP_B=$TP_B in all; pp, pp-zb: PP_B=$PP_B in MB=$MB micro-batches); synthetic tokens; no recompute" \
         --method "3 warm-ups then the median of $STEPS steps (upper median) from train_gpt's JSONL log" \
         --reference tessera=tessera-single --columns "mode,scaled_against,overhead_ms" || rc=1 ;;
     traces)
-      for t in single ddp fsdp tp-sp pp pp-zb; do
+      for t in ${TRACES:-single ddp fsdp tp-sp pp pp-zb}; do
         # shellcheck disable=SC2046
         train "traced-$t" "$(gpus "$t")" 8 $(layout "$t") --profile "$LOGS/traces/$t.json:5:2" || continue
         "$PY" "$HERE/../profile/gaps.py" "$LOGS/traces/$t.json" --top 12 >"$LOGS/gaps-$t.txt" 2>&1 &&
@@ -100,9 +107,11 @@ for s in "${SECTIONS[@]}"; do
             done ;;
         esac
       done
-      "$PY" "$HERE/../profile/summarize.py" --steps 2 --top 40 single="$LOGS/traces/single.json" \
-        ddp="$LOGS/traces/ddp.json" fsdp="$LOGS/traces/fsdp.json" >"$LOGS/kernels-dp.md" 2>&1 || rc=1
-      grep -E "all kernels|GPU span" "$LOGS/kernels-dp.md"
+      if [ -f "$LOGS/traces/single.json" ] && [ -f "$LOGS/traces/ddp.json" ] && [ -f "$LOGS/traces/fsdp.json" ]; then
+        "$PY" "$HERE/../profile/summarize.py" --steps 2 --top 40 single="$LOGS/traces/single.json" \
+          ddp="$LOGS/traces/ddp.json" fsdp="$LOGS/traces/fsdp.json" >"$LOGS/kernels-dp.md" 2>&1 || rc=1
+        grep -E "all kernels|GPU span" "$LOGS/kernels-dp.md"
+      fi
       rm -f "$LOGS"/traces/*.rank[0-9]*.json
       gzip -f "$LOGS"/traces/*.json 2>/dev/null ;;
     *) echo "scale_traces.sh: unknown section $s (variants traces)" >&2; exit 2 ;;

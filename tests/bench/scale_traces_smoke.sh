@@ -3,7 +3,8 @@
 # into a temporary directory: the eleven rows come out (the NCCL ones plain DDP runs on Gloo), each scaled against
 # tessera-single, the bf16 rows ran with the gradients reduced in bf16 (their losses after the first step
 # differ from the float32 rows'), the --zero-grads zero rows trained bitwise as the default ones, and the
-# --emb-grad reduce row within float32 rounding of the default (gathered) one.
+# --emb-grad reduce row within float32 rounding of the default (gathered) one; then VARIANTS picks the
+# tp-sp and pp-zb layouts (untraced) and the stream-priority variant, into a second table.
 #   scale_traces_smoke.sh BUILD_DIR
 set -uo pipefail
 export PET_MONITOR_INTERVAL=${PET_MONITOR_INTERVAL:-0.1}
@@ -36,4 +37,20 @@ for base in ("single", "ddp"):
 gather, reduce = losses("tessera-ddp"), losses("tessera-ddp-embreduce")
 assert len(gather) == len(reduce) > 1 and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(gather, reduce)), (gather, reduce)
 print("PASS: eleven rows scaled against tessera-single; the bf16 rows reduced in bf16; zeroed gradients train as marked")
+PY
+# VARIANTS: layout names run untraced, and the stream-priority variant (ignored by Gloo: plain DDP).
+VARIANTS="single tp-sp pp-zb ddp-normalprio" PYTHON=/usr/bin/python3 MODEL=llama-tiny NPROC=2 STEPS=2 B=2 PP_B=4 MB=4 \
+  RESULTS="$WORK/results" RESULT_NAME=layouts \
+  timeout -k 10 200 bash "$(dirname "$0")/../../bench/llama/scale_traces.sh" "$BUILD" "$WORK/logs2" variants || {
+  echo "FAIL: bench/llama/scale_traces.sh VARIANTS=... variants failed"; exit 1; }
+/usr/bin/python3 - "$WORK" <<'PY' || exit 1
+import json, os, sys
+res = json.load(open(os.path.join(sys.argv[1], "results", "layouts.json")))
+rows = {r["system"]: r for r in res["rows"]}
+assert sorted(rows) == ["tessera-ddp-normalprio", "tessera-pp-zb", "tessera-single", "tessera-tp-sp"], sorted(rows)
+assert rows["tessera-tp-sp"]["mode"].startswith("1x1x2") and rows["tessera-tp-sp"]["sequence_parallel"], rows["tessera-tp-sp"]
+assert rows["tessera-pp-zb"]["mode"].startswith("1x2x1") and rows["tessera-pp-zb"]["micro_batches"] == 4, rows["tessera-pp-zb"]
+assert rows["tessera-ddp-normalprio"]["mode"].startswith("2x1x1"), rows["tessera-ddp-normalprio"]
+assert all(r["scaled_against"] == "tessera-single" and r["scaling"] > 0 for r in rows.values()), rows
+print("PASS: VARIANTS ran the tp-sp and pp-zb layouts and the stream-priority variant, scaled against tessera-single")
 PY
