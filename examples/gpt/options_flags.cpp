@@ -226,8 +226,8 @@ std::vector<Flag> flagTable(bool onGpu) {
                     "DDP after each step: mark the gradients for the next GEMMs to overwrite, or zero them",
                     FIELD(zeroGrads)));
   t.add(twoWordFlag("--emb-grad", "gather|reduce", "reduce", "gather",
-                    "DDP, tied table: the lookup's rows all-gathered at the end of backward (the table's all-reduce "
-                    "then leaves with the head's gradient), or summed into the table's all-reduce",
+                    "DDP and FSDP, tied table: the lookup's rows all-gathered at the end of backward (the table's "
+                    "all-reduce or reduce-scatter then leaves with the head's gradient), or reduced with the table",
                     FIELD(embGradGather)));
   t.add(integerFlag("--ddp-bucket-mib", "N", "DDP: MiB of gradients per all-reduce (the first bucket: 1 MiB)", 1, 4096,
                     FIELD(ddpBucketMiB)));

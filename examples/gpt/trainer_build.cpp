@@ -77,9 +77,12 @@ void Trainer::State::build() {
     // Weight gradients summed by the GEMM into .grad across micro-batches: DDP's hooks still see
     // them (tests/parallel/ddp); FSDP's bf16 unit parameters and the tp > 1 ops cannot take it.
     if (usesFusedWgrad(o)) tp::setAccumulateGradInGemm(*chunk, true);
-    // The tied table's bucket leaves with the head's gradient; the lookup's rows are gathered
-    // at the end of backward instead (DdpOptions::gatherEmbeddingRows).
-    if (gathersEmbeddingRows(o, cfg)) chunk->emb->untracked = true;
+    // The tied table's bucket (FSDP: its unit's reduce-scatter) leaves with the head's gradient; the
+    // lookup's rows are gathered at the end of backward instead (Ddp/FsdpOptions::gatherEmbeddingRows).
+    if (gathersEmbeddingRows(o, cfg)) {
+      chunk->emb->accumulateGrad = true;  // DDP's setAccumulateGradInGemm set it already; FSDP's sink takes the rows
+      chunk->emb->untracked = true;
+    }
     if (o.fp8 != fp8::Recipe::Off) setFp8(*chunk);
     chunks.push_back(chunk);
   }
@@ -100,10 +103,12 @@ void Trainer::State::build() {
     fo.paramDtype = bf16 ? at::kBFloat16 : at::kFloat;
     if (o.gradReduceBf16) fo.reduceDtype = at::kBFloat16;
     fo.gatherAfterStep = true;  // the next step's first units gather beside the optimizer
+    fo.gatherEmbeddingRows = gathersEmbeddingRows(o, cfg);
     fo.prefetchBudgetBytes = o.fsdpPrefetchMiB >= 0 ? static_cast<size_t>(o.fsdpPrefetchMiB) << 20
                                                     : autoPrefetchBudget(units, fo.paramDtype, fo.reshardAfterForward);
-    if (isLogger()) log::info("train_gpt: FSDP over {} units, prefetch budget {} MiB{}", units.size(),
-                              fo.prefetchBudgetBytes >> 20, o.fsdpPrefetchMiB < 0 ? " (auto)" : "");
+    if (isLogger()) log::info("train_gpt: FSDP over {} units, prefetch budget {} MiB{}{}", units.size(),
+                              fo.prefetchBudgetBytes >> 20, o.fsdpPrefetchMiB < 0 ? " (auto)" : "",
+                              fo.gatherEmbeddingRows ? "; the tied table's lookup rows gathered" : "");
     fsdp = std::make_unique<FullyShardedDataParallel>(std::move(units), mesh->dataGroup(), fo);
     shardedAdam = std::make_unique<ShardedAdamW>(*fsdp, ao, decays);
   } else {

@@ -35,6 +35,9 @@ void sumRows(const at::Tensor& weight, const at::Tensor& ids, const at::Tensor& 
   const auto flatIds = ids.reshape({-1}).to(at::kLong);  // int32 ids: not indices in 1.13
   const auto rows = gy.reshape({-1, weight.size(1)});
   if (auto sink = sinkFor(weight); sink && sink(flatIds, rows)) return;
+  // Declined (or no sink): summed here, which needs what checkAccumulatable checks (an untracked
+  // lookup with a sink skipped it: FSDP's bf16 tables, whose sink takes every row).
+  checkAccumulatable("nn::embeddingAccumulateGrad", "weight", weight);
   zeroIfStale(weight);  // stale_grads.h: only the rows of `ids` are written below
   auto& g = weight.mutable_grad();
   if (!g.defined()) g = at::zeros_like(weight, at::MemoryFormat::Contiguous);
@@ -97,7 +100,7 @@ at::Tensor embeddingAccumulateGrad(const at::Tensor& ids, const at::Tensor& weig
                 ids.defined() ? c10::str(ids.sizes()) : "undefined", ids.defined() ? dtypeName(ids.scalar_type()) : "",
                 weight.defined() ? c10::str(weight.sizes()) : "undefined");
   if (!at::GradMode::is_enabled() || !weight.requires_grad()) return at::embedding(weight, ids);
-  checkAccumulatable("nn::embeddingAccumulateGrad", "weight", weight);
+  if (!untracked || !hasRowGradSink(weight)) checkAccumulatable("nn::embeddingAccumulateGrad", "weight", weight);
   if (!untracked) return AccumEmbedding::apply(ids, weight);
   TESSERA_CHECK(hasRowGradSink(weight),
                 "nn::embeddingAccumulateGrad: an untracked lookup of weight {} needs a row-gradient sink on it "

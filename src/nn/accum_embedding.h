@@ -24,8 +24,10 @@
 // fire once that op's backward is done, without waiting for this lookup, the last op of backward.
 // Its rows still reach .grad, or the weight's row-gradient sink. An untracked lookup of a weight
 // without a sink is a tessera::Error (its rows would be summed into .grad while DDP all-reduces it).
+// With a sink the weight may be of any floating dtype (FSDP's bf16 views; FsdpOptions::
+// gatherEmbeddingRows): rows the sink declines are then checked as above when they are summed.
 //
-// Row-gradient sinks (DDP's gatherEmbeddingRows): a sink installed for a weight is offered each
+// Row-gradient sinks (DDP's and FSDP's gatherEmbeddingRows): a sink installed for a weight is offered each
 // backward's (ids int64 [n], rows [n, dim] in the gradient's dtype) first; when it returns true it
 // has taken them (and sums them into .grad itself later), else they are summed here. Process-wide,
 // thread-safe, keyed by the weight's TensorImpl; whoever installs a sink removes it (an empty one).

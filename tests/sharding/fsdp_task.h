@@ -10,6 +10,7 @@
 #include "harness/args.h"
 #include "harness/multiprocess.h"
 #include "models/tiny_models.h"
+#include "nn/accum_embedding.h"
 #include "sharding/fsdp/fsdp.h"
 #include "sharding/fsdp/optimizer.h"
 
@@ -34,6 +35,8 @@ struct Task {
   std::vector<std::vector<size_t>> blocksOf;  // gpt: unit -> block indices (unit 0 is the root)
   TinyGptOptions gopts;
   torch::Device dev = torch::kCPU;
+  // gpt: the token lookup untracked, its rows to FSDP's sink (FsdpOptions::gatherEmbeddingRows).
+  bool rows = false;
 };
 
 inline void freeze(torch::nn::Module& m) {
@@ -85,7 +88,8 @@ inline at::Tensor fsdpLoss(FullyShardedDataParallel& f, Task& t, int step, int m
     auto b = gptBatch(1000 * step + micro, rank, kBatch, t.gopts, t.dev);
     auto m = t.gpt;
     auto x = f.runUnit(0, b.tokens, [&](const at::Tensor& tok) {
-      return m->tok->forward(tok) + m->pos.slice(0, 0, tok.size(1));
+      auto e = t.rows ? nn::embeddingAccumulateGrad(tok, m->tok->weight, /*untracked=*/true) : m->tok->forward(tok);
+      return e + m->pos.slice(0, 0, tok.size(1));
     });
     for (size_t u = 1; u < f.numUnits(); ++u) {
       x = f.runUnit(u, x, [&](const at::Tensor& h) {

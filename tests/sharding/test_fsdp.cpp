@@ -55,7 +55,8 @@ using namespace tessera::testing;
 // arg: model=mlp|gpt; layers=n; dtype=fp32|bf16; reduce=fp32|bf16; accum=k; hybrid=s; frozen=0|1;
 // auto=<bytes>; budget=<bytes>; clip=<max norm>; raf=0|1 (reshardAfterForward of the block units);
 // pipelined=1 (with accum: every forward before the backwards, as a pipeline schedule);
-// units=n (the number of units FSDP must have: root + the auto-bucketed block units)
+// units=n (the number of units FSDP must have: root + the auto-bucketed block units);
+// rows=1 (gpt: the token lookup's rows gathered by FSDP's sink, FsdpOptions::gatherEmbeddingRows)
 TESSERA_WORKER(fsdp_train) {
   auto a = parseArgs(w.arg);
   auto get = [&](const char* k, const char* d) { return a.count(k) ? a[k] : std::string(d); };
@@ -74,9 +75,11 @@ TESSERA_WORKER(fsdp_train) {
   o.shardGroupSize = std::stoi(get("hybrid", "0"));
   o.prefetchBudgetBytes = std::stoul(get("budget", "0"));
   o.reshardAfterForward = get("raf", "1") == "1";
+  o.gatherEmbeddingRows = get("rows", "0") == "1";
 
   // Every rank starts from a different init: FSDP must broadcast rank 0's (seed 100).
   auto task = makeTask(s, 100 + w.rank, dev);
+  task.rows = o.gatherEmbeddingRows;
   FullyShardedDataParallel fsdp(task.units, ctx.world, o);
   ShardedAdamW opt(fsdp, {.lr = kLr});
   for (int step = 0; step < kSteps; ++step) {
@@ -205,7 +208,8 @@ TEST_P(FsdpTraining, MatchesSingleProcessAdamWOnGpus) {
 INSTANTIATE_TEST_SUITE_P(Gpu, FsdpTraining,
                          ::testing::Values(FsdpCase{2, "model=gpt"}, FsdpCase{2, "model=gpt;dtype=bf16"},
                                            FsdpCase{2, "model=gpt;accum=2;budget=100000"},
-                                           FsdpCase{2, "model=gpt;layers=4;auto=60000;budget=150000;clip=0.05;units=3"}));
+                                           FsdpCase{2, "model=gpt;layers=4;auto=60000;budget=150000;clip=0.05;units=3"},
+                                           FsdpCase{2, "model=gpt;dtype=bf16;rows=1;accum=2"}));
 #else
 TEST_P(FsdpTraining, MatchesSingleProcessAdamW) {
   auto c = GetParam();
@@ -224,6 +228,12 @@ INSTANTIATE_TEST_SUITE_P(
                       FsdpCase{2, "model=gpt;frozen=1"}, FsdpCase{2, "model=mlp;frozen=1"},
                       FsdpCase{2, "model=gpt;clip=0.05"},
                       FsdpCase{2, "model=gpt;raf=0"},                 // gathered from forward to backward
+                      // The lookup's rows gathered (the table's unit cut inside rows on 3 shards), in
+                      // bf16 views, with noSync accumulation, over hybrid sharding.
+                      // Clipping: AdamW alone would not see a table gradient off by a constant factor.
+                      FsdpCase{2, "model=gpt;rows=1;clip=0.05"}, FsdpCase{3, "model=gpt;rows=1;budget=100000"},
+                      FsdpCase{2, "model=gpt;rows=1;dtype=bf16"}, FsdpCase{2, "model=gpt;rows=1;accum=3"},
+                      FsdpCase{2, "model=gpt;rows=1;accum=3;pipelined=1"}, FsdpCase{4, "model=gpt;rows=1;hybrid=2"},
                       // Blocks of 50,816 B (fp32) bucketed 2 to a unit (>= 60,000 B): root + 2 units of
                       // 101,632 B; the budget holds the root (18,688 B) and one unit (120,320 B), not two
                       // (221,952 B): the root's run prefetches the first block unit.

@@ -73,6 +73,12 @@ void FullyShardedDataParallel::beginBackward() {
   if (inBackward_) return;
   inBackward_ = true;
   backwardOrder_.assign(passOrder_.rbegin(), passOrder_.rend());
+  // The order agreed after the first synchronised backward (gatherEmbeddingRows), when this pass
+  // runs the same units.
+  if (!agreedOrder_.empty() && std::is_permutation(agreedOrder_.begin(), agreedOrder_.end(), backwardOrder_.begin(),
+                                                   backwardOrder_.end())) {
+    backwardOrder_ = agreedOrder_;
+  }
   nextLaunch_ = 0;
   torch::autograd::Engine::get_default_engine().queue_callback([this] { finalizeBackward(); });
 }
@@ -99,6 +105,7 @@ void FullyShardedDataParallel::onGradReady(int u, int param) {
   x.gotGrad[param] = true;
   if (--x.pending == 0) {
     x.gradsReady = true;
+    readyOrder_.push_back(u);
     launchReady();
   }
 }
@@ -225,6 +232,8 @@ void FullyShardedDataParallel::finalizeBackward() {
     auto& x = *units_[u];
     if (x.launched && sync_ && x.rsOut.defined()) fsdp::addIntoGrad(x);  // addIntoGrad runs without grad mode
   }
+  if (sync_) addGatheredRows();
+  if (sync_ && opts_.gatherEmbeddingRows && !orderAgreed_) agreeReduceOrder();
   reshardAll();
   warnRepeatedRuns();
   plannedOrder_ = passOrder_;
@@ -245,6 +254,7 @@ void FullyShardedDataParallel::resetPass() {
   inBackward_ = false;
   passOpen_ = false;
   nextLaunch_ = 0;
+  readyOrder_.clear();
 }
 
 }  // namespace tessera

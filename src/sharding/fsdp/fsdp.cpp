@@ -144,9 +144,11 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::vector<FsdpUnitSpec> spe
   }
   alive_.assign(units_.size(), false);
   resetPass();
+  if (opts_.gatherEmbeddingRows) installRowSinks();
 }
 
 FullyShardedDataParallel::~FullyShardedDataParallel() {
+  removeRowSinks();
   for (auto& x : units_) {
     for (auto& [acc, key] : x->hooks) acc->del_post_hook(key);
   }

@@ -94,6 +94,17 @@ struct FsdpOptions {
   // step's start. They stay gathered until that forward runs them (or reshardAll(); the state-dict
   // loads reshard them first).
   bool gatherAfterStep = false;
+  // Embedding rows gathered instead of reduce-scattered with the table (a tied table's lookup,
+  // nn::embeddingAccumulateGrad untracked): every trainable 2-D parameter gets a row-gradient sink
+  // (nn/accum_embedding.h). In a synchronised backward the rows a lookup offers are all-gathered
+  // over the world (every rank's ids and rows; each rank's lookups must offer the same number of
+  // ids) and added, divided by the world size, into this rank's shard of the parameter after its
+  // reduce-scatter (and the replicas' all-reduce); under noSync they are summed into the unit's
+  // unsharded accumulation. The table's unit then no longer waits for the lookup, the last op of
+  // backward: from the second synchronised backward on, units reduce-scatter in the order their
+  // gradients were ready in the first one on rank 0 (broadcast once), so a root holding a tied table
+  // and the final norm goes first instead of last.
+  bool gatherEmbeddingRows = false;
 };
 
 // Instrumentation (local counters, reset by resetStats()).
@@ -223,6 +234,12 @@ class FullyShardedDataParallel {
   void launchReady();
   void finalizeBackward();
   void resetPass();
+  // rows.cpp (gatherEmbeddingRows).
+  void installRowSinks();
+  void removeRowSinks();
+  bool offerRows(int u, int entry, const at::Tensor& ids, const at::Tensor& rows);
+  void addGatheredRows();
+  void agreeReduceOrder();
   bool reshardsAfterForward(int u) const;
 
   CommPtr world_, shardComm_, replicaComm_;
@@ -239,6 +256,16 @@ class FullyShardedDataParallel {
   size_t nextLaunch_ = 0;
   // Reduce-scatter inputs still in flight, oldest first, with their ops (releaseReduceInputs).
   std::deque<std::pair<at::Tensor, WorkPtr>> reduceIns_;
+  // gatherEmbeddingRows: the rows gathered in this backward; the units in the order their gradients
+  // were ready in this backward, and the reduce order agreed after the first synchronised one.
+  struct GatheredRows {
+    int unit = 0, entry = 0;  // entry: index into the unit's layout entries
+    at::Tensor ids, rows;     // every rank's: float32 ids [world n], rows [world n, dim]
+    WorkPtr idsWork, rowsWork;
+  };
+  std::vector<GatheredRows> gathered_;
+  std::vector<int> readyOrder_, agreedOrder_;
+  bool rowSinks_ = false, orderAgreed_ = false;
 };
 
 }  // namespace tessera
