@@ -10,7 +10,8 @@
 #             -fsdp-bf16, scaled against the single row: RESULTS/RESULT_NAME.{json,md} (bench/results.py gpt).
 #             VARIANTS picks others: any layout name of `traces` below (untraced), and -ddp-normalprio,
 #             -fsdp-normalprio (TESSERA_NCCL_STREAM_PRIORITY=normal: NCCL's streams at the compute stream's
-#             priority), -ddp-ctaeff (TESSERA_NCCL_CTA_POLICY=efficiency, NCCL >= 2.27)
+#             priority), -ddp-ctaeff (TESSERA_NCCL_CTA_POLICY=efficiency, NCCL >= 2.27), -fsdp-rows
+#             (--fsdp-emb-rows: the tied table's lookup rows gathered, its unit reduce-scattered first)
 #   traces    each of (TRACES, default all:) single, ddp, fsdp, tp-sp (1x1xN --sp, TP_B sequences), pp (1xNx1, 1f1b, MB micro-
 #             batches of PP_B sequences) and pp-zb (zb-h1) traced for steps 5 and 6 of 8 (--profile):
 #             LOGS/traces/<name>.json.gz (rank 0), LOGS/kernels-dp.md (summarize.py: single, ddp, fsdp),
@@ -73,6 +74,7 @@ for s in "${SECTIONS[@]}"; do
           *-bf16) extra=(--grad-reduce bf16) ;;
           *-zero) extra=(--zero-grads zero) ;;
           *-embreduce) extra=(--emb-grad reduce) ;;
+          *-rows) extra=(--fsdp-emb-rows) ;;
           *-gqarepeat) extra=(--gqa repeat) ;;
           *-ctas8) ENV_RUN=(NCCL_MIN_CTAS=8 NCCL_MAX_CTAS=8) ;;
           *-simple) ENV_RUN=(NCCL_PROTO=Simple) ;;

@@ -76,6 +76,7 @@ struct TrainOptions {
   bool zeroGrads = false;         // DDP zeroes .grad after the step (else marks it: overwriteStaleGrads)
   bool repeatKvHeads = false;     // Llama GQA: k and v repeated before attention (else the kernel reads kv heads)
   bool embGradGather = true;      // DDP, tied table: the lookup's rows gathered (DdpOptions::gatherEmbeddingRows)
+  bool fsdpEmbRows = false;       // FSDP, tied table: the same (FsdpOptions::gatherEmbeddingRows)
   int64_t fsdpPrefetchMiB = -1;  // -1: auto (fsdp::autoPrefetchBudget in sharding/fsdp/unit.h)
   std::string checkpointDir;      // empty: no checkpoints
   int checkpointEvery = 0;        // 0: only at the end (when a directory is given)

@@ -226,9 +226,13 @@ std::vector<Flag> flagTable(bool onGpu) {
                     "DDP after each step: mark the gradients for the next GEMMs to overwrite, or zero them",
                     FIELD(zeroGrads)));
   t.add(twoWordFlag("--emb-grad", "gather|reduce", "reduce", "gather",
-                    "DDP and FSDP, tied table: the lookup's rows all-gathered at the end of backward (the table's "
-                    "all-reduce or reduce-scatter then leaves with the head's gradient), or reduced with the table",
+                    "DDP, tied table: the lookup's rows all-gathered at the end of backward (the table's all-reduce "
+                    "then leaves with the head's gradient), or summed into the table's all-reduce",
                     FIELD(embGradGather)));
+  t.add(switchFlag("--fsdp-emb-rows",
+                   "FSDP, tied table: the lookup's rows all-gathered at the end of backward; the table's unit then "
+                   "reduce-scatters with the head's gradient, first",
+                   false, FIELD(fsdpEmbRows)));
   t.add(integerFlag("--ddp-bucket-mib", "N", "DDP: MiB of gradients per all-reduce (the first bucket: 1 MiB)", 1, 4096,
                     FIELD(ddpBucketMiB)));
   t.add(numberFlag("--peak-tflops", "X", "per-GPU peak TFLOP/s for the MFU column (0: no MFU)", 0, false,

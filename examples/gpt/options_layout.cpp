@@ -79,8 +79,8 @@ std::string configToml(const TrainOptions& o) {
 bool usesFusedWgrad(const TrainOptions& o) { return o.fusedWgrad && o.dpMode == DpMode::Ddp; }
 
 bool gathersEmbeddingRows(const TrainOptions& o, const models::ModelConfig& c) {
-  return o.embGradGather && (usesFusedWgrad(o) || o.dpMode == DpMode::Fsdp) && o.dp > 1 && c.tiedEmbeddings &&
-         o.pp == 1 && o.chunks == 1;
+  const bool asked = o.dpMode == DpMode::Fsdp ? o.fsdpEmbRows : o.embGradGather && usesFusedWgrad(o);
+  return asked && o.dp > 1 && c.tiedEmbeddings && o.pp == 1 && o.chunks == 1;
 }
 
 std::string describe(const TrainOptions& o) {

@@ -38,8 +38,9 @@ gather, reduce = losses("tessera-ddp"), losses("tessera-ddp-embreduce")
 assert len(gather) == len(reduce) > 1 and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(gather, reduce)), (gather, reduce)
 print("PASS: eleven rows scaled against tessera-single; the bf16 rows reduced in bf16; zeroed gradients train as marked")
 PY
-# VARIANTS: layout names run untraced, and the stream-priority variant (ignored by Gloo: plain DDP).
-VARIANTS="single tp-sp pp-zb ddp-normalprio" PYTHON=/usr/bin/python3 MODEL=llama-tiny NPROC=2 STEPS=2 B=2 PP_B=4 MB=4 \
+# VARIANTS: layout names run untraced, the stream-priority variant (ignored by Gloo: plain DDP) and FSDP
+# gathering the tied table's rows.
+VARIANTS="single tp-sp pp-zb ddp-normalprio fsdp-rows" PYTHON=/usr/bin/python3 MODEL=llama-tiny NPROC=2 STEPS=2 B=2 PP_B=4 MB=4 \
   RESULTS="$WORK/results" RESULT_NAME=layouts \
   timeout -k 10 200 bash "$(dirname "$0")/../../bench/llama/scale_traces.sh" "$BUILD" "$WORK/logs2" variants || {
   echo "FAIL: bench/llama/scale_traces.sh VARIANTS=... variants failed"; exit 1; }
@@ -47,10 +48,12 @@ VARIANTS="single tp-sp pp-zb ddp-normalprio" PYTHON=/usr/bin/python3 MODEL=llama
 import json, os, sys
 res = json.load(open(os.path.join(sys.argv[1], "results", "layouts.json")))
 rows = {r["system"]: r for r in res["rows"]}
-assert sorted(rows) == ["tessera-ddp-normalprio", "tessera-pp-zb", "tessera-single", "tessera-tp-sp"], sorted(rows)
+assert sorted(rows) == ["tessera-ddp-normalprio", "tessera-fsdp-rows", "tessera-pp-zb", "tessera-single", "tessera-tp-sp"], sorted(rows)
+assert rows["tessera-fsdp-rows"]["mode"] == "2x1x1 fsdp", rows["tessera-fsdp-rows"]
+assert "lookup rows gathered" in open(os.path.join(sys.argv[1], "logs2", "tessera-fsdp-rows.log")).read()
 assert rows["tessera-tp-sp"]["mode"].startswith("1x1x2") and rows["tessera-tp-sp"]["sequence_parallel"], rows["tessera-tp-sp"]
 assert rows["tessera-pp-zb"]["mode"].startswith("1x2x1") and rows["tessera-pp-zb"]["micro_batches"] == 4, rows["tessera-pp-zb"]
 assert rows["tessera-ddp-normalprio"]["mode"].startswith("2x1x1"), rows["tessera-ddp-normalprio"]
 assert all(r["scaled_against"] == "tessera-single" and r["scaling"] > 0 for r in rows.values()), rows
-print("PASS: VARIANTS ran the tp-sp and pp-zb layouts and the stream-priority variant, scaled against tessera-single")
+print("PASS: VARIANTS ran the tp-sp and pp-zb layouts, the stream-priority and FSDP rows variants, scaled against tessera-single")
 PY

@@ -98,8 +98,11 @@ void FullyShardedDataParallel::addGatheredRows() {
     auto inShard = ids.ge(r0).logical_and(ids.le(r1));
     auto vals = at::where(inShard.unsqueeze(1), g.rows.to(at::kFloat), at::zeros({}, x.master.options()))
                     .div_(static_cast<double>(world_->size()));
+    // Rows outside the shard add zeros at a row spread like their id (not clamped onto the two
+    // edge rows: the sorted accumulation then summed ~24k rows into each in one warp, 20.5 ms a
+    // step on llama3-1b over 4 x H100).
     auto buf = at::zeros({r1 - r0 + 1, dim}, x.master.options());
-    buf.index_put_({(ids - r0).clamp(0, r1 - r0)}, vals, /*accumulate=*/true);
+    buf.index_put_({at::where(inShard, ids - r0, ids.remainder(r1 - r0 + 1))}, vals, /*accumulate=*/true);
     fsdp::adoptViewGrads(x);
     const bool fresh = !x.grad.defined();
     if (fresh) x.grad = at::zeros({l.shardNumel}, x.master.options());
