@@ -89,6 +89,10 @@ void FullyShardedDataParallel::onPreBackward(int u) {
   x.ranWithGrad = true;
   x.liveGraphs = std::max(0, x.liveGraphs - 1);
   x.bwdRuns += 1;
+  // Every trainable parameter's gradient was complete and reduce-scattered already (a root whose
+  // tied table's lookup, untracked, comes after its head: gatherEmbeddingRows): no backward op left
+  // reads its values, so it is not gathered again.
+  if (x.launched) return;
   gather(u, false);
   if (!x.bwdPrefetched) prefetchAfter(backwardOrder_, u);  // once per unit and backward
   x.bwdPrefetched = true;
