@@ -38,6 +38,7 @@
 #include "comm/communicator.h"
 #include "common/sm_carveout.h"
 #include "parallel/ddp/ddp.h"
+#include "parallel/gathered_rows.h"
 
 namespace torch::autograd {
 struct Node;
@@ -89,10 +90,9 @@ class Reducer {
   void beginIteration();  // with mu_ held: the first hook (or offered rows) of a synchronised backward
   // gatherEmbeddingRows (reducer_rows.cpp): the sinks on the parameters, the rows they took this
   // backward (all-gathers in flight), and their sum into .grad at the end of backward.
-  struct GatheredRows {
+  struct ParamRows {
     int param;
-    at::Tensor ids, rows;  // every rank's, float32 ids [world·n] and rows [world·n, dim]
-    WorkPtr idsWork, rowsWork;
+    GatheredRows gathered;
   };
   void installRowSinks();
   void removeRowSinks();
@@ -109,7 +109,7 @@ class Reducer {
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
   std::vector<unsigned> tensorHooks_;  // overwriteStaleGrads: params_[i]'s hook before autograd adds
   bool rowSinks_ = false;
-  std::vector<GatheredRows> gathered_;
+  std::vector<ParamRows> gathered_;
   std::mutex mu_;
   bool sync_ = true;
   bool inBackward_ = false;

@@ -37,27 +37,17 @@ bool Reducer::offerRows(int param, const at::Tensor& ids, const at::Tensor& rows
   if (!sync_) return false;  // noSync: summed into .grad, all-reduced with it at the synchronised step
   std::lock_guard<std::mutex> lock(mu_);
   beginIteration();
-  const int64_t world = comm_->size(), n = ids.numel(), dim = rows.size(1);
-  GatheredRows g;
-  g.param = param;
-  auto localIds = ids.reshape({-1}).to(at::kFloat);
-  auto localRows = rows.contiguous();
-  g.ids = at::empty({world * n}, localIds.options());
-  g.rows = at::empty({world * n, dim}, localRows.options());
-  g.idsWork = comm_->allGather(g.ids, localIds);
-  g.rowsWork = comm_->allGather(g.rows, localRows);
-  gathered_.push_back(std::move(g));
+  gathered_.push_back({param, gatherRows(comm_, ids, rows)});
   return true;
 }
 
 void Reducer::addGatheredRows(bool deliver) {
   auto taken = std::move(gathered_);
   gathered_.clear();
-  for (auto& g : taken) {
-    g.idsWork->wait();
-    g.rowsWork->wait();
+  for (auto& [param, g] : taken) {
+    g.wait();
     if (!deliver) continue;
-    const auto& p = params_[g.param].tensor;
+    const auto& p = params_[param].tensor;
     nn::zeroIfStale(p);
     auto& grad = p.mutable_grad();
     if (!grad.defined()) grad = at::zeros_like(p, at::MemoryFormat::Contiguous);

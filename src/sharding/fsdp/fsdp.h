@@ -75,6 +75,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "parallel/gathered_rows.h"
 #include "sharding/fsdp/flat_param.h"
 #include "sharding/fsdp/unit.h"
 
@@ -258,12 +259,11 @@ class FullyShardedDataParallel {
   std::deque<std::pair<at::Tensor, WorkPtr>> reduceIns_;
   // gatherEmbeddingRows: the rows gathered in this backward; the units in the order their gradients
   // were ready in this backward, and the reduce order agreed after the first synchronised one.
-  struct GatheredRows {
+  struct EntryRows {
     int unit = 0, entry = 0;  // entry: index into the unit's layout entries
-    at::Tensor ids, rows;     // every rank's: float32 ids [world n], rows [world n, dim]
-    WorkPtr idsWork, rowsWork;
+    GatheredRows gathered;
   };
-  std::vector<GatheredRows> gathered_;
+  std::vector<EntryRows> gathered_;
   std::vector<int> readyOrder_, agreedOrder_;
   bool rowSinks_ = false, orderAgreed_ = false;
 };

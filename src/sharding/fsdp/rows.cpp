@@ -63,17 +63,7 @@ bool FullyShardedDataParallel::offerRows(int u, int entry, const at::Tensor& ids
     return true;
   }
   beginBackward();
-  const int64_t world = world_->size(), n = ids.numel();
-  GatheredRows g;
-  g.unit = u;
-  g.entry = entry;
-  auto localIds = ids.reshape({-1}).to(at::kFloat);
-  auto localRows = rows.contiguous();
-  g.ids = at::empty({world * n}, localIds.options());
-  g.rows = at::empty({world * n, dim}, localRows.options());
-  g.idsWork = world_->allGather(g.ids, localIds);
-  g.rowsWork = world_->allGather(g.rows, localRows);
-  gathered_.push_back(std::move(g));
+  gathered_.push_back({u, entry, gatherRows(world_, ids, rows)});
   return true;
 }
 
@@ -84,12 +74,11 @@ void FullyShardedDataParallel::addGatheredRows() {
   auto taken = std::move(gathered_);
   gathered_.clear();
   torch::NoGradGuard ng;
-  for (auto& g : taken) {
-    g.idsWork->wait();
-    g.rowsWork->wait();
-    auto& x = *units_[g.unit];
+  for (auto& [unit, entry, g] : taken) {
+    g.wait();
+    auto& x = *units_[unit];
     const auto& l = x.layout;
-    const auto& e = l.entries[g.entry];
+    const auto& e = l.entries[entry];
     const int64_t dim = e.shape[1], s0 = shardRank() * l.shardNumel, s1 = s0 + l.shardNumel;
     const int64_t a = std::max(s0, e.offset), b = std::min(s1, e.offset + e.numel);
     if (a >= b) continue;
