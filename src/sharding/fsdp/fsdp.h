@@ -143,6 +143,10 @@ class FullyShardedDataParallel {
   // of the last finished pass, then those the prefetch budget gathers ahead of it. Empty before a
   // pass has finished, or with prefetch off.
   std::vector<int> leadingUnits() const;
+  // Local: the units in the order the next synchronised backward reduce-scatters them: the order
+  // agreed after the first synchronised backward (gatherEmbeddingRows), else the reverse of the last
+  // finished forward's first runs. Empty before a pass has finished.
+  std::vector<int> reduceOrder() const;
   // Collective over the shard group: all-gathers `units` now, asynchronously (gathered ones are
   // skipped), for the next forward to find them gathered. Not inside a pass (tessera::Error).
   void gatherForNextForward(const std::vector<int>& units);

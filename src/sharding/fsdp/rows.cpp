@@ -100,6 +100,11 @@ void FullyShardedDataParallel::addGatheredRows() {
   }
 }
 
+std::vector<int> FullyShardedDataParallel::reduceOrder() const {
+  if (!agreedOrder_.empty()) return agreedOrder_;
+  return {plannedOrder_.rbegin(), plannedOrder_.rend()};
+}
+
 // Once, after the first synchronised backward: rank 0's order of ready units (then those never
 // ready, in the default order) becomes every rank's reduce order, so the collectives stay in step.
 void FullyShardedDataParallel::agreeReduceOrder() {
