@@ -237,7 +237,7 @@ void FullyShardedDataParallel::finalizeBackward() {
     if (x.launched && sync_ && x.rsOut.defined()) fsdp::addIntoGrad(x);  // addIntoGrad runs without grad mode
   }
   if (sync_) addGatheredRows();
-  if (sync_ && opts_.gatherEmbeddingRows && !orderAgreed_) agreeReduceOrder();
+  if (sync_ && opts_.gatherEmbeddingRows && agreedOrder_.empty()) agreeReduceOrder();
   reshardAll();
   warnRepeatedRuns();
   plannedOrder_ = passOrder_;

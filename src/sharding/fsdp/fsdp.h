@@ -268,8 +268,7 @@ class FullyShardedDataParallel {
     GatheredRows gathered;
   };
   std::vector<EntryRows> gathered_;
-  std::vector<int> readyOrder_, agreedOrder_;
-  bool rowSinks_ = false, orderAgreed_ = false;
+  std::vector<int> readyOrder_, agreedOrder_;  // agreedOrder_: empty until agreed
 };
 
 }  // namespace tessera

@@ -34,17 +34,15 @@ void FullyShardedDataParallel::installRowSinks() {
       });
     }
   }
-  rowSinks_ = true;
 }
 
 void FullyShardedDataParallel::removeRowSinks() {
-  if (!rowSinks_) return;
+  if (!opts_.gatherEmbeddingRows) return;  // installed by the constructor exactly then
   for (auto& x : units_) {
     for (const auto& e : x->layout.entries) {
       if (e.trainable && e.shape.size() == 2) nn::setRowGradSink(x->params[e.index], {});
     }
   }
-  rowSinks_ = false;
 }
 
 bool FullyShardedDataParallel::offerRows(int u, int entry, const at::Tensor& ids, const at::Tensor& rows) {
@@ -116,7 +114,6 @@ void FullyShardedDataParallel::agreeReduceOrder() {
   world_->broadcast(t, 0)->synchronize();
   auto host = t.cpu();
   agreedOrder_.assign(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + host.numel());
-  orderAgreed_ = true;
   log::debug("FullyShardedDataParallel: reduce-scatter order from now on (rank 0's ready order): {}",
              fmt::join(agreedOrder_, " "));
 }
