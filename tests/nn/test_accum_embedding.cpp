@@ -84,3 +84,26 @@ TEST(AccumEmbedding, RefusesWhatItCannotTake) {
   wt.mutable_grad() = at::zeros({2, 5}).t();
   expectErrorContaining([&] { embeddingAccumulateGrad(at::tensor({1}, at::kLong), wt); }, {"not contiguous"});
 }
+
+// An untracked lookup with a row-gradient sink takes a weight of any floating dtype (FSDP's bf16
+// views): the sink gets every row. Rows it declines are summed into .grad, which a bf16 weight
+// cannot take: the error names the op, found at the backward that sums them.
+TEST(AccumEmbedding, SinkTakesBf16RowsAndDeclinedOnesAreChecked) {
+  using tessera::testing::expectErrorContaining;
+  auto w = at::randn({5, 2}).to(at::kBFloat16).requires_grad_(true);
+  auto ids = at::tensor({1, 3, 1}, at::kLong);
+  bool take = true;
+  at::Tensor got;
+  tessera::nn::setRowGradSink(w, [&](const at::Tensor& i, const at::Tensor& rows) {
+    got = rows;
+    return take;
+  });
+  embeddingAccumulateGrad(ids, w, /*untracked=*/true).sum().backward();
+  ASSERT_TRUE(got.defined());
+  EXPECT_EQ(got.sizes(), (std::vector<int64_t>{3, 2}));
+  EXPECT_FALSE(w.grad().defined()) << "the sink took the rows: nothing is summed into .grad";
+  take = false;
+  expectErrorContaining([&] { embeddingAccumulateGrad(ids, w, /*untracked=*/true).sum().backward(); },
+                        {"nn::embeddingAccumulateGrad: the weight must be a float32 leaf", "bfloat16"});
+  tessera::nn::setRowGradSink(w, {});
+}

@@ -32,6 +32,11 @@ TESSERA_WORKER(fsdp_errors) {
   expectErrorContaining([&] { FullyShardedDataParallel f({{"a", {P("fc1.weight")}}}, ctx.world, o); },
                         {"paramDtype int32"});
   o = {};
+  o.gatherEmbeddingRows = true;  // gathered ids travel as float32: a table of 2^24 + 1 rows is refused
+  auto huge = at::zeros({(int64_t{1} << 24) + 1, 1}).requires_grad_(true);
+  expectErrorContaining([&] { FullyShardedDataParallel f({{"emb", {{"table", huge}}}}, ctx.world, o); },
+                        {"gatherEmbeddingRows", "'table' of unit 'emb' has 16777217 rows", "exact below 2^24"});
+  o = {};
   o.shardGroupSize = 3;
   expectErrorContaining([&] { FullyShardedDataParallel f({{"a", {P("fc1.weight")}}}, ctx.world, o); },
                         {"shardGroupSize 3 does not divide the world size 1"});
