@@ -1,7 +1,7 @@
 #pragma once
 // tessera's public API in one include (installed as <tessera/tessera.h>). Each header states
 // its own contract; start with comm/bootstrap/init.h (tessera::init), then the data-parallel
-// wrappers (parallel/ddp/ddp.h, sharding/fsdp/fsdp.h), the tensor-parallel layers
+// wrappers (parallel/data_parallel/ddp/ddp.h, parallel/data_parallel/fsdp/fsdp.h), the tensor-parallel layers
 // (parallel/tensor/linear.h), the pipeline (pipeline/executor.h) and the models (models/lm.h).
 #include "checkpoint/async_save.h"
 #include "checkpoint/checkpoint.h"
@@ -37,7 +37,7 @@
 #include "models/generate.h"
 #include "models/kv_cache.h"
 #include "models/lm.h"
-#include "models/model_source.h"
+#include "hf/model_source.h"
 #include "models/sample.h"
 #include "nn/accum_embedding.h"
 #include "nn/accum_linear.h"
@@ -50,7 +50,7 @@
 #include "nn/stale_grads.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
-#include "parallel/ddp/ddp.h"
+#include "parallel/data_parallel/ddp/ddp.h"
 #include "parallel/grad_norm.h"
 #include "parallel/context/attention.h"
 #include "parallel/context/chunks.h"
@@ -60,9 +60,9 @@
 #include "parallel/tensor/linear.h"
 #include "parallel/tensor/mappings.h"
 #include "parallel/tensor/vocab.h"
-#include "pipeline/executor.h"
-#include "pipeline/partition.h"
-#include "pipeline/schedule.h"
-#include "pipeline/simulate.h"
-#include "sharding/fsdp/fsdp.h"
-#include "sharding/fsdp/optimizer.h"
+#include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/partition.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/pipeline/simulate.h"
+#include "parallel/data_parallel/fsdp/fsdp.h"
+#include "parallel/data_parallel/fsdp/optimizer.h"

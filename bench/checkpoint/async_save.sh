@@ -19,7 +19,7 @@ run() {  # run <name> <flags...>
   shift
   rm -rf "$CKPT" "$CKPT.old" "$CKPT.tmp"
   echo "[async_save] $name: train_gpt --model $MODEL --steps $STEPS --batch $BATCH $*"
-  torchrun --standalone --nproc_per_node=1 --no-python "$BUILD/examples/train_gpt" --model "$MODEL" --steps "$STEPS" --batch "$BATCH" --lr 3e-4 --warmup 5 \
+  torchrun --standalone --nproc_per_node=1 --no-python "$BUILD/bin/train_gpt" --model "$MODEL" --steps "$STEPS" --batch "$BATCH" --lr 3e-4 --warmup 5 \
     --log-jsonl "$LOGS/$name.jsonl" "$@" >"$LOGS/$name.log" 2>&1
   local rc=$?
   tail -n 3 "$LOGS/$name.log"

@@ -23,12 +23,12 @@ models::ModelConfig modelFromEnv() {
 
 CommPtr selfGroup(const at::Device& device) { return makeFakeCommunicator(0, 1, device, "self"); }
 
-models::LmChunk buildModel(const models::ModelConfig& c, const CommPtr& tp, const pipeline::Partition& part, int stage,
+models::LmChunk buildModel(const models::ModelConfig& c, const CommPtr& tp, const models::ChunkRange& range,
                            bool sequenceParallel) {
-  models::ChunkOptions o;
+  models::LayerOptions o;
   o.sequenceParallel = sequenceParallel;
   o.seed = kModelSeed;
-  return models::LmChunk(c, tp, /*kvGroup=*/nullptr, part, stage, o);
+  return models::LmChunk(c, tp, /*kvGroup=*/nullptr, range, o);
 }
 
 std::pair<at::Tensor, at::Tensor> randomBatch(const models::ModelConfig& c, int64_t batch, uint64_t seed,

@@ -14,11 +14,10 @@
 #include "comm/communicator.h"
 #include "models/config.h"
 #include "models/lm.h"
-#include "pipeline/partition.h"
 
 namespace tessera::bench {
 
-// The initial weights' seed (models::ChunkOptions::seed) and the first batch's generator seed.
+// The initial weights' seed (models::LayerOptions::seed) and the first batch's generator seed.
 constexpr uint64_t kModelSeed = 1234;
 constexpr uint64_t kDataSeed = 1234;
 
@@ -32,9 +31,10 @@ models::ModelConfig modelFromEnv();
 // identity) and moves nothing; the model's layers skip their collectives for a group of one.
 CommPtr selfGroup(const at::Device& device);
 
-// Stage `stage` of `part` over tensor-parallel group `tp` (selfGroup for none), kModelSeed's
-// weights, on the CPU (move it with ->to()). part: models::partitionModel (one stage: the model).
-models::LmChunk buildModel(const models::ModelConfig& c, const CommPtr& tp, const pipeline::Partition& part, int stage,
+// The chunk `range` of the model (ChunkRange::whole: all of it; train::chunkRange: a pipeline
+// stage) over tensor-parallel group `tp` (selfGroup for none), kModelSeed's weights, on the CPU
+// (move it with ->to()).
+models::LmChunk buildModel(const models::ModelConfig& c, const CommPtr& tp, const models::ChunkRange& range,
                            bool sequenceParallel = false);
 
 // Random tokens and targets, each [batch, T] int64 below the vocabulary, drawn in that order on the

@@ -14,7 +14,7 @@ mkdir -p "$OUT/cp-logs" "$OUT/results"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 GPU_CHECK_TARGETS=train_gpt BUILD=$BUILD OUT=$OUT scripts/gpu-check --no-tests --no-bench >"$OUT/gpu-check.log" 2>&1
 built=$(($(date +%s) - t0))
-if [ ! -x "$BUILD/examples/train_gpt" ]; then
+if [ ! -x "$BUILD/bin/train_gpt" ]; then
   echo "bench/cp/gpu.sh: train_gpt was not built (${built} s):"
   tail -30 "$OUT/build.log" 2>/dev/null || tail -30 "$OUT/gpu-check.log"
   exit 1

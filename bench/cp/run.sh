@@ -37,7 +37,7 @@ BUDGET_S=${BUDGET_S:-540} MIN_RUN_S=${MIN_RUN_S:-20} RECOMPUTE=${RECOMPUTE:-auto
 PY=${PYTHON:-python3} RESULTS_DIR=${RESULTS:-$HERE/../results}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
-[ -x "$BUILD/examples/train_gpt" ] || { echo "cp/run.sh: $BUILD/examples/train_gpt was not built" >&2; exit 1; }
+[ -x "$BUILD/bin/train_gpt" ] || { echo "cp/run.sh: $BUILD/bin/train_gpt was not built" >&2; exit 1; }
 mkdir -p "$LOGS"
 BENCH="cp bench"
 source "$HERE/../run_lib.sh"  # torchrun_cmd, machine
@@ -147,7 +147,7 @@ for spec in "${RUNS[@]}"; do
   ((left < limit)) && limit=$left
   case $sys in
     tessera)
-      cmd=("${TORCHRUN[@]}" --nproc_per_node="$N" --no_python "$BUILD/examples/train_gpt" --model "$model"
+      cmd=("${TORCHRUN[@]}" --nproc_per_node="$N" --no_python "$BUILD/bin/train_gpt" --model "$model"
         --precision "$PRECISION" --seq-length "$T" --layout "${DP}x1x${CP}x${TP}" --dp-mode fsdp --batch "$DP"
         --recompute "$R" --steps $((W + S)) --breakdown --log-jsonl "$LOGS/$name.jsonl") ;;
     pytorch)

@@ -42,7 +42,7 @@
 #include "common/sm_carveout.h"
 #include "fake_world.h"
 #include "fused_adamw.h"
-#include "parallel/ddp/ddp.h"
+#include "parallel/data_parallel/ddp/ddp.h"
 #include "parallel/tensor/linear.h"
 #include "timing.h"
 
@@ -128,7 +128,7 @@ int main(int argc, char** argv) try {
 
   // The whole model on every rank, in a tensor-parallel group of one.
   const auto tp = bench::selfGroup(device);
-  auto model = bench::buildModel(cfg, tp, tessera::models::partitionModel(cfg, 1, 1, {}), 0);
+  auto model = bench::buildModel(cfg, tp, tessera::models::ChunkRange::whole(cfg));
   model->to(device);
   at::Tensor x, y;
   std::tie(x, y) = bench::randomBatch(cfg, batch, bench::kDataSeed + rank, device);

@@ -23,7 +23,7 @@ for r in ${RECIPES:-off tensorwise rowwise}; do
   else
     launch=(mpirun --allow-run-as-root --oversubscribe -np "$NPROC")
   fi
-  "${launch[@]}" "$BUILD/examples/train_gpt" --data "$DATA" --vocab-size 4096 --split 98,2 --eod-token 2 \
+  "${launch[@]}" "$BUILD/bin/train_gpt" --data "$DATA" --vocab-size 4096 --split 98,2 --eod-token 2 \
     --steps "$STEPS" --fp8 "$r" --log-jsonl "$log" "$@" >"$OUT/$NAME-$r.log" 2>&1 ||
     { echo "loss_gap.sh: the $r run failed: $OUT/$NAME-$r.log" >&2; exit 1; }
   logs+=("$r=$log")

@@ -1,6 +1,6 @@
 // tessera's side of the FSDP benchmark: the benchmarks' GPT-735M (common/bench_model.h: src/models'
 // GPT, the trainer's) under tessera::FullyShardedDataParallel with the trainer's units (models/lm.h
-// fsdpUnits: the embedding, each block, the final LayerNorm, the head), bf16 parameters, fp32
+// train::keepGathered's units of the parts: the embedding, each block, the final LayerNorm, the head), bf16 parameters, fp32
 // reduce-scatter, ShardedAdamW (lr 1e-4) on the fp32 shards; batch B=8 per GPU of random tokens,
 // 3 warm-ups then the median of STEPS. As the anchor's fsdp mode (FSDP2 fully_shard per block and
 // a root, MixedPrecisionPolicy(bf16, fp32)): no autocast, the bf16 parameters set the compute dtype.
@@ -23,8 +23,10 @@
 #include "bench_model.h"
 #include "common/error.h"
 #include "fake_world.h"
-#include "sharding/fsdp/fsdp.h"
-#include "sharding/fsdp/optimizer.h"
+#include "parallel/data_parallel/fsdp/fsdp.h"
+include "parallel/data_parallel/data_parallel.h"
+#include "parallel/data_parallel/fsdp/optimizer.h"
+#include "train/model_spec.h"
 #include "timing.h"
 
 namespace bench = tessera::bench;
@@ -46,15 +48,15 @@ int main(int argc, char** argv) try {
   bench::useDevice(device);
 
   const auto tp = bench::selfGroup(device);
-  auto model = bench::buildModel(cfg, tp, tessera::models::partitionModel(cfg, 1, 1, {}), 0);
+  auto model = bench::buildModel(cfg, tp, tessera::models::ChunkRange::whole(cfg));
   model->to(device);
   const auto parts = model->parts();
-  const auto partUnits = model->partUnits();
+  auto units = tessera::partUnits(parts, "stage0", tessera::train::keepGathered);
   tessera::FsdpOptions fo;
   fo.paramDtype = device.is_cuda() ? at::kBFloat16 : at::kFloat;  // CPU smoke runs: fp32
   fo.reduceDtype = at::kFloat;
   fo.prefetchBudgetBytes = static_cast<size_t>(budgetMib) << 20;
-  tessera::FullyShardedDataParallel fsdp(model->fsdpUnits(), world, fo);
+  tessera::FullyShardedDataParallel fsdp(units.units, world, fo);
   tessera::AdamWOptions ao;
   ao.lr = 1e-4;
   tessera::ShardedAdamW opt(fsdp, ao);
@@ -68,7 +70,7 @@ int main(int argc, char** argv) try {
   fsdp.resetStats();
   auto times = bench::timeSteps(bench::kWarmSteps, steps, device, [&] {
     at::Tensor h = x;
-    for (size_t k = 0; k < parts.size(); ++k) h = fsdp.runUnit(partUnits[k], h, parts[k]);
+    for (size_t k = 0; k < parts.size(); ++k) h = fsdp.runUnit(units.unitOf[k], h, parts[k].run);
     auto loss = tessera::models::lmLoss(h, y, tp, cfg.vocab);
     memBeforeBackward = tessera::allocatedMemoryGiB(device);
     peakForward = bench::peakMemoryGiB(device);

@@ -62,7 +62,7 @@ PRECISION=() TRAIN_ARGS=(--recompute "$RECOMPUTE")
 nvidia-smi -L >/dev/null 2>&1 && PRECISION=(--precision bf16)
 [ -n "${T:-}" ] && export T && TRAIN_ARGS+=(--seq-len "$T")
 [ -n "${DATA:-}" ] && TRAIN_ARGS+=(--data "$DATA" --split 98,2 --eod-token 2)
-[ -x "$BUILD/examples/train_gpt" ] || { echo "parallel.sh: $BUILD/examples/train_gpt was not built" >&2; exit 1; }
+[ -x "$BUILD/bin/train_gpt" ] || { echo "parallel.sh: $BUILD/bin/train_gpt was not built" >&2; exit 1; }
 mkdir -p "$LOGS"
 rc=0
 logs=() expect=() notes=() VERSUS=() EXTRA_COLS=""
@@ -94,7 +94,7 @@ train() {  # train NAME NPROC train_gpt-flags...: then its RESULT line from the 
   local name=$1 n=$2
   shift 2
   rm -f "$LOGS/$name.jsonl"
-  brun "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" --no_python "$BUILD/examples/train_gpt" --model "$MODEL" \
+  brun "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" --no_python "$BUILD/bin/train_gpt" --model "$MODEL" \
     "${PRECISION[@]}" "${TRAIN_ARGS[@]}" --steps $((STEPS + 3)) --log-jsonl "$LOGS/$name.jsonl" "$@" &&
     "$PY" "$HERE/../results.py" from-jsonl "$LOGS/$name.jsonl" "$name" 3 >>"$LOGS/$name.log" &&
     grep RESULT "$LOGS/$name.log" | cut -c1-300 | sed 's/^/  /'

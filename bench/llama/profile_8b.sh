@@ -36,7 +36,7 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-240} BUDGET_S=${BUDGET_S:-0}
 PY=${PYTHON:-python3}
 NAME=${RESULT_NAME:-profile_${MODEL//-/_}_fsdp$([ "$FP8" = off ] || echo _fp8)}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-[ -x "$BUILD/examples/train_gpt" ] || { echo "profile_8b.sh: $BUILD/examples/train_gpt was not built" >&2; exit 1; }
+[ -x "$BUILD/bin/train_gpt" ] || { echo "profile_8b.sh: $BUILD/bin/train_gpt was not built" >&2; exit 1; }
 PRECISION=()
 nvidia-smi -L >/dev/null 2>&1 && PRECISION=(--precision bf16)
 TRACES=$LOGS/traces
@@ -50,7 +50,7 @@ torchrun_cmd                   # TORCHRUN=(torchrun --standalone [-r 1 -t 1 unde
 BUDGET_RESERVE_S=20  # kept for the comparison
 brun() { budget_run "$@"; }  # run_lib.sh
 # parallel.sh's fsdp rows: train NAME flags... (its `train`, with NPROC ranks) and the compiled anchor
-TRAIN=("$BUILD/examples/train_gpt" --model "$MODEL" "${PRECISION[@]}" --recompute "$RECOMPUTE" --seq-len "$T"
+TRAIN=("$BUILD/bin/train_gpt" --model "$MODEL" "${PRECISION[@]}" --recompute "$RECOMPUTE" --seq-len "$T"
   --layout "${N}x1x1" --dp-mode fsdp --batch $((N * B)) "${FP8_FLAGS[@]}")
 train() {  # train NAME STEPS_IN_ALL flags...: then its RESULT line from the JSONL log (3 warm-ups)
   local name=$1 steps=$2

@@ -37,7 +37,7 @@ source "$HERE/../run_lib.sh"  # run NAME CMD..., machine
 train() {  # train NAME STEPS train_gpt-flags...
   local name=$1 steps=$2
   shift 2
-  run "$name" torchrun -r 1 -t 1 --standalone --nproc_per_node=1 --no_python "$BUILD/examples/train_gpt" --model "$MODEL" \
+  run "$name" torchrun -r 1 -t 1 --standalone --nproc_per_node=1 --no_python "$BUILD/bin/train_gpt" --model "$MODEL" \
     "${PRECISION[@]}" --data "$DATA" --split 98,2 --eod-token 2 --lr-schedule cosine --steps "$steps" \
     --log-jsonl "$LOGS/$name.jsonl" "$@"
   [ -f "$LOGS/$name.jsonl" ] && "$PY" "$HERE/../results.py" from-jsonl "$LOGS/$name.jsonl" "$name" 5 >>"$LOGS/$name.log"

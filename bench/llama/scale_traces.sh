@@ -34,7 +34,7 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-120} BUDGET_S=${BUDGET_S:-0}
 PY=${PYTHON:-python3}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 [[ $N =~ ^[1-9][0-9]*$ ]] && ((N >= 2)) || { echo "scale_traces.sh: NPROC=$N: needs 2 GPUs or more" >&2; exit 2; }
-[ -x "$BUILD/examples/train_gpt" ] || { echo "scale_traces.sh: $BUILD/examples/train_gpt was not built" >&2; exit 1; }
+[ -x "$BUILD/bin/train_gpt" ] || { echo "scale_traces.sh: $BUILD/bin/train_gpt was not built" >&2; exit 1; }
 source "$HERE/../run_lib.sh"  # run, budget_run, torchrun_cmd, machine
 torchrun_cmd
 PRECISION=()
@@ -46,7 +46,7 @@ train() {  # train NAME NPROC STEPS flags...: train_gpt under torchrun (env ENV_
   # it), its RESULT line from the JSONL log
   local name=$1 n=$2 steps=$3
   shift 3
-  budget_run "$name" env "${ENV_RUN[@]}" "${TORCHRUN[@]}" --nproc_per_node="$n" --no_python "$BUILD/examples/train_gpt" --model "$MODEL" \
+  budget_run "$name" env "${ENV_RUN[@]}" "${TORCHRUN[@]}" --nproc_per_node="$n" --no_python "$BUILD/bin/train_gpt" --model "$MODEL" \
     "${PRECISION[@]}" --recompute none --steps "$steps" --log-jsonl "$LOGS/$name.jsonl" "$@" &&
     "$PY" "$HERE/../results.py" from-jsonl "$LOGS/$name.jsonl" "$name" 3 >>"$LOGS/$name.log" &&
     grep RESULT "$LOGS/$name.log" | cut -c1-240 | sed 's/^/  /'

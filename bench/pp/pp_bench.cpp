@@ -1,5 +1,5 @@
 // tessera's side of the pipeline benchmark: the benchmarks' GPT-735M (common/bench_model.h:
-// src/models' GPT, the trainer's) split into pp = world stages (models::partitionModel: balanced by
+// src/models' GPT, the trainer's) split into pp = world stages (train::partitionModel: balanced by
 // compute, the embedding a lookup; embedding + first blocks on stage 0, last blocks + final
 // LayerNorm + head on the last), run by the PipelineExecutor with a 1F1B table (or GPipe /
 // interleaved), trained as the anchor trains it (bf16 autocast forward, fp32 parameters, fused
@@ -37,8 +37,9 @@
 #include "fake_world.h"
 #include "fused_adamw.h"
 #include "parallel/tensor/linear.h"
-#include "pipeline/executor.h"
-#include "pipeline/schedule.h"
+#include "parallel/pipeline/executor.h"
+include "parallel/pipeline/schedule.h"
+#include "train/model_spec.h"
 #include "pp_emulate.h"
 #include "timing.h"
 
@@ -115,7 +116,7 @@ int main(int argc, char** argv) try {
   const int pp = world->size(), rank = world->rank();
   const auto device = ctx.device;
   bench::useDevice(device);
-  const auto part = models::partitionModel(cfg, pp, chunks,
+  const auto part = tessera::train::partitionModel(cfg, pp, chunks,
                                            !layers.empty()         ? layers
                                            : partition == "params" ? evenSplit(static_cast<int>(cfg.layers), pp * chunks)
                                                                    : std::vector<int>{});
@@ -126,7 +127,7 @@ int main(int argc, char** argv) try {
   std::vector<pl::PipelineExecutor::ChunkFn> fns;
   std::vector<at::Tensor> params;
   for (int c = 0; c < chunks; ++c) {
-    auto m = bench::buildModel(cfg, tp, part, part.stageOf(rank, c));
+    auto m = bench::buildModel(cfg, tp, tessera::train::chunkRange(part, part.stageOf(rank, c)));
     m->to(device);
     // FUSED_WGRAD=0: the weight gradients cast to fp32 and added into .grad by autograd at every
     // micro-batch; else (default) summed in fp32 by the GEMM.

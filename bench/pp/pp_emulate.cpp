@@ -17,8 +17,9 @@
 #include "fused_adamw.h"
 #include "nn/deferred_grads.h"
 #include "parallel/tensor/linear.h"
-#include "pipeline/partition.h"
-#include "pipeline/simulate.h"
+#include "parallel/pipeline/partition.h"
+include "parallel/pipeline/simulate.h"
+#include "parallel/data_parallel/data_parallel.h"
 #include "timing.h"
 
 namespace tessera::bench {
@@ -44,7 +45,7 @@ struct PipelineUnits {
 PipelineUnits unitsOf(models::LmChunk& m, const CommPtr& tp) {
   const auto& c = m->cfg;
   const auto parts = m->parts();
-  const auto specs = m->fsdpUnits();
+  const auto specs = partUnits(parts, "stage0").units;
   const size_t L = static_cast<size_t>(c.layers);
   TESSERA_CHECK(c.positions != models::Positions::Learned && !c.tiedEmbeddings && parts.size() == L + 3 &&
                     specs.size() == L + 3,
@@ -60,15 +61,15 @@ PipelineUnits unitsOf(models::LmChunk& m, const CommPtr& tp) {
     return n;
   };
   PipelineUnits u;
-  u.embed = parts[0];
+  u.embed = parts[0].run;
   u.params.push_back(tensors(0));
   u.embedParams = count(u.params.back());
   for (size_t b = 0; b < L; ++b) {
-    u.blocks.push_back(parts[1 + b]);
+    u.blocks.push_back(parts[1 + b].run);
     u.params.push_back(tensors(1 + b));
     u.blockParams.push_back(count(u.params.back()));
   }
-  u.head = [norm = parts[L + 1], head = parts[L + 2]](const at::Tensor& x) { return head(norm(x)); };
+  u.head = [norm = parts[L + 1].run, head = parts[L + 2].run](const at::Tensor& x) { return head(norm(x)); };
   auto headParams = tensors(L + 1);
   for (auto& t : tensors(L + 2)) headParams.push_back(t);
   u.headParams = count(headParams);
@@ -185,7 +186,7 @@ int emulatePipeline(const models::ModelConfig& cfg, const at::Device& dev, int64
   // The schedule's own checks (e.g. EXTRA_WARMUP with an interleaved schedule) before measuring.
   pl::makeSchedule(kind, pp, M, chunks, extraWarmup);
   const auto self = selfGroup(dev);
-  auto model = buildModel(cfg, self, models::partitionModel(cfg, 1, 1, {}), 0);
+  auto model = buildModel(cfg, self, tessera::models::ChunkRange::whole(cfg));
   model->to(dev);
   tp::setAccumulateGradInGemm(*model, fusedWgrad);
   auto u = unitsOf(model, self);
@@ -279,7 +280,7 @@ int emulatePipeline(const models::ModelConfig& cfg, const at::Device& dev, int64
     BenchResult r{system, "pp", pp, static_cast<double>(batch * cfg.seqLen), {p.stepMs / 1e3}, 0,
                   fmt::format("\"pp\": {}, \"batch\": {}, \"micro_batches\": {}, \"schedule\": \"{}\", \"extra_warmup\": {}, "
                               "\"partition\": \"{}\", \"layers_per_stage\": [{}], \"emulated\": \"one {}: unit costs "
-                              "measured, the {}-stage schedule simulated (src/pipeline/simulate.h)\", "
+                              "measured, the {}-stage schedule simulated (src/parallel/pipeline/simulate.h)\", "
                               "\"pipeline_ms\": {:.2f}, \"optimizer_ms\": {:.2f}, \"idle_ms_per_rank\": [{:.2f}], "
                               "\"sequential_step_ms\": {:.2f}, \"transfer_ms\": {:.3f}",
                               pp, batch, M, kindName, p.extra, p.partition, fmt::join(p.layers, ", "), dev.str(), pp,

@@ -6,7 +6,7 @@
 // forward, backward (B, then the weight-gradient GEMMs its linears defer, W: the costs a
 // zero-bubble schedule places apart; the others pay B + W) and optimizer step is timed with device
 // events (DeviceTimer; 3 warm-up steps, then the mean over STEPS). Those costs, summed per stage,
-// go through pipeline::simulateStep (src/pipeline/simulate.h) for every candidate partition (the
+// go through pipeline::simulateStep (src/parallel/pipeline/simulate.h) for every candidate partition (the
 // compute- and parameter-balanced ones, and for P = 2 every other split of the blocks) and extra
 // warm-up (extraWarmups): the predicted step is the simulated schedule plus the slowest rank's
 // optimizer step, transfers priced as fake_timing.h's point-to-point under `transfer` (latency +
@@ -22,7 +22,7 @@
 
 #include "comm/fake/fake_timing.h"
 #include "models/config.h"
-#include "pipeline/schedule.h"
+#include "parallel/pipeline/schedule.h"
 
 namespace tessera::bench {
 

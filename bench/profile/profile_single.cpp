@@ -30,7 +30,7 @@ int main(int argc, char** argv) try {
   TESSERA_CHECK(device.is_cuda(), "profile_single: needs a GPU");
   bench::useDevice(device);
   const auto tp = bench::selfGroup(device);
-  auto model = bench::buildModel(cfg, tp, tessera::models::partitionModel(cfg, 1, 1, {}), 0);
+  auto model = bench::buildModel(cfg, tp, tessera::models::ChunkRange::whole(cfg));
   model->to(device);
   bench::FusedAdamW opt(model->parameters());
   at::Tensor x, y;

@@ -32,7 +32,7 @@ int main(int argc, char** argv) try {
   TESSERA_CHECK(ctx.device.is_cuda(), "tessera_bench_adamw: needs a GPU");
   useDevice(ctx.device);
   const auto cfg = models::presetConfig(model);
-  models::LmChunk chunk(cfg, ctx.world, nullptr, models::partitionModel(cfg, 1, 1, {}), 0, models::ChunkOptions{});
+  models::LmChunk chunk(cfg, ctx.world, nullptr, models::ChunkRange::whole(cfg), models::LayerOptions{});
   chunk->to(ctx.device);
   std::vector<at::Tensor> params;
   std::vector<std::string> names;

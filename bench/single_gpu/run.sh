@@ -44,7 +44,7 @@ rc=0
 logs=()
 BENCH="single-gpu bench"
 source "$HERE/../run_lib.sh"  # run NAME CMD...
-TRAIN_GPT=(torchrun -r 1 -t 1 --standalone --nproc_per_node=1 --no_python "$BUILD/examples/train_gpt" --precision bf16)
+TRAIN_GPT=(torchrun -r 1 -t 1 --standalone --nproc_per_node=1 --no_python "$BUILD/bin/train_gpt" --precision bf16)
 # tessera_run NAME SYSTEM FUSED TRAIN_GPT_ARGS...: train_gpt on one GPU, its JSONL turned into a RESULT line.
 tessera_run() {
   local name=$1 system=$2 fused=$3

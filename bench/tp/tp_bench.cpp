@@ -35,6 +35,7 @@
 #include "common/error.h"
 #include "fake_world.h"
 #include "fused_adamw.h"
+include "models/gpt.h"
 #include "parallel/tensor/linear.h"
 #include "timing.h"
 
@@ -87,10 +88,11 @@ int main(int argc, char** argv) try {
   bench::useDevice(device);
 
   // Every rank builds its shards of the same model (models/lm.h draws the full weights per block).
-  auto model = bench::buildModel(cfg, world, tessera::models::partitionModel(cfg, 1, 1, {}), 0, sp);
-  for (auto& b : model->gptBlocks) {
-    b->attn->qkv->opts.overlapGradReduce = overlap;
-    b->mlp->fc1->opts.overlapGradReduce = overlap;
+  auto model = bench::buildModel(cfg, world, tessera::models::ChunkRange::whole(cfg), sp);
+  for (auto& b : model->blocks) {
+    auto& block = std::dynamic_pointer_cast<tessera::models::GptBlockImpl>(b)->block;
+    block->attn->qkv->opts.overlapGradReduce = overlap;
+    block->mlp->fc1->opts.overlapGradReduce = overlap;
   }
   model->head->opts.overlapGradReduce = overlap;
   model->to(device);

@@ -43,7 +43,7 @@ torch_run() { local name=$1 n=$2 mode=$3; run "$name" "${TORCHRUN[@]}" --nproc_p
 train() {  # train NAME NPROC train_gpt-flags...: then its RESULT line from the JSONL log
   local name=$1 n=$2
   shift 2
-  run "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" --no-python "$BUILD/examples/train_gpt" --model 735m \
+  run "$name" "${TORCHRUN[@]}" --nproc_per_node="$n" --no-python "$BUILD/bin/train_gpt" --model 735m \
     --precision bf16 --steps $((STEPS + 3)) --log-jsonl "$LOGS/$name.jsonl" "$@"
   python3 "$HERE/../results.py" from-jsonl "$LOGS/$name.jsonl" "$name" >>"$LOGS/$name.log" && grep RESULT "$LOGS/$name.log" | cut -c1-300
 }

@@ -10,7 +10,7 @@ resume in any layout, a progress line per step (and a JSONL log in train_gpt's f
         examples/python/train_llama.py --model llama-tiny --dp 2 --tp 2 --steps 50 \\
         --data data/brown/brown_sp4096_text_document --vocab 4096 --split 98,2 --eod-token 2
 
-The flags are train_gpt's (build/examples/train_gpt --help) where they exist, and with the same
+The flags are train_gpt's (build/bin/train_gpt --help) where they exist, and with the same
 model, data, seed and flags its loss curve equals train_gpt's step by step
 (tests/python/train_llama_test.sh). torch.distributed is brought up beside tessera
 (``init_torch_distributed=True``): the script uses it for its own barrier and logging gather.

@@ -11,7 +11,7 @@
 
 #include "bindings.h"
 #include "comm/settings.h"
-#include "parallel/ddp/ddp.h"
+#include "parallel/data_parallel/ddp/ddp.h"
 
 namespace tessera::py {
 namespace {

@@ -1,5 +1,5 @@
 // tessera._C: FullyShardedDataParallel and ShardedAdamW over parameters handed in from Python
-// (src/sharding/fsdp). The parameters are the Python module's own tensors (the casters share
+// (src/parallel/data_parallel/fsdp). The parameters are the Python module's own tensors (the casters share
 // the TensorImpl): construction turns each into a view of its unit's unsharded buffer, and
 // the gradient hooks and pre-backward nodes FSDP attaches are C++, so backward never needs
 // the GIL. run_unit releases the GIL for its all-gathers and reshards and takes it back only
@@ -22,8 +22,8 @@
 
 #include "bindings.h"
 #include "common/error.h"
-#include "sharding/fsdp/fsdp.h"
-#include "sharding/fsdp/optimizer.h"
+#include "parallel/data_parallel/fsdp/fsdp.h"
+#include "parallel/data_parallel/fsdp/optimizer.h"
 
 namespace tessera::py {
 namespace {
@@ -74,7 +74,7 @@ void bindFsdp(pb::module_& m) {
   // units: [(name, [(param name, tensor)], reshard_after_forward or None)]
   using UnitArg = std::tuple<std::string, std::vector<std::pair<std::string, at::Tensor>>, std::optional<bool>>;
   pb::class_<Fsdp, std::shared_ptr<Fsdp>>(m, "FullyShardedDataParallel",
-                                         "The C++ FSDP over named parameter units (see src/sharding/fsdp/fsdp.h); use "
+                                         "The C++ FSDP over named parameter units (see src/parallel/data_parallel/fsdp/fsdp.h); use "
                                          "tessera.FullyShardedDataParallel to wrap a torch.nn.Module")
       .def(pb::init([](std::vector<UnitArg> units, CommPtr comm, const std::string& paramDtype,
                        const std::string& reduceDtype, bool reshardAfterForward, size_t prefetchBudgetBytes,
@@ -121,7 +121,7 @@ void bindFsdp(pb::module_& m) {
       .def("grad_shard", &Fsdp::gradShard, pb::arg("unit"))
       .def("set_grad_views", &Fsdp::setGradViews, pb::arg("unit"), pb::arg("views"),
            "[(offset in this rank's shard, float32 leaf aliasing the master shard there)]: their .grad become the "
-           "gradient shard (src/sharding/fsdp/fsdp.h)")
+           "gradient shard (src/parallel/data_parallel/fsdp/fsdp.h)")
       .def_property_readonly("shard_rank", &Fsdp::shardRank)
       .def_property_readonly("shard_group", [](const Fsdp& f) { return f.shardGroup(); })
       .def(
@@ -152,7 +152,7 @@ void bindFsdp(pb::module_& m) {
       });
 
   pb::class_<ShardedAdamW, std::shared_ptr<ShardedAdamW>>(
-      m, "ShardedAdamW", "AdamW on FSDP's fp32 shards (src/sharding/fsdp/optimizer.h); keeps the FSDP object alive")
+      m, "ShardedAdamW", "AdamW on FSDP's fp32 shards (src/parallel/data_parallel/fsdp/optimizer.h); keeps the FSDP object alive")
       .def(pb::init([](std::shared_ptr<Fsdp> f, double lr, double beta1, double beta2, double eps, double wd,
                        const pb::object& decays) {
              AdamWOptions o{lr, beta1, beta2, eps, wd};

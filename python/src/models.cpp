@@ -11,6 +11,7 @@
 #include "models/lm.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "train/model_spec.h"
 
 namespace tessera::py {
 
@@ -70,7 +71,7 @@ void bindModels(pb::module_& m) {
         c.arch = models::Arch::Llama;
         c.positions = models::Positions::Rope;
         c.d = d, c.layers = layers, c.heads = heads, c.kvHeads = kvHeads, c.ffn = ffn, c.vocab = vocab;
-        const auto part = models::partitionModel(c, pp, 1, {});
+        const auto part = train::partitionModel(c, pp, 1, {});
         std::vector<std::pair<int, int>> out;
         for (int s = 0; s < part.numStages(); ++s) out.emplace_back(part.firstBlock(s), part.endBlock(s));
         return out;

@@ -1,4 +1,4 @@
-// tessera._C: the pipeline schedule executor (src/pipeline/executor.h) over Python callables.
+// tessera._C: the pipeline schedule executor (src/parallel/pipeline/executor.h) over Python callables.
 //
 // step() releases the GIL for the whole schedule: communication, the executor's bookkeeping and
 // autograd's backward run without it; each call of a stage or loss callable takes it back for
@@ -15,8 +15,8 @@
 
 #include "bindings.h"
 #include "common/error.h"
-#include "pipeline/executor.h"
-#include "pipeline/schedule.h"
+#include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/schedule.h"
 
 namespace tessera::py {
 namespace {
@@ -44,7 +44,7 @@ at::Tensor run(PipelineExecutor& e, at::Tensor (PipelineExecutor::*fn)(const at:
 void bindPipeline(pb::module_& m) {
   pb::class_<PipelineExecutor, std::shared_ptr<PipelineExecutor>>(
       m, "PipelineExecutor",
-      "Runs one schedule table over this rank's stage callables (see src/pipeline/executor.h); use "
+      "Runs one schedule table over this rank's stage callables (see src/parallel/pipeline/executor.h); use "
       "tessera.Pipeline to run torch.nn.Modules")
       .def(pb::init([](CommPtr group, const std::string& schedule, int microBatches,
                        std::vector<PipelineExecutor::ChunkFn> stages, PipelineExecutor::LossFn loss,

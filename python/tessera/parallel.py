@@ -1,7 +1,7 @@
 """Wrappers of Python ``torch.nn.Module``s run by tessera's C++ runtime.
 
 ``DistributedDataParallel`` (src/parallel/ddp), ``Pipeline`` (src/pipeline's schedule executor
-over this rank's stages), ``FullyShardedDataParallel`` and ``ShardedAdamW`` (src/sharding/fsdp),
+over this rank's stages), ``FullyShardedDataParallel`` and ``ShardedAdamW`` (src/parallel/data_parallel/fsdp),
 each binding its C++ area in python/src/<area>.cpp.
 """
 
@@ -120,7 +120,7 @@ class Pipeline:
     """Pipeline parallelism for Python stages: this rank's stages (``torch.nn.Module``s or any
     callables taking and returning one tensor) run by tessera's C++ schedule executor over
     ``group`` (a :class:`tessera.Communicator`, or a :class:`tessera.ProcessMesh`, whose pp
-    group is used). See src/pipeline/executor.h for the full contract.
+    group is used). See src/parallel/pipeline/executor.h for the full contract.
 
     ``stages``: this rank's chunks in order; with ``schedule="interleaved_1f1b"`` rank r holds
     stages r, r + pp, r + 2 pp, ... (one per chunk), else exactly one stage. Stage 0 takes the
@@ -183,7 +183,7 @@ def _dtype_name(d):
 
 
 class FullyShardedDataParallel(torch.nn.Module):
-    """Fully sharded data parallelism for a Python ``torch.nn.Module`` (src/sharding/fsdp): each
+    """Fully sharded data parallelism for a Python ``torch.nn.Module`` (src/parallel/data_parallel/fsdp): each
     unit's parameters are flattened and sharded over ``group``; a unit is all-gathered just
     before its forward and backward and its gradients reduce-scattered as soon as backward has
     produced them, all by the C++ runtime.

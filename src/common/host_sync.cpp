@@ -85,6 +85,19 @@ double StreamMarks::ms(int a, int b) {
 #endif
 }
 
+double StreamMarks::msFrom(const StreamMarks& earlier, int a, int b) {
+  TESSERA_CHECK(earlier.device_ == device_ && a >= 0 && b >= 0 && a < earlier.marks() && b < marks(),
+                "StreamMarks: mark {} of an earlier set ({} made) and mark {} ({} made) asked", a, earlier.marks(), b,
+                marks());
+  if (!device_.is_cuda()) return std::chrono::duration<double, std::milli>(host_[b] - earlier.host_[a]).count();
+#ifdef TESSERA_TORCH_CUDA
+  events_[b]->event.synchronize();
+  return earlier.events_[a]->event.elapsed_time(events_[b]->event);
+#else
+  hostSyncNoCuda("StreamMarks");
+#endif
+}
+
 const char* toString(SyncDebug s) {
   switch (s) {
     case SyncDebug::Off: return "off";

@@ -8,8 +8,8 @@
 //   may be freed or overwritten after queue(). On the CPU the copy is made in queue().
 // - StreamMarks: mark() records a point in the current stream's timeline (CUDA: a timing event;
 //   CPU: the host clock); ms(a, b) blocks on mark b and returns the milliseconds between marks
-//   a and b. On CUDA that is the stream's time: a mark made while the stream is busy falls when
-//   the stream reaches it, not when the host made it.
+//   a and b (msFrom: from mark a of an earlier StreamMarks of the same stream). On CUDA that is
+//   the stream's time: a mark made while the stream is busy falls when the stream reaches it.
 // - SyncCheck: while alive, a host synchronization with a CUDA device through PyTorch (item(),
 //   a copy to the host, a blocking copy from pageable memory, a stream or device synchronize)
 //   warns (SyncDebug::Warn) or throws (Error), as torch.cuda.set_sync_debug_mode; SyncDebug::Off
@@ -50,6 +50,8 @@ class StreamMarks {
   explicit StreamMarks(at::Device device = at::kCPU) : device_(device) {}
   int mark();  // the mark's index: 0, 1, ...
   double ms(int a, int b);
+  double msFrom(const StreamMarks& earlier, int a, int b);
+  int marks() const { return static_cast<int>(events_.size() + host_.size()); }
 
  private:
   at::Device device_;

@@ -7,6 +7,7 @@
 
 #include "common/attention.h"
 #include "common/error.h"
+#include "models/kv_cache.h"
 #include "nn/fused_activations.h"
 #include "nn/fused_norm.h"
 #include "nn/init.h"
@@ -27,6 +28,14 @@ at::Tensor RmsNormImpl::forward(const at::Tensor& x) {
   auto xf = x.to(at::kFloat);
   auto y = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return (y * w.to(at::kFloat)).to(x.scalar_type());
+}
+
+std::vector<NamedParam> RmsNormImpl::params(const std::string& prefix) {
+  return {{prefix + "norm.weight", weight, true}};
+}
+
+std::vector<checkpoint::Piece> RmsNormImpl::pieces(const std::string& prefix) {
+  return {checkpoint::whole(prefix + "norm.weight", weight.detach())};
 }
 
 nn::AddNormResult RmsNormImpl::addForward(const at::Tensor& x, const at::Tensor& branch) {
@@ -65,9 +74,10 @@ std::map<std::string, at::Tensor> llamaBlockInit(const ModelConfig& c, int64_t l
   return w;
 }
 
-LlamaBlockImpl::LlamaBlockImpl(const ModelConfig& c, CommPtr tp, CommPtr kvGroup, int64_t layer, uint64_t seed,
-                               LlamaBlockOptions o, const std::string& name)
-    : cfg_(c), tp_(std::move(tp)), kvGroup_(std::move(kvGroup)), o_(o), name_(name) {
+LlamaBlockImpl::LlamaBlockImpl(const ModelConfig& c, CommPtr tp, CommPtr kvGroup, int64_t layer,
+                               const LayerOptions& o)
+    : cfg_(c), tp_(std::move(tp)), kvGroup_(std::move(kvGroup)), o_(o), name_(fmt::format("blocks.{}", layer)) {
+  const auto& name = name_;
   const int t = tp_->size(), r = tp_->rank();
   const int64_t kv = c.kvH();
   TESSERA_CHECK(c.heads % t == 0 && (kv % t == 0 || t % kv == 0),
@@ -105,7 +115,7 @@ LlamaBlockImpl::LlamaBlockImpl(const ModelConfig& c, CommPtr tp, CommPtr kvGroup
   wo = register_module("wo", tp::RowParallelLinear(tp_, c.heads * hd_, c.d, opts("wo")));
   w13 = register_module("w13", tp::ColumnParallelLinear(tp_, c.d, 2 * c.ffnSize(), opts("w13")));
   w2 = register_module("w2", tp::RowParallelLinear(tp_, c.ffnSize(), c.d, opts("w2")));
-  loadFull(llamaBlockInit(c, layer, seed), "");
+  loadFull(llamaBlockInit(c, layer, o.seed), "");
 }
 
 void LlamaBlockImpl::loadFull(const std::map<std::string, at::Tensor>& full, const std::string& prefix) {
@@ -163,7 +173,7 @@ at::Tensor LlamaBlockImpl::attention(const at::Tensor& x) {
         .permute({2, 0, 1, 3})
         .reshape({s, b, lq_ * hd_});
   };
-  auto a = o_.recompute == Recompute::Selective ? nn::recompute(core, {q, k, v}) : core({q, k, v});
+  auto a = o_.recompute == nn::Recompute::Selective ? nn::recompute(core, {q, k, v}) : core({q, k, v});
   return wo->forward(a);
 }
 
@@ -171,7 +181,7 @@ at::Tensor LlamaBlockImpl::mlp(const at::Tensor& x) {
   auto h = w13->forward(x);  // [.., 2 ffn/tp]: [gate | up]
   if (o_.fusedKernels) {
     // Selective recompute without tp: w2 keeps h and recomputes the product for its weight gradient.
-    if (o_.recompute == Recompute::Selective && tp_->size() == 1 && w2->opts.fp8 == fp8::Recipe::Off &&
+    if (o_.recompute == nn::Recompute::Selective && tp_->size() == 1 && w2->opts.fp8 == fp8::Recipe::Off &&
         !w2->opts.bias)
       return nn::swigluLinear(h, w2->weight, w2->opts.accumulateGradInGemm);
     return w2->forward(nn::swiglu(h));  // keeps h and w2's input, the product
@@ -179,7 +189,7 @@ at::Tensor LlamaBlockImpl::mlp(const at::Tensor& x) {
   const nn::Fn swiglu = [this](const at::Tensor& t) {
     return at::silu(t.narrow(-1, 0, lffn_)) * t.narrow(-1, lffn_, lffn_);
   };
-  return w2->forward(o_.recompute == Recompute::Selective ? nn::recompute(swiglu, h) : swiglu(h));
+  return w2->forward(o_.recompute == nn::Recompute::Selective ? nn::recompute(swiglu, h) : swiglu(h));
 }
 
 at::Tensor LlamaBlockImpl::forward(const at::Tensor& x) {
@@ -210,8 +220,8 @@ std::vector<checkpoint::Piece> LlamaBlockImpl::pieces(const std::string& p) {
   return out;
 }
 
-std::vector<ChunkParam> LlamaBlockImpl::params(const std::string& p) {
-  ChunkParam qkv{p + "wqkv.weight", wqkv->weight};
+std::vector<NamedParam> LlamaBlockImpl::params(const std::string& p) {
+  NamedParam qkv{p + "wqkv.weight", wqkv->weight};
   if (kvReplicas_ > 1) {
     qkv.replicatedFrom = lq_ * hd_ * cfg_.d;
     qkv.replicas = kvReplicas_;
@@ -222,6 +232,19 @@ std::vector<ChunkParam> LlamaBlockImpl::params(const std::string& p) {
           {p + "mlp_norm.weight", mlpNorm->weight, true},
           {p + "w13.weight", w13->weight},
           {p + "w2.weight", w2->weight}};
+}
+
+at::Tensor LlamaBlockImpl::decode(const at::Tensor& x, KvCache& cache, size_t layer) {
+  const int64_t n = x.size(0), b = x.size(1);
+  auto h = wqkv->forward(attnNorm->forward(x));  // [n, b, (lq + 2 lkv) hd]: [q | k | v]
+  const auto t = cachedRope(cfg_, cfg_.ropeTheta, cfg_.ropeScaling, cache, n, x.device());
+  auto q = nn::applyRope(h.narrow(2, 0, lq_ * hd_).view({n, b, lq_, hd_}), t);
+  auto k = nn::applyRope(h.narrow(2, lq_ * hd_, lkv_ * hd_).view({n, b, lkv_, hd_}), t);
+  auto v = h.narrow(2, (lq_ + lkv_) * hd_, lkv_ * hd_).view({n, b, lkv_, hd_});
+  auto y = x + wo->forward(cachedAttention(q, k, v, cache, layer));
+  auto g = w13->forward(mlpNorm->forward(y));  // [gate | up]
+  const int64_t f = g.size(-1) / 2;
+  return y + w2->forward(at::silu(g.narrow(-1, 0, f)) * g.narrow(-1, f, f));
 }
 
 }  // namespace tessera::models

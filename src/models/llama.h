@@ -21,27 +21,24 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint.h"
-#include "comm/communicator.h"
-#include "models/config.h"
-#include "models/param.h"
+#include "models/block.h"
 #include "nn/fused_norm.h"
-#include "nn/recompute.h"
 #include "nn/rope.h"
 #include "parallel/tensor/linear.h"
 
 namespace tessera::models {
 
-using nn::Recompute;
-
 // x / sqrt(mean(x²) + eps) · weight, in float32, returned in x's dtype. With sequence parallel
 // each rank normalises its own tokens and the weight's gradient is summed over `tp`.
 // fused: one op (nn::rmsNorm, nn/fused_norm.h), returning CUDA autocast's dtype under autocast.
 // With fused ops the block's residual adds go through addForward.
-class RmsNormImpl : public torch::nn::Module {
+// As the model's final norm its parameter is "norm.weight" (params/pieces after the prefix).
+class RmsNormImpl : public LayerImpl {
  public:
   RmsNormImpl(int64_t d, double eps, CommPtr tp = nullptr, bool sequenceParallel = false);
-  at::Tensor forward(const at::Tensor& x);
+  at::Tensor forward(const at::Tensor& x) override;
+  std::vector<NamedParam> params(const std::string& prefix) override;
+  std::vector<checkpoint::Piece> pieces(const std::string& prefix) override;
   // The residual add before the norm and the norm: s = x + branch (branch undefined: s = x),
   // y = forward(s); fused: one op (nn::addRmsNorm, which also sums s's residual gradient into its
   // backward), else the add and forward.
@@ -54,33 +51,18 @@ class RmsNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(RmsNorm);
 
-struct LlamaBlockOptions {
-  bool sequenceParallel = false;
-  Recompute recompute = Recompute::None;  // Selective: attention's core and SwiGLU's product
-  // tessera's fused ops (nn/fused_norm.h, nn/fused_activations.h, nn::ropeQkInPlace): the norms
-  // with the residual adds (RmsNormImpl::addForward), rotary embedding in place on the qkv output,
-  // and SwiGLU (which then keeps only its input, as
-  // selective recompute of the unfused product does). The same maths as the ATen ops.
-  bool fusedKernels = false;
-  // Context parallel (parallel/context/): the cp group, or null. The block then sees this cp
-  // rank's T / cp positions (rotary angles at their global positions) and attention gathers K
-  // and V over the group.
-  CommPtr context;
-  // Grouped-query attention with k and v repeated to the query heads before the fused kernel
-  // (common/attention.h), instead of the kernel reading the kv heads as they are (the default).
-  bool repeatKvHeads = false;
-};
-
-class LlamaBlockImpl : public torch::nn::Module {
+class LlamaBlockImpl : public BlockImpl {
  public:
-  // kvGroup: llamaKvGroup(c, tp) (null unless kv heads are replicated).
-  LlamaBlockImpl(const ModelConfig& c, CommPtr tp, CommPtr kvGroup, int64_t layer, uint64_t seed,
-                 LlamaBlockOptions o, const std::string& name);
-  at::Tensor forward(const at::Tensor& x);
+  // kvGroup: llamaKvGroup(c, tp) (null unless kv heads are replicated). Selective recompute:
+  // attention's core and SwiGLU's product.
+  LlamaBlockImpl(const ModelConfig& c, CommPtr tp, CommPtr kvGroup, int64_t layer, const LayerOptions& o);
+  at::Tensor forward(const at::Tensor& x) override;
   // Local: the unsharded block's tensors, named as above after `prefix`.
   void loadFull(const std::map<std::string, at::Tensor>& full, const std::string& prefix);
-  std::vector<checkpoint::Piece> pieces(const std::string& prefix);
-  std::vector<ChunkParam> params(const std::string& prefix);
+  std::vector<checkpoint::Piece> pieces(const std::string& prefix) override;
+  std::vector<NamedParam> params(const std::string& prefix) override;
+  at::Tensor decode(const at::Tensor& x, KvCache& cache, size_t layer) override;
+  int64_t localKvHeads() const override { return lkv_; }
 
   RmsNorm attnNorm{nullptr}, mlpNorm{nullptr};
   tp::ColumnParallelLinear wqkv{nullptr}, w13{nullptr};
@@ -91,7 +73,7 @@ class LlamaBlockImpl : public torch::nn::Module {
   at::Tensor mlp(const at::Tensor& x);
   ModelConfig cfg_;
   CommPtr tp_, kvGroup_;  // kvGroup_: the ranks sharing this rank's kv head (replicated case)
-  LlamaBlockOptions o_;
+  LayerOptions o_;
   std::string name_;
   int64_t hd_, lq_, lkv_, firstQ_, firstKv_, lffn_;
   int kvReplicas_ = 1;

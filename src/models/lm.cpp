@@ -13,22 +13,9 @@
 #include "nn/init.h"
 #include "parallel/context/chunks.h"
 #include "parallel/tensor/mappings.h"
+#include "parallel/tensor/blocks.h"
 
 namespace tessera::models {
-
-uint64_t blockSeed(uint64_t seed, int64_t layer) { return seed * 1000003ull + 101ull + static_cast<uint64_t>(layer); }
-uint64_t headSeed(uint64_t seed) { return seed * 1000003ull + 7ull; }
-
-pipeline::Partition partitionModel(const ModelConfig& c, int pp, int chunks, const std::vector<int>& layersPerStage) {
-  pipeline::PartitionOptions o;
-  o.pp = pp;
-  o.chunks = chunks;
-  o.layersPerStage = layersPerStage;
-  o.embeddingParams = c.vocab * c.d;
-  o.headParams = c.vocab * c.d + 2 * c.d;
-  o.embeddingIsLookup = true;
-  return pipeline::partitionBlocks(std::vector<int64_t>(c.layers, blockParamCount(c)), o);
-}
 
 namespace {
 bool isLlama(const ModelConfig& c) { return c.arch == Arch::Llama; }
@@ -40,16 +27,17 @@ at::Tensor fullTable(const ModelConfig& c, uint64_t seed) {
 }
 }  // namespace
 
-LmChunkImpl::LmChunkImpl(const ModelConfig& c, CommPtr group, CommPtr kvGroup, const pipeline::Partition& part,
-                         int stage_, ChunkOptions o)
-    : cfg(c), tp(std::move(group)), opts(o), stage(stage_) {
+LmChunkImpl::LmChunkImpl(const ModelConfig& c, CommPtr group, CommPtr kvGroup, ChunkRange r, LayerOptions o)
+    : cfg(c), tp(std::move(group)), opts(std::move(o)), range(r) {
   validate(c);
-  first = stage == 0;
-  last = stage == part.numStages() - 1;
-  firstBlock = part.firstBlock(stage);
-  endBlock = part.endBlock(stage);
-  const bool sp = o.sequenceParallel;
-  const int cpSize = o.contextGroup ? o.contextGroup->size() : 1;
+  TESSERA_CHECK(r.stages >= 1 && r.stage >= 0 && r.stage < r.stages && r.firstBlock >= 0 &&
+                    r.firstBlock <= r.endBlock && r.endBlock <= c.layers,
+                "model: stage {} of {} with blocks [{}, {}) does not fit a model of {} blocks", r.stage, r.stages,
+                r.firstBlock, r.endBlock, c.layers);
+  first = r.stage == 0;
+  last = r.stage == r.stages - 1;
+  const bool sp = opts.sequenceParallel;
+  const int cpSize = opts.context ? opts.context->size() : 1;
   TESSERA_CHECK(c.seqLen % (2 * cpSize) == 0 || cpSize == 1,
                 "model: context parallel needs T divisible by 2 x cp (T {}, cp {})", c.seqLen, cpSize);
   localT = c.seqLen / cpSize;
@@ -57,53 +45,32 @@ LmChunkImpl::LmChunkImpl(const ModelConfig& c, CommPtr group, CommPtr kvGroup, c
                 "model: sequence parallel needs T{} divisible by tp (T {}, tp {})", cpSize > 1 ? " / cp" : "", localT,
                 tp->size());
   if (first || (last && c.tiedEmbeddings)) {
-    const auto table = fullTable(c, o.seed);
+    const auto table = fullTable(c, opts.seed);
     if (first) emb = register_module("emb", tp::VocabParallelEmbedding(table, tp));
     if (last && !first && c.tiedEmbeddings) {
-      const auto r = tp::vocabRange(c.vocab, tp->rank(), tp->size(), "head");
-      headTable = register_parameter("head_table", table.narrow(0, r.start, r.size()).clone());
+      const auto v = tp::vocabRange(c.vocab, tp->rank(), tp->size(), "head");
+      headTable = register_parameter("head_table", table.narrow(0, v.start, v.size()).clone());
     }
   }
   if (first && c.positions == Positions::Learned) {
-    auto gen = at::detail::createCPUGenerator(headSeed(o.seed) + 1);
+    auto gen = at::detail::createCPUGenerator(headSeed(opts.seed) + 1);
     pos = register_parameter("pos", at::normal(0, 0.02, {c.seqLen, c.d}, gen));
   }
-  for (int i = firstBlock; i < endBlock; ++i) {
-    const auto name = fmt::format("blocks.{}", i);
-    if (isLlama(c)) {
-      llamaBlocks.push_back(register_module(
-          fmt::format("block{}", i),
-          LlamaBlock(c, tp, kvGroup, i, o.seed,
-                     LlamaBlockOptions{sp, o.recompute, o.fusedKernels, o.contextGroup, o.repeatKvHeads},
-                     name)));
-    } else {
-      torch::manual_seed(blockSeed(o.seed, i));
-      auto b = register_module(fmt::format("block{}", i),
-                               tp::ParallelBlock(tp, c.d, c.heads, sp, name, tp::BlockDropout{}, c.ffnSize()));
-      b->attn->recomputeCore = b->mlp->recomputeActivation = o.recompute == Recompute::Selective;
-      if (c.positions == Positions::Rope) b->attn->ropeTheta = c.ropeTheta;
-      b->attn->context = o.contextGroup;
-      b->setFusedKernels(o.fusedKernels);
-      gptBlocks.push_back(b);
-    }
+  for (int i = r.firstBlock; i < r.endBlock; ++i) {
+    blocks.push_back(register_module(fmt::format("block{}", i), makeBlock(c, tp, kvGroup, i, opts)));
   }
   if (last) {
-    if (isLlama(c)) {
-      norm = register_module("norm", RmsNorm(c.d, c.normEps, tp, sp));
-      norm->fused = o.fusedKernels;
-    } else {
-      lnf = register_module("lnf", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d})));
-    }
+    norm = register_module("norm", makeFinalNorm(c, tp, opts));
     if (!c.tiedEmbeddings) {
       tp::ParallelLinearOptions ho;
       ho.bias = false;
       ho.sequenceParallel = sp;
       ho.name = "head";
       ho.initFromRng = !isLlama(c);
-      torch::manual_seed(headSeed(o.seed));
+      torch::manual_seed(headSeed(opts.seed));
       head = register_module("head", tp::ColumnParallelLinear(tp, c.d, c.vocab, ho));
       if (isLlama(c)) {
-        head->loadFull(nn::seededNormal(c.vocab, c.d, 0, 0.02, headSeed(o.seed)));
+        head->loadFull(nn::seededNormal(c.vocab, c.d, 0, 0.02, headSeed(opts.seed)));
       }
     }
   }
@@ -125,18 +92,13 @@ at::Tensor LmChunkImpl::embed(const at::Tensor& tokens) {
 }
 
 at::Tensor LmChunkImpl::addPositions(const at::Tensor& x) {
-  const auto& g = opts.contextGroup;  // cp: the learned positions of this rank's tokens
+  const auto& g = opts.context;  // cp: the learned positions of this rank's tokens
   const auto rows = g ? cp::shard(pos, 0, g->size(), g->rank()) : pos;
   auto y = x + rows.unsqueeze(1);
   return opts.sequenceParallel ? tp::scatterSeq(y, tp) : y;
 }
 
-at::Tensor LmChunkImpl::finalNorm(const at::Tensor& x) {
-  if (isLlama(cfg)) return norm->forward(x);
-  return tp::tpLayerNorm(lnf, x, tp, opts.sequenceParallel, opts.fusedKernels);
-}
-
-at::Tensor LmChunkImpl::applyHead(const at::Tensor& h) {
+at::Tensor LmChunkImpl::logits(const at::Tensor& h) {
   tp::ParallelLinearOptions ho;
   at::Tensor w, b;
   if (!cfg.tiedEmbeddings) {
@@ -162,32 +124,13 @@ at::Tensor LmChunkImpl::applyHead(const at::Tensor& h) {
 }
 
 at::Tensor LmChunkImpl::block(size_t i, const at::Tensor& x) {
-  nn::Fn f;
-  if (isLlama(cfg)) {
-    f = [m = llamaBlocks[i].get()](const at::Tensor& v) { return m->forward(v); };
-  } else {
-    f = [m = gptBlocks[i].get()](const at::Tensor& v) { return m->forward(v); };
-  }
-  return opts.recompute == Recompute::Full ? nn::recompute(f, x) : f(x);
-}
-
-std::vector<LmChunkImpl::Part> LmChunkImpl::parts() {
-  std::vector<Part> out;
-  if (first) out.push_back([this](const at::Tensor& t) { return embed(t); });
-  if (pos.defined()) out.push_back([this](const at::Tensor& x) { return addPositions(x); });
-  for (int i = firstBlock; i < endBlock; ++i) {
-    out.push_back([this, k = static_cast<size_t>(i - firstBlock)](const at::Tensor& x) { return block(k, x); });
-  }
-  if (last) {
-    out.push_back([this](const at::Tensor& x) { return finalNorm(x); });
-    out.push_back([this](const at::Tensor& x) { return applyHead(x); });
-  }
-  return out;
+  const nn::Fn f = [m = blocks[i].get()](const at::Tensor& v) { return m->forward(v); };
+  return opts.recompute == nn::Recompute::Full ? nn::recompute(f, x) : f(x);
 }
 
 at::Tensor LmChunkImpl::forward(const at::Tensor& x) {
   at::Tensor h = x;
-  for (const auto& p : parts()) h = p(h);
+  for (const auto& p : parts()) h = p.run(h);
   return h;
 }
 

@@ -18,7 +18,7 @@
 // [..., in]. Anything else is a tessera::Error naming the tensor and what was wrong.
 // The op hands no gradient to the parameters' AccumulateGrad nodes; the autograd engine still
 // runs them, so post hooks registered on them (DDP's gradient-ready hooks) fire, and .grad then
-// already holds the sum (tests/nn on LibTorch 1.13 and 2.11; tests/parallel/ddp trains through
+// already holds the sum (tests/nn on LibTorch 1.13 and 2.11; tests/parallel/data_parallel/ddp trains through
 // DDP with it). Not for FSDP units: their bf16 parameters are refused above. Without grad mode, or
 // when neither x nor the parameters require grad, it is at::linear.
 #include <ATen/core/Tensor.h>

@@ -15,7 +15,19 @@
 #include <string>
 #include <vector>
 
-#include "sharding/fsdp/optimizer.h"
+#include "kernels/adamw.h"
+
+namespace tessera {
+
+struct AdamWOptions {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weightDecay = 1e-2;
+};
+// The kernel's arguments for step number `step` of `o`, with its weight decay or none.
+inline kernels::AdamWStep adamwKernelStep(const AdamWOptions& o, int64_t step, bool decay = true) {
+  return {o.lr, o.beta1, o.beta2, o.eps, decay ? o.weightDecay : 0.0, step};
+}
+
+}  // namespace tessera
 
 namespace tessera::optim {
 

@@ -15,7 +15,7 @@
 #include "checkpoint/checkpoint.h"
 #include "harness/multiprocess.h"
 #include "models/tiny_models.h"
-#include "parallel/ddp/ddp.h"
+#include "parallel/data_parallel/ddp/ddp.h"
 #include "parallel/tensor/checkpoint_pieces.h"
 
 using namespace tessera;

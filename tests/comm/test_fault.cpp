@@ -9,7 +9,7 @@
 
 #include "common/host.h"
 #include "harness/multiprocess.h"
-#include "pipeline/p2p.h"
+#include "parallel/pipeline/p2p.h"
 
 using namespace tessera;
 using namespace tessera::testing;

@@ -18,11 +18,11 @@
 #include "models/config.h"
 #include "nn/recompute.h"
 #include "optim/lr_schedule.h"
-#include "parallel/ddp/ddp.h"
+#include "parallel/data_parallel/ddp/ddp.h"
 #include "parallel/tensor/linear.h"
-#include "pipeline/executor.h"
-#include "pipeline/schedule.h"
-#include "sharding/fsdp/fsdp.h"
+#include "parallel/pipeline/executor.h"
+#include "parallel/pipeline/schedule.h"
+#include "parallel/data_parallel/fsdp/fsdp.h"
 
 using namespace tessera;
 using namespace tessera::testing;

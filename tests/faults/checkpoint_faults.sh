@@ -28,7 +28,7 @@ WORK=$(mktemp -d)
 OUT=$WORK/out.txt
 trap 'rm -rf "$WORK"' EXIT
 source "$(dirname "$0")/../launch/lib.sh"
-COMPARE=$(dirname "$0")/../examples/compare_losses.py
+COMPARE=$(dirname "$0")/../train/compare_losses.py
 DATA=${TESSERA_TRAIN_DATA:-$(dirname "$0")/../../data/brown/brown_sp4096_text_document}
 [[ -f $DATA.idx && -f $DATA.bin ]] || fail "$DATA.idx/.bin missing: run scripts/setup (it prepares the Brown corpus)"
 BASE=(--model llama-tiny --seq-len 32 --data "$DATA" --vocab 4096 --split 98,2 --eod-token 2 --lr 1e-2 --clip 0.3

@@ -40,7 +40,7 @@ import transformers  # noqa: E402
 
 BUILD = os.path.abspath(args.build)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TRAIN, GENERATE = os.path.join(BUILD, "examples", "train_gpt"), os.path.join(BUILD, "examples", "tessera_generate")
+TRAIN, GENERATE = os.path.join(BUILD, "bin", "train_gpt"), os.path.join(BUILD, "bin", "tessera_generate")
 CONVERT = os.path.join(ROOT, "tools", "tessera-convert")
 WORK = args.work or tempfile.mkdtemp(prefix="tessera-gpu-hf-")
 os.makedirs(WORK, exist_ok=True)

@@ -11,7 +11,7 @@
   runs the GPT-J pairing instead: the tests show that it gives other logits.
 - greedy(cfg, w, prompt, n): the argmax continuation (the whole sequence rerun each step).
 - synthetic_batch(seed, step, batch, vocab, seq): train_gpt's synthetic batch
-  (examples/gpt/synthetic_data.cpp) reproduced with torch's CPU generator.
+  (src/data/synthetic.cpp) reproduced with torch's CPU generator.
 """
 import json
 import math

@@ -185,7 +185,7 @@ hf, ck, out = (os.path.join(WORK, x) for x in ("hf8b", "ck8b", "out8b"))
 if not os.path.exists(os.path.join(hf, "model.safetensors.index.json")):
     write_random_hf(hf)
 convert = os.path.join(ROOT, "tools", "tessera-convert")
-train = os.path.join(BUILD, "examples", "train_gpt")
+train = os.path.join(BUILD, "bin", "train_gpt")
 common = ["--init-from-hf", hf, "--seq-len", str(args.seq_len), "--steps", "1", "--batch", str(args.gpus),
           "--log-jsonl", ""]
 rows = {}

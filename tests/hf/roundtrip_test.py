@@ -37,8 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hf_llama as H  # noqa: E402
 
 BUILD, SOURCE, LAUNCHER = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), sys.argv[3]
-TRAIN = os.path.join(BUILD, "examples", "train_gpt")
-GENERATE = os.path.join(BUILD, "examples", "tessera_generate")
+TRAIN = os.path.join(BUILD, "bin", "train_gpt")
+GENERATE = os.path.join(BUILD, "bin", "tessera_generate")
 CONVERT = os.path.join(SOURCE, "tools", "tessera-convert")
 ENV = dict(os.environ, TESSERA_BACKEND="gloo", OMP_NUM_THREADS="1", TESSERA_TIMEOUT_S="60",
            TESSERA_BUILD_DIR=BUILD, PET_MONITOR_INTERVAL="0.1")

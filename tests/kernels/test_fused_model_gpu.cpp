@@ -1,4 +1,4 @@
-// One training step of the models with tessera's fused kernels (models::ChunkOptions::fusedKernels,
+// One training step of the models with tessera's fused kernels (models::LayerOptions::fusedKernels,
 // lmLoss's fused cross-entropy, optim::AdamW's multi-tensor kernel: what train_gpt
 // --fused-kernels on runs) against the same step with ATen's ops, on one GPU: the GPT with
 // rotary positions (LayerNorm, rotary embedding, bias + GELU) and with learned positions, and the
@@ -46,11 +46,11 @@ struct Step {
 Step runStep(const ModelConfig& c, const CommPtr& g, bool fused, bool bf16, const at::Tensor& tokens,
              const at::Tensor& targets, nn::Recompute recompute = nn::Recompute::None,
              const at::Device dev = at::Device(at::kCUDA, 0)) {
-  ChunkOptions o;
+  LayerOptions o;
   o.seed = 5;
   o.fusedKernels = fused;
   o.recompute = recompute;
-  LmChunk m(c, g, nullptr, partitionModel(c, 1, 1, {}), 0, o);
+  LmChunk m(c, g, nullptr, ChunkRange::whole(c), o);
   m->to(dev);
   auto forward = [&] {
     Bf16Autocast autocast(bf16);

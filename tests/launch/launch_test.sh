@@ -266,7 +266,7 @@ case $CASE in
     export TESSERA_BACKEND=gloo OMP_NUM_THREADS=1
     WORK=$(mktemp -d)
     LIMIT=${TESSERA_TRAIN_TEST_TIMEOUT_S:-240}
-    # As tests/examples/train_gpt_test.sh: 8 heads, clipping active, 5 steps.
+    # As tests/train/train_gpt_test.sh: 8 heads, clipping active, 5 steps.
     base=(--model tiny --heads 8 --batch 16 --steps 5 --lr 1e-2 --clip 0.3 --seed 7)
     launch torchrun -r 1 -t 1 --master_port="$(free_port)" --nproc_per_node=1 --no_python "$TRAIN" "${base[@]}" \
       --log-jsonl "$WORK/ref.jsonl"
@@ -278,7 +278,7 @@ case $CASE in
       grep -qE "pmix launch: rank $r/4 local rank $((r % 2))/2 on host tnode$((r / 2 + 1))," "$OUT" ||
         fail "rank $r did not report running as local rank $((r % 2))/2 on tnode$((r / 2 + 1))"
     done
-    python3 "$(dirname "$0")/../examples/compare_losses.py" "$WORK/ref.jsonl" "$WORK/got.jsonl" --rtol 1e-5 ||
+    python3 "$(dirname "$0")/../train/compare_losses.py" "$WORK/ref.jsonl" "$WORK/got.jsonl" --rtol 1e-5 ||
       fail "the two-node loss curve differs from the single-process run"
     echo "PASS ($CASE): train_gpt 2x1x2 on tnode1+tnode2 matches the single-process losses (rtol 1e-5)"
     ;;

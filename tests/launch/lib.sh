@@ -1,5 +1,5 @@
 # Shell helpers of the launch tests (tests/launch/launch_test.sh) and the trainer's tests
-# (tests/examples/train_gpt_test.sh). The sourcing script sets CASE, LIMIT (seconds for one
+# (tests/train/train_gpt_test.sh). The sourcing script sets CASE, LIMIT (seconds for one
 # launch), OUT (a temp file), SLURM_LOCAL and SLURM_DIR first.
 
 skip() { echo "SKIP: $*"; exit 77; }

@@ -21,7 +21,7 @@
 #include "checkpoint/checkpoint.h"
 #include "comm/bootstrap/init.h"
 #include "common/env.h"
-#include "parallel/ddp/ddp.h"
+#include "parallel/data_parallel/ddp/ddp.h"
 
 int main(int argc, char** argv) {
   if (argc != 3) {

@@ -23,11 +23,12 @@
 #include "models/config_json.h"
 #include "models/generate.h"
 #include "models/kv_cache.h"
-#include "models/model_source.h"
+#include "hf/model_source.h"
 #include "parallel/tensor/mappings.h"
 
 using namespace tessera;
 using namespace tessera::models;
+using namespace tessera::hf;
 using namespace tessera::testing;
 
 namespace {
@@ -47,10 +48,9 @@ ModelConfig variant(const std::string& name) {
 // The blocks' matrices scaled up from their initialisation (x6), so that attention and the MLP,
 // not the token's own embedding, decide the next token: the greedy continuations then vary.
 LmChunk model(const ModelConfig& c, const CommPtr& tp, uint64_t seed = 3) {
-  ChunkOptions o;
+  LayerOptions o;
   o.seed = seed;
-  CommPtr kv = c.arch == Arch::Llama ? llamaKvGroup(c, tp) : nullptr;
-  auto m = LmChunk(c, tp, kv, partitionModel(c, 1, 1, {}), 0, o);
+  auto m = LmChunk(c, tp, familyGroup(c, tp), ChunkRange::whole(c), o);
   m->eval();
   at::NoGradGuard ng;
   for (auto& p : m->params()) {
@@ -188,7 +188,7 @@ TESSERA_WORKER(generate_bad_input) {
   expectErrorContaining([&] { generate(*m, prompt(c, 1, 3, 1), o); }, {"top-p", "1.5"});
   o.sampling.topP = 0;
   expectErrorContaining([&] { generate(*m, prompt(c, 1, 3, 1), o); }, {"top-p", "(0, 1]"});
-  auto stage = LmChunk(c, ctx.world, nullptr, partitionModel(c, 2, 1, {}), 0, ChunkOptions{});
+  auto stage = LmChunk(c, ctx.world, nullptr, ChunkRange{0, 2, 0, 1}, LayerOptions{});
   expectErrorContaining([&] { makeKvCache(*stage, 1, 4); }, {"pipeline inference is not supported"});
   // Directories: none, an HF one without a model config, a tessera checkpoint of an older tessera (no model_config).
   expectErrorContaining([&] { openModel(dir + "/missing"); }, {"missing", "no such directory"});

@@ -52,12 +52,11 @@ ModelConfig goldenConfig(int variant) {
 }
 
 LmChunk wholeModel(const ModelConfig& c, const CommPtr& g, nn::Recompute r = nn::Recompute::None, bool fused = false) {
-  const auto part = partitionModel(c, 1, 1, {});
-  ChunkOptions o;
+  LayerOptions o;
   o.recompute = r;
   o.seed = 11;
   o.fusedKernels = fused;
-  return LmChunk(c, g, nullptr, part, 0, o);
+  return LmChunk(c, g, nullptr, ChunkRange::whole(c), o);
 }
 
 std::pair<at::Tensor, at::Tensor> batch(const ModelConfig& c, int64_t b, uint64_t seed) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # examples/python/train_llama.py against train_gpt: the small Llama on the Brown corpus, the same
 # flags, seed and layout, under torchrun on 4 ranks (Gloo): each step's loss within rtol 1e-5
-# (tests/examples/compare_losses.py; the layouts differ only in float32 summation order: the
+# (tests/train/compare_losses.py; the layouts differ only in float32 summation order: the
 # Python model splits wq/wk/wv and w1/w3 into separate GEMMs where the C++ one fuses them).
 # Exit 0 pass, 1 fail, 77 skip.
 #
@@ -26,7 +26,7 @@ WORK=$(mktemp -d)
 OUT=$WORK/out.txt
 trap 'rm -rf "$WORK"' EXIT
 source "$ROOT/tests/launch/lib.sh"
-COMPARE=$ROOT/tests/examples/compare_losses.py
+COMPARE=$ROOT/tests/train/compare_losses.py
 DATA=${TESSERA_TRAIN_DATA:-$ROOT/data/brown/brown_sp4096_text_document}
 [[ -f $DATA.idx && -f $DATA.bin ]] || { echo "FAIL: $DATA.idx/.bin missing: run scripts/setup (it prepares the Brown corpus)"; exit 1; }
 FLAGS=(--model llama-tiny --seq-len 32 --batch 16 --steps 5 --lr 1e-2 --lr-schedule cosine --warmup 2 --min-lr 1e-3

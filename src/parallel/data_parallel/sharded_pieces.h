@@ -1,0 +1,38 @@
+#pragma once
+// Internal to data_parallel/: checkpoint and export pieces of FSDP's flat shards. Each unit's
+// master / exp_avg / exp_avg_sq shards are all-gathered over the shard group into full fp32 flat
+// buffers (collective), and every piece is a view of those in the box its parameter's piece has
+// (worked out while the units are gathered); on load the pieces fill fresh full buffers and each
+// rank keeps its shard (keepShards).
+#include <array>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "parallel/data_parallel/data_parallel.h"
+#include "parallel/data_parallel/fsdp/optimizer.h"
+
+namespace tessera::dp {
+
+// Per unit, full flat buffers [paddedNumel] of master, exp_avg, exp_avg_sq, and where each
+// parameter starts in them.
+struct FlatFull {
+  std::vector<std::array<at::Tensor, 3>> flat;              // per unit
+  std::map<std::string, std::pair<size_t, int64_t>> where;  // param name -> (unit, offset)
+};
+// gather: all-gathered over the shard group (collective); else zeros to load into (local).
+FlatFull flatFull(FullyShardedDataParallel& fsdp, const ShardedAdamW& adam, bool gather);
+// The training pieces (data_parallel.h) as views of `full`; every unit gathered meanwhile, so the
+// model pieces can be taken (collective over the shard group).
+std::vector<checkpoint::Piece> fsdpTrainingPieces(FullyShardedDataParallel& fsdp,
+                                                  const DataParallel::PieceSource& modelPieces,
+                                                  const std::vector<NamedParam>& params,
+                                                  const std::shared_ptr<FlatFull>& full);
+// After a load into `full`: this rank's shard of each buffer back into FSDP and the optimizer.
+void keepShards(FullyShardedDataParallel& fsdp, ShardedAdamW& adam, const FlatFull& full, int64_t step);
+// An export's lookup: a unit all-gathered (collective) when one of its tensors is first asked for.
+DataParallel::Lookup gatheringLookup(FullyShardedDataParallel& fsdp, const DataParallel::PieceSource& modelPieces,
+                                     const std::vector<NamedParam>& params);
+
+}  // namespace tessera::dp

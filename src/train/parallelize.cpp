@@ -1,0 +1,180 @@
+// The composer; see parallelize.h.
+#include "train/parallelize.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/autocast.h"
+#include "common/device.h"
+#include "common/error.h"
+#include "optim/adamw.h"
+#include "parallel/tensor/linear.h"
+#include "train/model_spec.h"
+
+namespace tessera::train {
+
+namespace {
+
+// --fp8 on the blocks' linears, but those of --fp8-skip-blocks (the embedding and the head stay as
+// they are, as the peers keep them).
+void setFp8(const Config& c, models::LmChunkImpl& chunk) {
+  const auto layers = static_cast<int>(c.model.cfg.layers);
+  const auto& skip = c.precision.fp8SkipBlocks;
+  for (size_t i = 0; i < chunk.blocks.size(); ++i) {
+    const int b = chunk.range.firstBlock + static_cast<int>(i);
+    if (std::any_of(skip.begin(), skip.end(), [&](int s) { return (s < 0 ? s + layers : s) == b; })) continue;
+    tp::setFp8(*chunk.blocks[i], c.precision.fp8);
+  }
+}
+
+// This rank's chunks, built and set up for the layout.
+std::vector<models::LmChunk> buildChunks(const Config& c, const Parallel& p, const CommPtr& kvGroup, at::Device device) {
+  const auto& cfg = c.model.cfg;
+  models::LayerOptions lo;
+  lo.sequenceParallel = c.parallel.sequenceParallel;
+  lo.recompute = c.precision.recompute;
+  lo.seed = c.seed;
+  lo.fusedKernels = c.precision.fusedKernels;
+  lo.context = p.mesh->cpGroup();  // null without --cp
+  lo.repeatKvHeads = c.precision.repeatKvHeads;
+  std::vector<models::LmChunk> chunks;
+  for (int k = 0; k < c.parallel.chunks; ++k) {
+    const auto range = chunkRange(p.partition, p.partition.stageOf(p.mesh->coord().pp, k));
+    auto chunk = models::LmChunk(cfg, p.mesh->tpGroup(), kvGroup, range, lo);
+    chunk->to(device);
+    tp::setOverlap(*chunk, c.parallel.overlap);
+    // Weight gradients summed by the GEMM into .grad across micro-batches: DDP's hooks still see
+    // them; FSDP's bf16 unit parameters cannot take it.
+    if (usesFusedWgrad(c)) tp::setAccumulateGradInGemm(*chunk, true);
+    // The tied table's bucket (FSDP: its unit's reduce-scatter) leaves with the head's gradient; the
+    // lookup's rows are gathered at the end of backward instead (Ddp/FsdpOptions::gatherEmbeddingRows).
+    if (gathersEmbeddingRows(c)) {
+      chunk->emb->accumulateGrad = true;  // DDP's setAccumulateGradInGemm set it already; FSDP's sink takes the rows
+      chunk->emb->untracked = true;
+    }
+    if (c.precision.fp8 != fp8::Recipe::Off) setFp8(c, *chunk);
+    chunks.push_back(chunk);
+  }
+  return chunks;
+}
+
+DataParallelOptions wrapperOptions(const Config& c, const Parallel& p) {
+  DataParallelOptions o;
+  o.adam.lr = c.optim.lr.lr;
+  o.adam.weightDecay = c.optim.weightDecay;
+  o.decays = [emb = c.optim.decayEmbeddings](const std::string& name) { return optim::decaysByName(name, emb); };
+  o.multiTensorAdam = c.precision.fusedKernels;
+  const bool bf16 = c.precision.precision == Precision::Bf16;
+  auto& d = o.ddp;
+  d.gradientAsBucketView = !c.parallel.gradReduceBf16;  // bf16: buckets of their own, cast back into .grad
+  if (c.parallel.gradReduceBf16) d.commDtype = at::kBFloat16;
+  d.bucketCapBytes = static_cast<size_t>(c.parallel.ddpBucketMiB) << 20;
+  d.smCarveout = c.parallel.overlap.smCarveout;
+  d.overwriteStaleGrads = !c.parallel.zeroGrads;  // the step's first weight-gradient GEMM writes .grad
+  d.gatherEmbeddingRows = gathersEmbeddingRows(c);
+  // Interleaved: the last backward runs chunk 0 only; the other chunks' parameters then contribute
+  // the gradients they accumulated (DDP's unused-parameter path).
+  d.findUnusedParameters = c.parallel.chunks > 1;
+  auto& f = o.fsdp;
+  f.paramDtype = bf16 ? at::kBFloat16 : at::kFloat;
+  if (c.parallel.gradReduceBf16) f.reduceDtype = at::kBFloat16;
+  f.gatherAfterStep = true;  // the next step's first units gather beside the optimizer
+  f.gatherEmbeddingRows = gathersEmbeddingRows(c);
+  o.autoPrefetchBudget = c.parallel.fsdpPrefetchMiB < 0;
+  if (!o.autoPrefetchBudget) f.prefetchBudgetBytes = static_cast<size_t>(c.parallel.fsdpPrefetchMiB) << 20;
+  for (const auto& chunk : p.chunks) o.chunkNames.push_back(fmt::format("stage{}", chunk->range.stage));
+  o.keepGathered = keepGathered;
+  return o;
+}
+
+// The executor: each chunk's parts through the wrapper, under bf16 autocast on GPUs.
+std::unique_ptr<pipeline::PipelineExecutor> makePipeline(const Config& c, Parallel& p, at::Device device,
+                                                         const ParallelizeHooks& hooks) {
+  std::vector<pipeline::PipelineExecutor::ChunkFn> fns;
+  const bool autocast = c.precision.precision == Precision::Bf16 && device.is_cuda();
+  for (size_t k = 0; k < p.chunks.size(); ++k) {
+    fns.push_back([dp = p.dp.get(), k, n = p.chunks[k]->parts().size(), autocast](const at::Tensor& x) {
+      Bf16Autocast cast(autocast);
+      at::Tensor h = x;
+      for (size_t part = 0; part < n; ++part) h = dp->run(k, part, h);
+      return h;
+    });
+  }
+  pipeline::ExecutorOptions eo;
+  eo.device = device;
+  auto schedule = pipeline::makeSchedule(c.parallel.schedule, c.parallel.pp, c.parallel.microBatches,
+                                         c.parallel.chunks, c.parallel.extraWarmup);
+  // A split backward (ZB-H1) finishes the weight gradients after the last B: the wrapper then
+  // reduces after the step (DataParallel::reduceHeld), not in the last backward.
+  const bool splits = schedule.splitsBackward();
+  eo.beforeBackward = [dp = p.dp.get(), splits, before = hooks.beforeBackward](int micro, int chunk, bool last) {
+    if (last && !splits) dp->release();  // gradients are reduced over the data group in this backward
+    if (before) before(micro, chunk, last);
+  };
+  eo.afterBackward = hooks.afterBackward;
+  auto loss = [tp = p.mesh->tpGroup(), vocab = c.model.cfg.vocab, fused = c.precision.fusedKernels](
+                  const at::Tensor& y, const at::Tensor& t) { return models::lmLoss(y, t, tp, vocab, fused); };
+  return std::make_unique<pipeline::PipelineExecutor>(p.mesh->ppGroup(), std::move(schedule), std::move(fns),
+                                                      std::move(loss), eo);
+}
+
+}  // namespace
+
+std::vector<NamedParam> Parallel::params() const {
+  std::vector<NamedParam> out;
+  for (auto c : chunks) {  // a holder copy: params() is not const
+    for (auto& p : c->params()) out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::vector<checkpoint::Piece> Parallel::pieces() const {
+  std::vector<checkpoint::Piece> out;
+  for (auto c : chunks) {
+    for (auto& p : c->pieces()) out.push_back(std::move(p));
+  }
+  return out;
+}
+
+void Parallel::syncTiedEmbeddings() {
+  if (!embGroup) return;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    auto& c = chunks[k];
+    if (!c->tiedTable().defined()) continue;
+    // The table's part: the embedding (first stage) or the head's copy (last); FSDP: its unit holds
+    // only the table on both stages, so the shards line up.
+    const size_t part = c->first ? 0 : c->parts().size() - 1;
+    auto g = dp->partGrad(k, part);
+    TESSERA_CHECK(g.defined(), "train: rank {}: the tied embedding table of stage {} has no gradient",
+                  mesh->world()->rank(), c->range.stage);
+    embGroup->allReduce(g, ReduceOp::Sum)->wait();
+  }
+}
+
+Parallel parallelize(const Config& c, const Context& ctx, const ParallelizeHooks& hooks) {
+  useDevice(ctx.device);
+  Parallel p;
+  const auto& par = c.parallel;
+  p.mesh = std::make_unique<ProcessMesh>(ctx.world, par.dp, par.pp, par.tp, par.cp);
+  const auto me = p.mesh->coord();
+  const auto& cfg = c.model.cfg;
+  p.partition = partitionModel(cfg, par.pp, par.chunks, par.layersPerStage);
+  // Collective splits, in the same order on every rank: the family's group (Llama, tp > kv heads),
+  // then the embedding group (tied embeddings over pp > 1).
+  CommPtr kvGroup = models::familyGroup(cfg, p.mesh->tpGroup());
+  if (cfg.tiedEmbeddings && par.pp > 1) {
+    const bool end = me.pp == 0 || me.pp == par.pp - 1;
+    p.embGroup = ctx.world->split(end ? (me.dp * par.cp + me.cp) * par.tp + me.tp : -1, me.pp, "emb");
+  }
+  p.chunks = buildChunks(c, p, kvGroup, ctx.device);
+  if (hooks.onModel) hooks.onModel(p.chunks);
+  ModelChunks parts;
+  for (auto& chunk : p.chunks) parts.push_back(chunk->parts());
+  const auto o = wrapperOptions(c, p);
+  p.dp = par.dpMode == DpMode::Fsdp ? shard(parts, p.mesh->dataGroup(), o) : replicate(parts, p.mesh->dataGroup(), o);
+  p.pipeline = makePipeline(c, p, ctx.device, hooks);
+  return p;
+}
+
+}  // namespace tessera::train

@@ -1,0 +1,134 @@
+// The Trainer: construction, the configured run (fit) and the calls a custom loop makes; one step
+// is trainer_step.cpp's.
+#include <fmt/format.h>
+
+#include "common/device.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/profiler.h"
+#include "train/trainer_state.h"
+
+namespace tessera::train {
+
+Trainer::State::State(Config c, const Context& context) : o(std::move(c)), ctx(context), device(context.device) {
+  o.resolve(ctx.world->size());
+  ParallelizeHooks hooks;
+  if (!o.checkpoint.initFromHf.empty()) hooks.onModel = [this](std::vector<models::LmChunk>& m) { initFromHf(m); };
+  hooks.beforeBackward = [this](int, int, bool) {
+    if (o.logging.breakdown) synchronizeDevice(device);
+    if (measureMemory() && mem.beforeBackward < 0) {  // the step's first backward ends its forward phase
+      mem.beforeBackward = allocatedMemoryGiB(device);
+      mem.peakForward = endMemoryPhase();
+    }
+    backwardStart = Clock::now();
+  };
+  hooks.afterBackward = [this](int, int, bool last) {
+    if (o.logging.breakdown) synchronizeDevice(device);
+    (last ? lastBackwardMs : (backwardMs.emplace_back(), backwardMs.back())) = msSince(backwardStart);
+  };
+  par = parallelize(o, ctx, hooks);
+  if (!o.checkpoint.dir.empty() && o.checkpoint.async) {
+    saver = std::make_unique<checkpoint::AsyncSaver>(ctx.world, ctx.store, ctx.settings.timeout);
+  }
+  const auto me = par.mesh->coord();
+  batches = std::make_unique<Batches>(o, me.dp, device, me.cp);
+}
+
+Trainer::Trainer(Config config, const Context& ctx) : s_(std::make_unique<State>(std::move(config), ctx)) {}
+Trainer::~Trainer() = default;
+
+int64_t Trainer::stepsDone() const { return s_->stepsDone; }
+const Config& Trainer::config() const { return s_->o; }
+
+bool Trainer::restore() {
+  s_->previousEnd.reset();
+  return s_->loadCheckpoint();
+}
+
+StepReport Trainer::step() {
+  auto& s = *s_;
+  if (!s.batches->started()) s.batches->start(nullptr, s.stepsDone);
+  return step(s.batches->next(s.stepsDone));
+}
+
+StepReport Trainer::step(const data::TokenBatch& batch) {
+  auto p = s_->queueStep(batch);
+  return s_->finishStep(p);
+}
+
+double Trainer::evaluate() {
+  s_->previousEnd.reset();
+  return s_->validationLoss();
+}
+
+void Trainer::save() {
+  s_->previousEnd.reset();
+  s_->saveCheckpoint();
+}
+
+void Trainer::exportHf(const std::string& dir) {
+  s_->previousEnd.reset();
+  s_->saveHf(dir);
+}
+
+std::vector<StepReport> Trainer::fit(const std::function<void(const StepReport&)>& onStep) {
+  auto& s = *s_;
+  const auto& o = s.o;
+  restore();
+  if (!s.batches->started()) s.batches->start(nullptr, s.stepsDone);
+  s.openLog();
+  s.startTrainingMemory();
+  std::vector<StepReport> out;
+  StepProfiler profiler(s.ctx.world->rank(), o.logging.profile, o.logging.profileCpu);
+  // GPUs: a step is reported once the next is queued, so the host never waits for the device
+  // inside a step; steps followed by validation, a save or an export are reported at once.
+  std::optional<State::Pending> pending;
+  auto report = [&](State::Pending& p, bool eval) {
+    out.push_back(s.finishStep(p));
+    if (eval) out.back().validLoss = evaluate();
+    s.logStep(out.back());
+    if (onStep) onStep(out.back());
+  };
+  for (int64_t i = s.stepsDone; i < o.optim.steps; ++i) {
+    profiler.beginStep(i);
+    auto p = s.queueStep(s.batches->next(i));
+    if (profiler.endsAt(i)) synchronizeDevice(s.device);  // the trace holds the step's kernels
+    profiler.endStep(i);
+    if (pending) report(*pending, false);
+    pending.reset();
+    const bool eval = o.data.evalEvery > 0 && ((i + 1) % o.data.evalEvery == 0 || i + 1 == o.optim.steps);
+    const bool every = o.checkpoint.every > 0 && (i + 1) % o.checkpoint.every == 0;
+    const bool save = !o.checkpoint.dir.empty() && (every || i + 1 == o.optim.steps);
+    const bool hf = o.checkpoint.saveHfEvery > 0 && (i + 1) % o.checkpoint.saveHfEvery == 0;
+    if (!s.deferReports() || eval || save || hf || !s.ctx.settings.faultInject.empty()) {
+      report(p, eval);
+    } else {
+      pending.emplace(std::move(p));
+    }
+    if (save) this->save();
+    if (hf) exportHf(fmt::format("{}/step-{}", o.checkpoint.saveHfDir, i + 1));
+    if (s.saver) s.saver->poll();  // a failed save ends the run here, not at the next save
+    injectFault(s.ctx.settings, fmt::format("kill-after-step-{}", i + 1), s.ctx.world->rank(), "train_gpt");
+  }
+  if (pending) report(*pending, false);
+  if (!o.checkpoint.saveHfAtEnd.empty()) exportHf(o.checkpoint.saveHfAtEnd);
+  if (s.saver) s.saver->wait();  // the last checkpoint is published before the run ends
+  return out;
+}
+
+double Trainer::State::validationLoss() {
+  for (auto& c : par.chunks) c->eval();
+  auto sum = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
+  for (int k = 0; k < o.data.evalBatches; ++k) {
+    auto b = batches->validBatch(k);
+    sum += par.pipeline->evaluate(par.firstStage() ? b.tokens : at::Tensor(),
+                                  par.lastStage() ? b.targets : at::Tensor());
+  }
+  for (auto& c : par.chunks) c->train();
+  par.dp->endForwardOnly();
+  const auto& data = par.mesh->dataGroup();
+  if (data->size() > 1) data->allReduce(sum, ReduceOp::Avg)->wait();
+  return sum.item<double>() / o.data.evalBatches;
+}
+
+}  // namespace tessera::train
