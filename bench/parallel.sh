@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Tensor, pipeline and fully sharded data parallelism on this machine's GPUs: the anchors' GPT-735M
 # trained by PyTorch (bench/torch_anchor.py: DTensor TP, pipelining Schedule1F1B, FSDP2) and by
-# tessera (tessera_bench_tp / _pp / _fsdp), side by side with each system's 1-GPU run, then
-# bench/results/<section>.{json,md} (bench/results.py gpt: one file per section, each with the two
-# 1-GPU rows its rows are scaled against).
+# tessera (tessera_bench_tp / _pp / _fsdp), side by side with each system's 1-GPU run, then one run per
+# section (bench/results.py gpt, the run named after the section, with the two 1-GPU rows its rows are
+# scaled against) in bench/results/gpt735m.{json,md}; nocomm, emulated and pp_emulated in probes.{json,md}.
 #   bench/parallel.sh BUILD_DIR LOG_DIR [tp] [pp] [fsdp] [nocomm] [emulated] [pp_emulated]   (default: tp pp fsdp)
 #   bench/parallel.sh BUILD_DIR LOG_DIR --smoke [tp] [pp] [fsdp] [nocomm] [emulated] [pp_emulated]
 # Runs, in order, each under `timeout` (a failed run leaves its row out, the rest go on):
@@ -37,7 +37,8 @@
 # PP_RUNS ("mb8 mb16 extra nofuse paramsplit interleaved": which pp runs; mb8/mb16 are PyTorch's and
 # tessera's; extra is tessera's mb16 and mb8 with PP_EXTRA extra warm-up forwards; nofuse is
 # tessera's mb16 with at::linear's weight gradients, FUSED_WGRAD=0),
-# RESULTS (dir for the results, default bench/results), D/L/V/T/STEPS passed through.
+# RESULTS (dir for the results, default bench/results), SUITE (gpt735m; probes for the one-GPU sections),
+# D/L/V/T/STEPS passed through.
 # Exit status: 0 when every run produced its row, 1 otherwise (the results hold what ran).
 set -uo pipefail
 BUILD=${1:?build dir}
@@ -139,31 +140,36 @@ for s in "${SECTIONS[@]}"; do
   section_logs[$s]="${logs[*]}"
 done
 
-# One result file per section: its runs beside the two 1-GPU references.
+# One run per section: its rows beside the two 1-GPU references.
 title() {
   case $1 in
-    tp) echo "Tensor parallel: tessera vs PyTorch DTensor TP" ;;
-    pp) echo "Pipeline parallel: tessera vs torch.distributed.pipelining" ;;
-    fsdp) echo "FSDP: tessera vs PyTorch FSDP2" ;;
-    nocomm) echo "One GPU as rank 0 of 2, no communication (TESSERA_FAKE_WORLD=2): DDP, TP and FSDP" ;;
-    emulated) echo "One GPU as rank 0 of 2, communication emulated (TESSERA_FAKE_COMM_TIMED=1): DDP, TP and FSDP" ;;
-    pp_emulated) echo "Pipeline parallel on 2 GPUs predicted on one: unit costs measured, the schedule simulated" ;;
+    tp) echo "Tensor parallel: tessera beside PyTorch DTensor TP" ;;
+    pp) echo "Pipeline parallel: tessera beside torch.distributed.pipelining" ;;
+    fsdp) echo "FSDP: tessera beside PyTorch FSDP2" ;;
+    nocomm) echo "One GPU as rank 0 of 2, no communication (TESSERA_FAKE_WORLD=2)" ;;
+    emulated) echo "One GPU as rank 0 of 2, communication emulated (TESSERA_FAKE_COMM_TIMED=1)" ;;
+    pp_emulated) echo "A 2-stage pipeline predicted on one GPU from unit costs" ;;
   esac
 }
 declare -A columns=(
-  [tp]=overhead_ms,forward_chunks,sm_carveout
-  [pp]=overhead_ms,fused_wgrad,extra_warmup,peak_mem_GiB_per_rank,peak_in_flight_per_rank
-  [fsdp]=prefetch_budget_MiB,peak_unsharded_units,peak_unsharded_GiB,mem_before_backward_GiB,peak_through_forward_GiB
-  [nocomm]=fake_world,overhead_ms,fused_wgrad,mem_before_backward_GiB
-  [emulated]=fake_world,overhead_ms,fused_wgrad,forward_chunks,prefetch_budget_MiB
-  [pp_emulated]=extra_warmup,layers_per_stage,pipeline_ms,optimizer_ms,idle_ms_per_rank,sequential_step_ms)
+  [tp]=scaling,overhead_ms,forward_chunks,sm_carveout
+  [pp]=scaling,overhead_ms,fused_wgrad,extra_warmup,peak_mem_GiB_per_rank,peak_in_flight_per_rank
+  [fsdp]=scaling,prefetch_budget_MiB,peak_unsharded_units,peak_unsharded_GiB,mem_before_backward_GiB
+  [nocomm]=scaling,fake_world,overhead_ms,fused_wgrad,mem_before_backward_GiB
+  [emulated]=scaling,fake_world,overhead_ms,fused_wgrad,forward_chunks,prefetch_budget_MiB
+  [pp_emulated]=scaling,extra_warmup,layers_per_stage,pipeline_ms,optimizer_ms,sequential_step_ms)
 command="$([ "$NPROC" != 2 ] && echo "NPROC=$NPROC ")$(env | grep -E '^TESSERA_FAKE_COMM_' | sort | tr '\n' ' ')${EMU_TP_VARIANTS_SET:+EMU_TP_VARIANTS=\"$EMU_TP_VARIANTS\" }${PP_RUNS_SET:+PP_RUNS=\"$PP_RUNS\" }${SINGLE_VARIANTS:+SINGLE_VARIANTS=\"$SINGLE_VARIANTS\" }${DDP_VARIANTS:+DDP_VARIANTS=\"$DDP_VARIANTS\" }${FSDP_BUDGETS:+FSDP_BUDGETS=\"$FSDP_BUDGETS\" }bench/parallel.sh $BUILD $LOGS $*"
+model=735m
+[ "${D:-2048} ${L:-12} ${V:-32000}" = "2048 12 32000" ] || model="gpt D=${D} L=${L} V=${V}"
+precision=fp32
+nvidia-smi -L >/dev/null 2>&1 && precision=bf16
 for s in "${SECTIONS[@]}"; do
   read -ra sec <<<"${section_logs[$s]}"
-  python3 "$HERE/results.py" gpt "${singles[@]}" "${sec[@]}" --name "$s" --results "$RESULTS" \
-    --machine "$(machine "no GPU (CPU smoke run)")" --command "$command" --title "$(title "$s")" \
-    --config "D=${D:-2048} L=${L:-12} V=${V:-32000} T=${T:-1024} STEPS=${STEPS:-10}" \
-    --columns "${columns[$s]}" >/dev/null || rc=1
-  echo "=== parallel bench: wrote $RESULTS/$s.{json,md}"
+  case $s in nocomm | emulated | pp_emulated) suite=${SUITE:-probes} n=1 ;; *) suite=${SUITE:-gpt735m} n=$NPROC ;; esac
+  python3 "$HERE/results.py" gpt "${singles[@]}" "${sec[@]}" --suite "$suite" --run "$s" --results "$RESULTS" \
+    --machine "$(machine "$n")" --environment "$(environment)" --command "$command" --title "$(title "$s")" \
+    --config "D=${D:-2048} L=${L:-12} V=${V:-32000} T=${T:-1024} STEPS=${STEPS:-10}" --model "$model" \
+    --seq-len "${T:-1024}" --precision "$precision" --columns "${columns[$s]}" >/dev/null || rc=1
+  echo "=== parallel bench: wrote run $s of $RESULTS/$suite.{json,md}"
 done
 exit $rc

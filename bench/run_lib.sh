@@ -1,5 +1,4 @@
-# Sourced by the benchmark drivers (bench/ddp/run.sh, bench/parallel.sh, bench/train/run.sh, bench/llama/profile_8b.sh,
-# bench/llama/run.sh, bench/llama/parallel.sh, bench/collectives/run.sh).
+# Sourced by the benchmark runners (bench/*/run.sh, bench/parallel.sh, bench/llama/*.sh, bench/checkpoint/async_save.sh).
 # run NAME CMD...: runs one benchmark process under `timeout RUN_TIMEOUT`, its output in
 # LOGS/NAME.log (the log's name names its rows in bench/results.py); prints its RESULT lines, or on
 # failure the log's tail, and the seconds it took; sets rc=1 on failure and appends the log's path
@@ -53,12 +52,24 @@ torchrun_cmd() {
   [ "$(${tr_python:-python3} -c 'import torch;print(torch.__version__.split(".")[0])' 2>/dev/null)" = 1 ] && TORCHRUN+=(-r 1 -t 1)
   return 0
 }
-# machine [NO_GPU_TEXT]: this machine's GPUs (name, driver, count), the GPU0-GPU1 link and torch's
-# version, for the results' "machine".
+# machine [N]: the machine a run's results name: "N x CARD" (N: the GPUs the run uses, default every GPU listed),
+# or without GPUs the host's CPU ("CPU: MODEL, C cores, M GiB": host). environment: the rest (driver, the
+# GPU0-GPU1 link, torch).
+host() {
+  echo "CPU: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -1), $(getconf _NPROCESSORS_ONLN) cores, $(free -g | awk '/^Mem:/{print $2}') GiB"
+}
 machine() {
-  local gpus topo
-  gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sort | uniq -c |
-    sed 's/^ *//;s/,/ driver/' | paste -sd';' || true)
+  local card
+  card=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  if [ -n "$card" ]; then
+    echo "${1:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')} x $card"
+  else
+    host
+  fi
+}
+environment() {
+  local driver topo
+  driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
   topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}' || true)
-  echo "${gpus:-${1:-no GPU}}${topo:+ (GPU0-GPU1 link: $topo)}; torch $(${PYTHON:-python3} -c 'import torch;print(torch.__version__)' 2>/dev/null)"
+  echo "${driver:+driver $driver; }${topo:+GPU0-GPU1 link $topo; }$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') GPUs on the host; torch $(${PYTHON:-python3} -c 'import torch;print(torch.__version__)' 2>/dev/null)"
 }

@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""The issues' 2-GPU targets read off the committed results, so a session with two GPUs can say at
-once which issue a run settles. For each of DDP, TP, PP and FSDP it lists the 2-GPU rows measured
-on real GPUs (rows from one GPU, emulated or without communication are left out), each with the
-target it is held to, and says which rows meet it:
+"""The issues' 2-GPU targets read off the committed results (the runs ddp, tp, pp and fsdp of gpt735m.json,
+the latest of each name on any machine), to say at once which issue a run settles. For each it lists the
+2-GPU rows measured on real GPUs (rows from one GPU, emulated or without communication are left out), each
+with the target it is held to, and says which rows meet it:
 
-  issue 3, DDP  (ddp.json):  scaling >= 0.97 and peak memory <= PyTorch DDP's in the same run
-  issue 4, TP   (tp.json):   scaling >= 0.85, both without and with sequence parallel
-  issue 5, PP   (pp.json):   1F1B, 16 micro-batches, scaling >= 0.90 (peak memory shown beside PyTorch's)
-  issue 6, FSDP (fsdp.json): scaling >= 0.97 and peak memory <= PyTorch FSDP2's in the same run
+  issue 3, DDP  (run ddp):  scaling >= 0.97 and peak memory <= PyTorch DDP's in the same run
+  issue 4, TP   (run tp):   scaling >= 0.85, both without and with sequence parallel
+  issue 5, PP   (run pp):   1F1B, 16 micro-batches, scaling >= 0.90 (peak memory shown beside PyTorch's)
+  issue 6, FSDP (run fsdp): scaling >= 0.97 and peak memory <= PyTorch FSDP2's in the same run
 
   bench/targets.py [RESULTS_DIR]   (default bench/results)
 Reads only; exit status 0 whatever the verdicts (1 when a results file cannot be read).
@@ -17,9 +17,16 @@ import os
 import sys
 
 
+SUITE = "gpt735m"
+
+
 def load(results, name):
-    with open(os.path.join(results, name + ".json")) as f:
-        return json.load(f)
+    """The latest run `name` of the suite file (by date), KeyError when it has none."""
+    with open(os.path.join(results, SUITE + ".json")) as f:
+        runs = [r for r in json.load(f)["runs"] if r["run"] == name]
+    if not runs:
+        raise KeyError("no run %r" % name)
+    return max(runs, key=lambda r: r.get("date", ""))
 
 
 def measured_2gpu(rows, prefix):
@@ -107,7 +114,7 @@ def main():
         try:
             verdicts[issue] = fn(load(results, name))
         except (OSError, ValueError, KeyError) as e:
-            print(f"issue {issue}: cannot read {name}.json in {results}: {e}")
+            print(f"issue {issue}: cannot read the run {name} of {SUITE}.json in {results}: {e}")
             return 1
         print()
     print("targets met: " + ", ".join(f"issue {i} {'yes' if v else 'no'}" for i, v in verdicts.items()))

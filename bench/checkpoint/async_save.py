@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Summarises bench/checkpoint/async_save.sh's three train_gpt logs (none, sync, async) into
-bench/results/async_checkpoint.{json,md}.
+"""Summarises bench/checkpoint/async_save.sh's three train_gpt logs (none, sync, async) into the run MODEL of
+bench/results/checkpoint.{json,md} (bench/results.py's writer).
 
 A step record's wall_s is the run's clock when the step was logged; a save runs after its step's
 record, so the interval from step k's record to step k+1's holds the save after step k. Per run:
@@ -8,7 +8,7 @@ the median interval without a save (the step), and for each save the interval th
 that median (what the save cost the training, the first save apart: pinned host buffers are
 allocated then). The last save (at the end of the run) is not in any interval and is left out.
 
-  async_save.py LOG_DIR --every N --machine M --command C [--results DIR]
+  async_save.py LOG_DIR --every N --machine M --command C [--environment E] [--model M] [--results DIR]
 """
 import argparse
 import json
@@ -50,6 +50,8 @@ def main():
     ap.add_argument("--every", type=int, required=True)
     ap.add_argument("--machine", required=True)
     ap.add_argument("--command", required=True)
+    ap.add_argument("--environment", default="")
+    ap.add_argument("--model", default="llama3-1b")
     ap.add_argument("--results", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results"))
     a = ap.parse_args()
     rows = []
@@ -57,14 +59,20 @@ def main():
         path = os.path.join(a.logs, name + ".jsonl")
         if os.path.exists(path):
             rows.append(summarise(name, records(path), a.every))
-    doc = {"name": "async_checkpoint", "date": results.now(), "machine": a.machine, "command": a.command,
-           "method": "step_ms: median interval between step records without a save (steps > 5); a save's cost: "
-                     "the interval holding it minus step_ms", "rows": rows}
-    cols = ["system", "step_ms", "first_save_cost_ms", "later_save_cost_ms", "save_cost_in_steps",
-            "saves_after_steps", "tokens_per_s", "peak_mem_gib"]
-    print(results.write(doc, os.path.normpath(a.results), "Checkpoint cost on the training step: async vs sync",
-                        [(None, results.table(rows, cols))]))
-
+    cfg = results.read_train_jsonl(os.path.join(a.logs, "none.jsonl"))[0] if rows else {}
+    run = dict(run=a.model, title="Checkpoint cost on the training step: async beside sync", machine=a.machine,
+               environment=a.environment, command=a.command,
+               method="step_ms: median interval between step records without a save (steps > 5); a save's cost: "
+                      "the interval holding it minus step_ms",
+               columns=["first_save_cost_ms", "later_save_cost_ms", "save_cost_in_steps", "saves_after_steps"],
+               rows=rows)
+    md, problems = results.put_run(os.path.normpath(a.results), "checkpoint", run,
+                                   dict(model=a.model, seq_len=cfg.get("seq_len"), precision=cfg.get("precision"),
+                                        global_batch=cfg.get("batch"), gpus=1))
+    print(md)
+    for p in problems:
+        print("async_save.py: does not validate: " + p, file=sys.stderr)
+    return 1 if problems or not rows else 0
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

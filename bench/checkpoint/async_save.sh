@@ -3,12 +3,11 @@
 # one GPU (default llama3-1b, batch 8 x 2048, bf16, fused kernels), STEPS steps with a save every
 # EVERY steps, three runs: no checkpoint, --async-checkpoint off, --async-checkpoint on. Each step
 # record's wall clock (wall_s) gives the time between steps; a save's cost is the extra time of the
-# interval that holds it (bench/checkpoint/async_save.py). Writes bench/results/async_checkpoint.{json,md}.
-#   bench/checkpoint/async_save.sh BUILD_DIR [MACHINE]
+# interval that holds it (bench/checkpoint/async_save.py). Writes the run MODEL of bench/results/checkpoint.{json,md}.
+#   bench/checkpoint/async_save.sh BUILD_DIR
 # Env: MODEL (llama3-1b), STEPS (60), EVERY (20), BATCH (8), CKPT_DIR (/tmp/tessera-async-ckpt), LOGS.
 set -uo pipefail
 BUILD=${1:?build dir}
-MACHINE=${2:-unknown}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 MODEL=${MODEL:-llama3-1b} STEPS=${STEPS:-60} EVERY=${EVERY:-20} BATCH=${BATCH:-8}
 CKPT=${CKPT_DIR:-/tmp/tessera-async-ckpt}
@@ -31,5 +30,7 @@ run none
 run sync --checkpoint-dir "$CKPT" --checkpoint-every "$EVERY" --async-checkpoint off
 run async --checkpoint-dir "$CKPT" --checkpoint-every "$EVERY" --async-checkpoint on
 rm -rf "$CKPT" "$CKPT.old" "$CKPT.tmp"
-python3 "$ROOT/bench/checkpoint/async_save.py" "$LOGS" --every "$EVERY" --machine "$MACHINE" \
-  --command "bench/checkpoint/async_save.sh $BUILD '$MACHINE' (MODEL=$MODEL STEPS=$STEPS EVERY=$EVERY BATCH=$BATCH)"
+source "$ROOT/bench/run_lib.sh"  # machine, environment
+python3 "$ROOT/bench/checkpoint/async_save.py" "$LOGS" --every "$EVERY" --machine "$(machine 1)" \
+  --environment "$(environment)" --model "$MODEL" \
+  --command "MODEL=$MODEL STEPS=$STEPS EVERY=$EVERY BATCH=$BATCH bench/checkpoint/async_save.sh $BUILD"

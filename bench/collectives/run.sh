@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the collectives benchmark on this machine's GPUs: PyTorch's side and tessera's side in
-# interleaved rounds, then writes bench/results/collectives.{json,md} (bench/results.py collectives).
+# interleaved rounds, then writes the run RUN (bf16) of bench/results/collectives.{json,md} (bench/results.py
+# collectives).
 #   bench/collectives/run.sh BUILD_DIR LOG_DIR [ROUNDS]
 # Needs torchrun (PyTorch) on the PATH and tessera built with NCCL in BUILD_DIR.
 set -euo pipefail
@@ -28,7 +29,7 @@ if [ "${DIAG_NONBLOCKING:-1}" = 1 ]; then
     tee "$LOGS/bw_tessera_nonblocking.log"
   diag=(--diag-nonblocking "$LOGS/bw_tessera_nonblocking.log")
 fi
-source "$ROOT/bench/run_lib.sh"  # machine
+source "$ROOT/bench/run_lib.sh"  # machine, environment
 python3 "$ROOT/bench/results.py" collectives --torch "${torch_logs[@]}" --tessera "${tessera_logs[@]}" \
-  --machine "$NPROC ranks on $(machine)" --command "bench/collectives/run.sh $BUILD $LOGS $ROUNDS" \
-  ${diag[@]+"${diag[@]}"}
+  --machine "$(machine "$NPROC")" --environment "$(environment)" --gpus "$NPROC" ${RUN:+--run "$RUN"} \
+  --command "NPROC=$NPROC bench/collectives/run.sh $BUILD $LOGS $ROUNDS" ${diag[@]+"${diag[@]}"}

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Context parallelism on 4 GPUs (issue 38): train_gpt --cp beside PyTorch's context_parallel + FSDP2
 # (bench/cp/torch_cp.py, the independent PyTorch Llama), the same model, sequence length, batch (one
-# sequence per data-parallel replica) and recompute, then bench/results/cp.{json,md} (bench/cp/results.py).
-#   bench/cp/run.sh BUILD OUTDIR          (bench/cp/gpu.sh: the build and this in one device call)
-# Runs, most valuable first, so that a call cut short still leaves a table: llama3-8b at 131072 (issue 38's
+# sequence per data-parallel replica) and recompute, then bench/results/cp.{json,md} (bench/results.py cp).
+#   bench/cp/run.sh BUILD OUTDIR
+# Runs, most valuable first, so that an invocation cut short still leaves a table: llama3-8b at 131072 (issue 38's
 # headline), then llama3-1b at 131072, 65536, 32768, 8192, then llama3-8b at 65536, 32768, 8192; for each,
 # every layout of CP_LAYOUTS, tessera then PyTorch:
 #   tessera-<model>-<T>-<layout>   train_gpt --layout DPx1xCPxTP --dp-mode fsdp --batch DP --breakdown (bf16)
@@ -13,18 +13,19 @@
 # 1 warm-up and 2 timed steps of about 20 s on H100 by FLOPs, after about 65 s of start-up; short runs 3 + 5).
 # A run cut by its timeout after two or more steps still gives a row, marked partial; a failed or skipped run
 # gives none and its one-line reason goes under the table. Each log ends with run.sh's "CP_RUN {json}" line
-# (what ran, exit status, seconds), which results.py reads.
+# (what ran, exit status, seconds), which bench/results.py cp reads.
 # Env: CP_MODELS (llama3-8b llama3-1b), CP_SEQS (131072 65536 32768 8192), CP_LAYOUTS (cp4), CP_SYSTEMS
 # (tessera pytorch) filter that order; CP_RUNS ("SYSTEM:MODEL:T:LAYOUT ...") replaces it. WARM, STEPS (the
-# plan's, per run), RUN_TIMEOUT (s: replaces every run's plan), BUDGET_S (s for this call, 540: each run is cut
-# to what is left, and skipped when less is left than it needs to give a row, or than MIN_RUN_S, 20, so that
-# the table is written), RECOMPUTE (auto: full from 4096 tokens per rank for llama3-8b and from 16384 for the
+# plan's, per run), RUN_TIMEOUT (s: replaces every run's plan), BUDGET_S (s for this invocation, 0 = none: each
+# run is cut to what is left, and skipped when less is left than it needs to give a row, or than MIN_RUN_S, 20,
+# so that the table is written), RECOMPUTE (auto: full from 4096 tokens per rank for llama3-8b and from 16384 for the
 # others, else selective; or none|selective|full), SDPA (torch_cp.py's), PRECISION (train_gpt's, bf16; fp32 for
-# a CPU smoke run), PYTHON (python3: its torch runs PyTorch's side), RESULTS (bench/results),
+# a CPU smoke run), PYTHON (python3: its torch runs PyTorch's side), RESULTS (bench/results), RUN (the run's name
+# in cp.json: its layouts, e.g. cp4),
 # PYTORCH_CUDA_ALLOC_CONF (expandable_segments:True for both sides: less fragmentation at 128k tokens).
-# Logs accumulate in OUTDIR: call it again with other sections and the table is rewritten from all of OUTDIR's
+# Logs accumulate in OUTDIR: run it again with other runs and the table is rewritten from all of OUTDIR's
 # logs (a later run of the same name replaces the earlier).
-# Exit status 0 when every run of this call produced its row.
+# Exit status 0 when every run of this invocation produced its row.
 set -uo pipefail
 BUILD=${1:?build dir}
 LOGS=${2:?output dir}
@@ -33,7 +34,7 @@ read -r -a MODELS <<<"${CP_MODELS:-llama3-8b llama3-1b}"
 read -r -a SEQS <<<"${CP_SEQS:-131072 65536 32768 8192}"
 read -r -a LAYOUTS <<<"${CP_LAYOUTS:-cp4}"
 read -r -a SYSTEMS <<<"${CP_SYSTEMS:-tessera pytorch}"
-BUDGET_S=${BUDGET_S:-540} MIN_RUN_S=${MIN_RUN_S:-20} RECOMPUTE=${RECOMPUTE:-auto} PRECISION=${PRECISION:-bf16}
+BUDGET_S=${BUDGET_S:-0} MIN_RUN_S=${MIN_RUN_S:-20} RECOMPUTE=${RECOMPUTE:-auto} PRECISION=${PRECISION:-bf16}
 PY=${PYTHON:-python3} RESULTS_DIR=${RESULTS:-$HERE/../results}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
@@ -42,7 +43,7 @@ mkdir -p "$LOGS"
 BENCH="cp bench"
 source "$HERE/../run_lib.sh"  # torchrun_cmd, machine
 torchrun_cmd
-machine CPU >>"$LOGS/machine.txt"
+machine >>"$LOGS/machine.txt"
 has() { local x=$1; shift; for y in "$@"; do [ "$x" = "$y" ] && return 0; done; return 1; }
 
 factors() {  # factors LAYOUT -> "DP CP TP"
@@ -129,7 +130,7 @@ settle() {  # settle MAX_S: wait (<= 30 s, <= MAX_S) until no process holds a GP
   ((n > 0)) && echo "  (GPU processes still alive after $n s: $left)"
 }
 
-status() {  # status RC SECONDS: the run's facts as the last line of its log (bench/cp/results.py reads them)
+status() {  # status RC SECONDS: the run's facts as the last line of its log (bench/results.py cp reads them)
   printf 'CP_RUN {"name": "%s", "system": "%s", "model": "%s", "seq_len": %s, "layout": "%s", "dp": %s, "cp": %s, ' \
     "$name" "$sys" "$model" "$T" "$layout" "$DP" "$CP" >>"$LOGS/$name.log"
   printf '"tp": %s, "recompute": "%s", "warm": %s, "steps": %s, "rc": "%s", "seconds": %s, "limit": %s}\n' \
@@ -143,7 +144,7 @@ for spec in "${RUNS[@]}"; do
   read -r DP CP TP <<<"$(factors "$layout")"
   N=$((DP * CP * TP)) R=$(recompute_of "$model" "$T" "$CP")
   read -r W S limit need <<<"$(plan "$sys" "$model" "$T")"
-  left=$((BUDGET_S - SECONDS))
+  left=$((BUDGET_S > 0 ? BUDGET_S - SECONDS : 1 << 30))  # no budget: no limit but the run's own
   ((left < limit)) && limit=$left
   case $sys in
     tessera)
@@ -176,12 +177,12 @@ for spec in "${RUNS[@]}"; do
   t0=$SECONDS r=0
   timeout -k 15 "$limit" "${cmd[@]}" >"$LOGS/$name.log" 2>&1 || r=$?
   status "$r" $((SECONDS - t0))
-  "$PY" "$HERE/results.py" --summary "$LOGS/$name.log" | sed 's/^/  /'
-  # The table after every run, so that a call ended early still leaves the rows it got.
-  "$PY" "$HERE/results.py" "$LOGS" --results "$RESULTS_DIR" >/dev/null 2>&1
-  ((r == 0)) || { rc=1; settle $((BUDGET_S - SECONDS)); }
+  "$PY" "$HERE/../results.py" cp --summary "$LOGS/$name.log" | sed 's/^/  /'
+  # The table after every run, so that an invocation ended early still leaves the rows it got.
+  "$PY" "$HERE/../results.py" cp "$LOGS" --results "$RESULTS_DIR" ${RUN:+--run "$RUN"} >/dev/null 2>&1
+  ((r == 0)) || { rc=1; settle $((BUDGET_S > 0 ? BUDGET_S - SECONDS : 30)); }
 done
 
-"$PY" "$HERE/results.py" "$LOGS" --results "$RESULTS_DIR" || rc=1
+"$PY" "$HERE/../results.py" cp "$LOGS" --results "$RESULTS_DIR" ${RUN:+--run "$RUN"} || rc=1
 echo "=== $BENCH: done after ${SECONDS} s, rc=$rc"
 exit $rc

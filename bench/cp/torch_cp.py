@@ -24,7 +24,7 @@ steps then STEPS (5) timed ones, SDPA (flash,efficient; a comma list of flash|ef
 PyTorch's own choice).
 Output: rank 0 prints "STEP {json}" after every step (its time, the loss averaged over ranks, the fullest rank's
 peak so far: a run cut short still leaves its steps) and "RESULT {json}" at the end (bench/results.py's keys;
-bench/cp/results.py adds MFU). Memory as train_gpt --breakdown's phases: the peak allocated within forward and
+bench/results.py cp adds MFU). Memory as train_gpt --breakdown's phases: the peak allocated within forward and
 the loss, within backward, within clipping and the optimizer step, each the fullest rank's largest over the
 timed steps; peak_mem_GiB the largest phase peak of all steps (construction excluded on both sides). A failure
 prints one line per rank, "torch_cp.py: FAILED on rank R at PHASE: Type: message" (with the allocator's state

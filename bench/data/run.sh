@@ -2,7 +2,7 @@
 # Data-loading benchmark on the host (CPU): tessera's data layer (tessera_bench_data, and
 # tessera.data from Python when the module is built) beside PyTorch's ways (torch_data.py:
 # Megatron's np.memmap IndexedDataset, a GPTDataset under torch DataLoader with 0 and 2 workers,
-# nanoGPT's get_batch) on the same files, in one run; writes bench/results/data.{json,md}.
+# nanoGPT's get_batch) on the same files, in one run; writes the run "host" of bench/results/data.{json,md}.
 #   bench/data/run.sh [--build BUILD_DIR] [--smoke]
 # Datasets: (1) data/brown/brown_sp4096_text_document (scripts/setup; 500 documents, 1.7 M uint16
 # tokens); (2) a synthetic Megatron dataset written by tools/tessera_prep's MegatronWriter into a
@@ -157,16 +157,16 @@ echo "$(describe synthetic "$SYN" "synthetic, written by tools/tessera_prep's Me
 echo "]" >>"$DATASETS"
 bench synthetic "$SYN" 50257 --cold
 
-cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
-mem=$(free -g | awk '/^Mem:/{print $2}')
-machine="${cpu:-?}, $(nproc) cores, ${mem} GiB RAM; $(uname -sr); load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg); torch $("$PYTHON" -c 'import torch; print(torch.__version__)'), numpy $("$PYTHON" -c 'import numpy; print(numpy.__version__)')"
+source "$ROOT/bench/run_lib.sh"  # host
+env_text="$(uname -sr); load average at start $LOAD_START, at end $(cut -d' ' -f1-3 /proc/loadavg); torch $("$PYTHON" -c 'import torch; print(torch.__version__)'), numpy $("$PYTHON" -c 'import numpy; print(numpy.__version__)')"
 mkdir -p "$RESULTS"
-"$PYTHON" "$ROOT/bench/results.py" data "${logs[@]}" --datasets "$DATASETS" --machine "$machine" \
+"$PYTHON" "$ROOT/bench/results.py" data "${logs[@]}" --datasets "$DATASETS" --machine "$(host)" \
+  --environment "$env_text" \
   --command "bench/data/run.sh${ARGS[*]:+ ${ARGS[*]}}" --results "$RESULTS" \
   --config "TOKENS=$TOKENS WORK_MS=$WORK_MS; C++ ${CPP_OPTS[*]}; Python ${PY_OPTS[*]} --workers 2" \
   --method "one process per system, one core's worth of work (torch threads 1) except the DataLoader workers and tessera's loader thread; every per-step number is the median over runs (--repeats) of each run's mean/p50/p99 (nearest rank) after warm-up steps; tokens/s = B x (T+1) / mean step time; sequential read: median of passes after a warm-up pass; cold: the dataset's files written back and dropped from the page cache (fdatasync + POSIX_FADV_DONTNEED) just before opening; timers: std::chrono::steady_clock and time.perf_counter" \
   --note "tessera rows: readSamples returns one [8, 1025] int64 tensor; nanogpt-memmap and tessera-python return x and y (two [8, 1024] tensors); the DataLoader rows one [8, 1025] tensor (default_collate)" \
   --note "fake work: the consumer spins WORK_MS=$WORK_MS ms per step on the CPU; loader_next is how long next() blocks it (~0 when the loader keeps up)" \
   >/dev/null || rc=1
-echo "run.sh: wrote $RESULTS/data.json and $RESULTS/data.md (run logs in $LOGS)" >&2
+echo "run.sh: wrote the run host of $RESULTS/data.{json,md} (run logs in $LOGS)" >&2
 exit $rc

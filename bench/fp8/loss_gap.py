@@ -3,9 +3,11 @@
 
   loss_gap.py OUT_PREFIX off=OFF.jsonl RECIPE=RUN.jsonl ... [--command TEXT] [--window N]
 
-Writes OUT_PREFIX.json and OUT_PREFIX.md: per recipe, the largest gap of the training loss over
-every step (raw, and of the N-step moving average, which shows a drift rather than one batch's
-noise), where it was, the final losses and the validation losses at each evaluation."""
+Writes OUT_PREFIX.json and OUT_PREFIX.md beside the runs' logs: per recipe, the largest gap of the training
+loss over every step (raw, and of the N-step moving average, which shows a drift rather than one batch's
+noise), where it was, the final losses and the validation losses at each evaluation; each row also carries
+bench/results' row schema (system, model, layout, gpus, seq_len, global_batch, precision from the run's
+config record), so `bench/results.py add fp8 OUT_PREFIX.json --kind loss ...` files it (loss_gap.sh does)."""
 import argparse
 import datetime
 import json
@@ -15,7 +17,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import plot_run  # noqa: E402
+import results  # noqa: E402  (bench/results.py: read_train_jsonl)
 
 
 def steps(path):
@@ -31,6 +35,16 @@ def moving(xs, n):
             acc -= xs[i - n]
         out.append(acc / min(i + 1, n))
     return out
+
+
+def schema_fields(path, recipe):
+    """The row schema's fields of a run, from its JSONL config record (bench/results_lib/schema.py)."""
+    cfg = results.read_train_jsonl(path)[0]
+    dp, pp, tp = cfg.get("dp", 1), cfg.get("pp", 1), cfg.get("tp", 1)
+    layout = " x ".join(f"{k} {n}" for k, n in (("ddp", dp), ("pp", pp), ("tp", tp)) if n > 1) or "single"
+    return dict(system="tessera-fp8-" + recipe, model=cfg.get("model"), layout=layout, gpus=cfg.get("world"),
+                seq_len=cfg.get("seq_len"), global_batch=cfg.get("batch"),
+                precision="%s + fp8 %s" % (cfg.get("precision"), recipe))
 
 
 def main():
@@ -58,11 +72,11 @@ def main():
         worst_sm = max(range(len(sm)), key=lambda i: abs(sm[i]))
         valid = [(s, base[s]["valid_loss"], got[s]["valid_loss"]) for s in keys if base[s].get("valid_loss") is not None]
         rows.append({
-            "recipe": name, "steps": len(keys),
+            **schema_fields(path, name), "recipe": name, "steps": len(keys),
             "largest_gap": gaps[worst], "largest_gap_step": keys[worst],
             "largest_smoothed_gap": sm[worst_sm], "largest_smoothed_gap_step": keys[worst_sm],
             "final_loss_off": bl[-1], "final_loss": gl[-1],
-            "final_smoothed_gap": sm[-1],
+            "final_smoothed_gap": sm[-1], "final_valid_gap": valid[-1][2] - valid[-1][1] if valid else None,
             "valid": [{"step": s, "off": v0, "fp8": v1, "gap": v1 - v0} for s, v0, v1 in valid],
             "fp8_values_last_step": got[keys[-1]].get("fp8_values"),
             "fp8_underflows_last_step": got[keys[-1]].get("fp8_underflows"),

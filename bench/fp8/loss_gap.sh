@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The loss curves of train_gpt with and without FP8 on the Brown corpus, the same seed and data
-# (issue 37's measured safety): one run per recipe, then loss_gap.py writes the JSON / Markdown
-# table with the largest gap and tools/plot_run.py overlays the curves in one PNG.
+# (issue 37's measured safety): one run per recipe, then loss_gap.py writes OUT_DIR/NAME.{json,md} with the
+# largest gap and tools/plot_run.py overlays the curves in OUT_DIR/NAME.png; with RESULTS set, the run RUN
+# (default loss-NAME) of RESULTS/fp8.{json,md} files them (bench/results.py add).
 #   bench/fp8/loss_gap.sh BUILD_DIR OUT_DIR NAME [train_gpt flags...]
-# Env: NPROC (2), STEPS (500), RECIPES ("off tensorwise rowwise"), LAUNCH (mpirun; or torchrun),
+# Env: NPROC (2), STEPS (500), RECIPES ("off tensorwise rowwise"), LAUNCH (mpirun; or torchrun), RESULTS, RUN,
 # NOTE (a line for the table's notes: the machine, what the run stands for), PYTHON (/usr/bin/python3:
 # the tables; the PNG is skipped with a message where it has no matplotlib).
 # On the CPU --fp8 is the exact emulation (src/fp8); on GPUs the FP8 GEMMs (pass --precision bf16,
@@ -35,3 +36,13 @@ PY=${PYTHON:-/usr/bin/python3}
   "${notes[@]}"
 "$PY" "$HERE/../../tools/plot_run.py" "${logs[@]}" -o "$OUT/$NAME.png" --title "$NAME: loss with and without FP8" ||
   echo "loss_gap.sh: no PNG (tools/plot_run.py failed: matplotlib?)" >&2
+if [[ -n ${RESULTS:-} ]]; then
+  source "$HERE/../run_lib.sh"  # machine, environment
+  plot=()
+  [[ -f $OUT/$NAME.png ]] && plot=(--plot "$OUT/$NAME.png")
+  "$PY" "$HERE/../results.py" add fp8 "$OUT/$NAME.json" --kind loss --run "${RUN:-loss-$NAME}" --results "$RESULTS" \
+    --title "The loss with and without FP8: $NAME" --machine "$(machine "$NPROC")" --environment "$(environment)" \
+    --command "NPROC=$NPROC STEPS=$STEPS bench/fp8/loss_gap.sh BUILD OUT $NAME $*" ${plot[@]+"${plot[@]}"} \
+    --method "the same seed and data with --fp8 off and on; the largest gap of the training loss over every step (raw and of the 20-step moving average), the final losses, the validation losses" \
+    --columns steps,largest_gap,largest_gap_step,largest_smoothed_gap,final_loss_off,final_loss,final_valid_gap,fp8_saturated_total
+fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Llama on N GPUs (issue 29): train_gpt (--model llama3-1b, bf16) in each layout beside the independent
 # PyTorch Llama (bench/llama/torch_llama_parallel.py) under PyTorch's own DDP, FSDP2, DTensor TP (with and
-# without sequence parallel) and pipelining, in one run, then bench/results/llama_<N>gpu.{json,md}
+# without sequence parallel) and pipelining, in one run, then the run RUN of bench/results/SUITE.{json,md}
 # (bench/results.py gpt: each system scaled against its own 1-GPU row, vs_pytorch against PyTorch's row of
 # the same layout, MFU, the fullest rank's peak memory).
 #   bench/llama/parallel.sh BUILD_DIR LOG_DIR [single] [dp] [fsdp] [tp] [pp] [3d] [fp8]  (default: single dp fsdp tp pp)
@@ -25,14 +25,15 @@
 #           bench/fp8/torch_float8.py over torch._scaled_mm); vs_tessera_train_L: over tessera's bf16 row
 # Env: COMPILED (1 under torch >= 2: the compiled rows; 0: eager only), EAGER (1; 0: no eager PyTorch row in single, dp
 # and fsdp, where the compiled one runs), RECOMPUTE (none|selective|full, both
-# sides: train_gpt --recompute, the PyTorch Llama's RECOMPUTE), B (4: llama3-1b at seq 2048 on one 80 GB H100
-# runs B=4 without recompute, llama_1gpu.md), TP_B (N x B: each GPU's share of tokens as the single run's),
+# sides: train_gpt --recompute, the PyTorch Llama's RECOMPUTE), B (4: llama3-1b at seq 2048 fits one 80 GB GPU
+# at B=4 without recompute), TP_B (N x B: each GPU's share of tokens as the single run's),
 # PP_B (16), MB (16: micro-batches of one sequence, 2048 tokens as GPT-735M's pp runs), STEPS (10 timed after
 # 3 warm-ups), RUN_TIMEOUT (s per run, 150), BUDGET_S (s for the whole script, 0 = none: a run that cannot
 # finish within it is cut short or skipped, so the results are always written), MODEL (llama3-1b, llama3-8b;
 # llama-tiny on a CPU: fp32, a smoke run of the plumbing), T (the preset's seq len), DATA (a Megatron prefix
 # for train_gpt; default its synthetic tokens, as PyTorch's random ones), PYTHON (python3: its torch runs the
-# PyTorch side), RESULTS (bench/results), RESULT_NAME (llama_<N>gpu). Under torch 1.x (the CPU machines) only
+# PyTorch side), RESULTS (bench/results), SUITE (scale; fp8 for the fp8 section alone), RUN (MODEL[-tT]-SECTIONS,
+# the sections in the order above: a later run of that name on the same machine replaces it). Under torch 1.x (the CPU machines) only
 # PyTorch's single and ddp run; its other modes are left out with a note. Exit status 0 when every run
 # produced its row.
 set -uo pipefail
@@ -166,15 +167,21 @@ note_args=()
 for n in "${notes[@]}"; do note_args+=(--note "$n"); done
 expect_args=()
 for e in "${expect[@]}"; do expect_args+=(--expect "$e"); done
-"$PY" "$HERE/../results.py" gpt "${logs[@]}" --name "${RESULT_NAME:-llama_${N}gpu}" \
-  --results "${RESULTS:-$HERE/../results}" --machine "$(PYTHON=$PY machine CPU) ($N used)" \
+ordered=()  # the sections in their canonical order: the run's default name
+for s in single dp fsdp tp pp 3d fp8; do [[ " ${SECTIONS[*]} " == *" $s "* ]] && ordered+=("$s"); done
+suite=scale
+[ "${SECTIONS[*]}" = fp8 ] && suite=fp8
+"$PY" "$HERE/../results.py" gpt "${logs[@]}" --suite "${SUITE:-$suite}" \
+  --run "${RUN:-$MODEL${T:+-t$T}-$(IFS=-; echo "${ordered[*]}")}" --model "$MODEL" ${T:+--seq-len "$T"} \
+  --precision "${PRECISION[1]:-fp32}" --fp8 "${FP8_RECIPE:-tensorwise}" \
+  --results "${RESULTS:-$HERE/../results}" --machine "$(PYTHON=$PY machine "$N")" --environment "$(PYTHON=$PY environment)" \
   --command "NPROC=$N MODEL=$MODEL${T:+ T=$T} RECOMPUTE=$RECOMPUTE COMPILED=$COMPILED EAGER=$EAGER B=$B TP_B=$TP_B PP_B=$PP_B MB=$MB STEPS=$STEPS${LAYOUTS_3D:+ LAYOUTS_3D=\"$LAYOUTS_3D\"}${FP8_LAYOUT:+ FP8_LAYOUT=$FP8_LAYOUT}${FP8_RECIPE:+ FP8_RECIPE=$FP8_RECIPE} bench/llama/parallel.sh $BUILD $LOGS ${SECTIONS[*]}" \
-  --title "$MODEL on $N GPU(s): train_gpt beside the PyTorch Llama (DDP, FSDP2, DTensor TP, pipelining)" \
+  --title "$MODEL${T:+, seq $T}, ${ordered[*]} on $N GPU(s): train_gpt beside the PyTorch Llama" \
   --config "$MODEL ${PRECISION[*]:-fp32}; sequences per step: single B=$B, dp/fsdp B=$B per GPU, tp TP_B=$TP_B shared, pp PP_B=$PP_B in MB=$MB micro-batches; train_gpt ${DATA:-synthetic} tokens, PyTorch random tokens" \
   --method "3 warm-ups then the median of $STEPS steps (upper median): train_gpt's JSONL log (results.py from-jsonl; since 6c3ceb3 a step's time runs from the previous step's completion to its own, no sync inside a step), PyTorch's own timing (the device synchronised around each step); peak memory = max allocated by the caching allocator on the fullest rank" \
   --reference pytorch=pytorch-single --reference pytorch-compiled=pytorch-compiled-single \
   --reference tessera-train=tessera-train-single --vs-pytorch tessera-train- "${VERSUS[@]}" \
-  --columns "mode,micro_batches,scaled_against,vs_pytorch,vs_compiled$EXTRA_COLS,overhead_ms,notes" \
+  --columns "mode,micro_batches,scaled_against,scaling,vs_pytorch,vs_compiled$EXTRA_COLS,overhead_ms,notes" \
   --note "PyTorch's pp unties the embedding and the head (its stages hold them apart); train_gpt's keeps them tied, summing the table's gradient over the first and last stage" \
   --note "PyTorch: the Llama of tests/models/torch_llama.py in bf16 autocast over fp32 weights (FSDP2: bf16 parameters, fp32 reduction), AdamW fused (tp: foreach=False), gradient-norm clipping at 1.0 (pp: per stage); tp_sp gathers each norm's output once in bf16; recompute $RECOMPUTE on both sides" \
   --note "pytorch-compiled-*: the same runs with each block under torch.compile (torchtitan's per-block compile); vs_compiled: tessera's tokens/s over the compiled row of its layout; DTensor TP runs eager only" \

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Issue 40: what separates train_gpt from the compiled PyTorch anchor on llama3-8b, FSDP over 4 GPUs, seq 4096,
-# one sequence per GPU, selective recompute (scale_4gpu.md: 32.2 k tok/s at 59.8 GiB against 35.3 k at 48.1), from
-# profiles. The runs are parallel.sh's fsdp rows with the same flags (its `train` and `torch_run`), plus tracing:
+# one sequence per GPU, selective recompute (bench/results/scale.md), from profiles. The runs are parallel.sh's
+# fsdp rows with the same flags (its `train` and `torch_run`), plus tracing:
 #   tessera-traced         train_gpt --dp-mode fsdp --breakdown --profile OUTDIR/traces/tessera.json:3:2 (steps 3 and
 #                          4 after 3 warm-ups, 5 steps): the memory phases (--breakdown's mem_* keys) and the trace
 #   pytorch-compiled-fsdp  torch_llama_parallel.py fsdp, COMPILE=1: 3 warm-ups and STEPS timed (tok/s, memory
 #                          phases), then PROFILE=OUTDIR/traces/torch.json: 2 more steps traced
 #   tessera-train-fsdp     train_gpt as the first, without --breakdown or --profile: its untraced tok/s
-# (the untraced train_gpt run last: scale_4gpu.md holds an earlier one, so under BUDGET_S it is the one to lose),
-# then bench/profile/compare.py writes RESULTS/RESULT_NAME.{json,md}: kernel ms per step by kind, the GPU span, the
+# (the untraced train_gpt run last: the scale suite holds one, so under BUDGET_S it is the one to lose),
+# then bench/profile/compare.py writes OUTDIR/RESULT_NAME.{json,md} (a trace reading: it stays with the logs,
+# not in bench/results): kernel ms per step by kind, the GPU span, the
 # compute stream's idle time, NCCL's time beside compute, both sides' memory phases, the untraced tok/s;
 # bench/profile/gaps.py each rank-0 trace's gaps into OUTDIR/gaps-{tessera,torch}.txt. The traces are gzipped
 # afterwards (OUTDIR/traces/*.json.gz; rank r's with ".rank<r>").
@@ -17,7 +18,7 @@
 # B (1 sequence per GPU), RECOMPUTE (selective), FP8 (off; tensorwise or rowwise: train_gpt --fp8 FP8 beside the
 # anchor's FP8 linears over torch._scaled_mm, tensorwise, issue 37's anchor), STEPS (8 timed after 3 warm-ups), RUN_TIMEOUT (s per run, 240),
 # BUDGET_S (s for the whole script, 0 = none: a run that cannot finish within it is cut short or skipped, so the
-# results are always written), PYTHON (python3: its torch runs the PyTorch side), RESULTS (bench/results),
+# results are always written), PYTHON (python3: its torch runs the PyTorch side),
 # RESULT_NAME (profile_<model>_fsdp[_fp8], "-" as "_"). Exit status 0 when every run produced its part.
 set -uo pipefail
 BUILD=${1:?build dir}
@@ -72,7 +73,7 @@ runs=(--run "tessera-traced=torchrun --standalone --nproc_per_node=$N --no_pytho
   --run "tessera-train-fsdp=torchrun --standalone --nproc_per_node=$N --no_python ${TRAIN[*]} --steps $((STEPS + 3)) --log-jsonl LOGS/tessera-train-fsdp.jsonl")
 "$PY" "$HERE/../profile/compare.py" --tessera-trace "$TRACES/tessera.json" --tessera-breakdown "$LOGS/tessera-traced.jsonl" \
   --tessera-log "$LOGS/tessera-train-fsdp.log" --torch-trace "$TRACES/torch.json" --torch-log "$LOGS/pytorch-compiled-fsdp.log" \
-  --steps 2 --warm 3 --name "$NAME" --results "${RESULTS:-$HERE/../results}" --machine "$(PYTHON=$PY machine CPU) ($N used)" \
+  --steps 2 --warm 3 --name "$NAME" --out "$LOGS" --machine "$(PYTHON=$PY machine "$N")" \
   --command "NPROC=$N MODEL=$MODEL T=$T B=$B RECOMPUTE=$RECOMPUTE FP8=$FP8 STEPS=$STEPS bench/llama/profile_8b.sh $BUILD LOGS" \
   --title "$MODEL, FSDP over $N GPUs, seq $T, $B sequence(s) per GPU, recompute $RECOMPUTE, FP8 $FP8: train_gpt beside compiled PyTorch, kernel by kernel" \
   --config "train_gpt ${PRECISION[*]:-fp32} ${FP8_FLAGS[*]} synthetic tokens (parallel.sh's tessera-train-fsdp); PyTorch: the Llama of tests/models/torch_llama.py, each block under torch.compile, FSDP2 (bf16 parameters, fp32 reduction), fused AdamW, clipping at 1.0, $([ "$FP8" = off ] || echo "the blocks' linears in FP8 over torch._scaled_mm (tensorwise), ")random tokens (parallel.sh's pytorch-compiled-fsdp)" \

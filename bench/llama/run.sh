@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Llama benchmark on one GPU: train_gpt (--model llama3-1b, bf16) beside the independent PyTorch
 # Llama (bench/llama/torch_llama_train.py: eager and torch.compile) on the same Brown-corpus batches
-# from the same initial weights, in one run. Writes bench/results/llama_1gpu.{json,md} and the loss
-# curves bench/results/llama_1gpu_loss.png (bench/results.py llama).
+# from the same initial weights, in one run. Writes the run MODEL of bench/results/llama_curves.{json,md}
+# and its loss curves bench/results/llama_curves.MODEL.png (bench/results.py llama).
 #   bench/llama/run.sh BUILD_DIR LOG_DIR [sections...]
 # Sections (default: curves):
 #   curves     tessera and PyTorch eager for STEPS (300) steps (the loss curves and their largest gap),
@@ -11,8 +11,8 @@
 #              RECOMPUTE_STEPS (8) steps each: step time and peak memory, or out of memory
 # Env: PYTHONPATH must reach the built tessera module (tessera.data: the PyTorch side's batches);
 # DATA (default data/brown/brown_sp4096_text_document); RUN_TIMEOUT (s per run, 300); MODEL
-# (llama3-1b; llama-tiny on a CPU: a smoke run in fp32); RESULTS (default bench/results); PYTHON
-# (default python3: its torch runs the PyTorch side).
+# (llama3-1b; llama-tiny on a CPU: a smoke run in fp32); RESULTS (default bench/results); SUITE and RUN
+# (llama_curves and MODEL); PYTHON (default python3: its torch runs the PyTorch side).
 set -uo pipefail
 BUILD=${1:?build dir}
 LOGS=${2:?log dir}
@@ -61,9 +61,11 @@ for s in "${SECTIONS[@]}"; do
     *) echo "run.sh: unknown section $s" >&2; exit 2 ;;
   esac
 done
-"$PY" "$HERE/../results.py" llama "$LOGS" --machine "$(PYTHON=$PY machine CPU)" \
-  --command "bench/llama/run.sh $BUILD $LOGS ${SECTIONS[*]} (B=$B STEPS=$STEPS COMPILE_STEPS=$COMPILE_STEPS)" \
-  --title "$MODEL on one GPU: train_gpt vs the PyTorch Llama (same Brown batches, same initial weights)" \
+"$PY" "$HERE/../results.py" llama "$LOGS" --suite "${SUITE:-llama_curves}" --run "${RUN:-$MODEL}" \
+  --machine "$(PYTHON=$PY machine 1)" --environment "$(PYTHON=$PY environment)" --model "$MODEL" \
+  --precision "$([ ${#PRECISION[@]} -gt 0 ] && echo bf16 || echo fp32)" \
+  --command "B=$B STEPS=$STEPS COMPILE_STEPS=$COMPILE_STEPS bench/llama/run.sh $BUILD $LOGS ${SECTIONS[*]}" \
+  --title "$MODEL on one GPU, the Brown corpus: train_gpt beside the PyTorch Llama (same batches, same initial weights)" \
   --method "the median step after 5 warm-ups of each run's JSONL log (results.py from-jsonl; PyTorch: the same from its own log)" \
   --results "${RESULTS:-$HERE/../results}" || rc=1
 exit $rc

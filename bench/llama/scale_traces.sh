@@ -7,7 +7,7 @@
 #             tied table's lookup rows all-reduced with it, not gathered), -ddp-bf16 (--grad-reduce bf16),
 #             -ddp-ctas8 (NCCL_MIN_CTAS=NCCL_MAX_CTAS=8: fewer SMs for NCCL beside backward), -ddp-simple
 #             (NCCL_PROTO=Simple: NCCL's bulk protocol, lighter on the SMs and memory than LL/LL128), -fsdp,
-#             -fsdp-bf16, scaled against the single row: RESULTS/RESULT_NAME.{json,md} (bench/results.py gpt).
+#             -fsdp-bf16, scaled against the single row: the run RUN of RESULTS/variants.{json,md} (bench/results.py gpt).
 #             VARIANTS picks others: any layout name of `traces` below (untraced), and -ddp-normalprio,
 #             -fsdp-normalprio (TESSERA_NCCL_STREAM_PRIORITY=normal: NCCL's streams at the compute stream's
 #             priority), -ddp-ctaeff (TESSERA_NCCL_CTA_POLICY=efficiency, NCCL >= 2.27), -fsdp-rows
@@ -20,7 +20,8 @@
 #   bench/llama/scale_traces.sh BUILD LOGS [variants] [traces]        (default: both)
 # Env: NPROC (4), MODEL (llama3-1b; llama-tiny on a CPU: the plumbing, fp32, Gloo), B (4 per GPU), TP_B (NPROC x B),
 # PP_B (16), MB (16), STEPS (10 timed after 3 warm-ups), RUN_TIMEOUT (s per run, 120), BUDGET_S (s for the
-# script, 0 = none), PYTHON (python3), RESULTS (bench/results), RESULT_NAME (scale_variants_<model>).
+# script, 0 = none), PYTHON (python3), RESULTS (bench/results), SUITE (variants), RUN (MODEL; name another when
+# VARIANTS picks other variants: a run replaces the suite's run of its name on the same machine).
 set -uo pipefail
 BUILD=${1:?build dir}
 LOGS=${2:?log dir}
@@ -85,13 +86,14 @@ for s in "${SECTIONS[@]}"; do
         train "tessera-$v" "$(gpus "$base")" $((STEPS + 3)) $(layout "$base") "${extra[@]}"
       done
       ENV_RUN=()
-      "$PY" "$HERE/../results.py" gpt "${logs[@]}" --name "${RESULT_NAME:-scale_variants_${MODEL//-/_}}" \
-        --results "${RESULTS:-$HERE/../results}" --machine "$(PYTHON=$PY machine CPU) ($N used)" \
+      "$PY" "$HERE/../results.py" gpt "${logs[@]}" --suite "${SUITE:-variants}" --run "${RUN:-$MODEL}" \
+        --results "${RESULTS:-$HERE/../results}" --machine "$(PYTHON=$PY machine "$N")" \
+        --environment "$(PYTHON=$PY environment)" --model "$MODEL" --precision "${PRECISION[1]:-fp32}" \
         --command "${VARIANTS:+VARIANTS='$VARIANTS' }NPROC=$N MODEL=$MODEL B=$B STEPS=$STEPS bench/llama/scale_traces.sh $BUILD $LOGS variants" \
         --title "$MODEL on $N GPU(s): train_gpt's data-parallel variants (gradients reduced in float32 and bf16)" \
         --config "$MODEL ${PRECISION[*]:-fp32}; B=$B sequences per GPU (tp-sp: TP_B=$TP_B in all; pp, pp-zb: PP_B=$PP_B in MB=$MB micro-batches); synthetic tokens; no recompute" \
         --method "3 warm-ups then the median of $STEPS steps (upper median) from train_gpt's JSONL log" \
-        --reference tessera=tessera-single --columns "mode,scaled_against,overhead_ms" || rc=1 ;;
+        --reference tessera=tessera-single --columns "mode,scaled_against,scaling,overhead_ms" || rc=1 ;;
     traces)
       for t in ${TRACES:-single ddp fsdp tp-sp pp pp-zb}; do
         # shellcheck disable=SC2046

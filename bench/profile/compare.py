@@ -1,16 +1,15 @@
 #!/usr/bin/env python3
-"""train_gpt beside the compiled PyTorch anchor, from one traced run of each (issue 40; bench/llama/profile_8b.sh):
-GPU kernel time per step by kind (summarize.py's kernel names), the GPU span, the compute stream's idle time and
-how much of NCCL's time ran beside compute (gaps.py's intervals), each side's memory phases, and the untraced
-runs' throughput; writes RESULTS/NAME.{json,md} through bench/results.py.
+"""train_gpt beside the compiled PyTorch anchor from one traced run of each (bench/llama/profile_8b.sh): kernel ms per
+step by kind, the GPU span, the compute stream's idle time, NCCL's time beside compute, each side's memory phases,
+the untraced runs' throughput, in OUT/NAME.{json,md}: a trace reading, kept beside the logs (not in bench/results).
   compare.py --tessera-trace T.json --tessera-breakdown T.jsonl --tessera-log T.log
-             --torch-trace P.json --torch-log P.log --name NAME --machine M --command C
+             --torch-trace P.json --torch-log P.log --name NAME --out OUT --machine M --command C
              [--run NAME=CMD]... [--note N]...
-Traces: rank 0's Chrome traces of --steps steps (train_gpt --profile, torch_llama_parallel.py PROFILE).
---tessera-breakdown: the traced run's JSONL log (--breakdown: its steps' mem_* keys); --tessera-log and
---torch-log: the untraced runs' logs with their RESULT line (results.py from-jsonl; torch_llama_parallel.py).
+Traces: rank 0's of --steps steps; --tessera-breakdown: the traced run's JSONL log (--breakdown's mem_* keys);
+--tessera-log, --torch-log: the untraced runs' logs with their RESULT line.
 A missing input leaves its cells empty ("—") and the exit status 1."""
 import argparse
+import json
 import os
 import re
 import sys
@@ -19,7 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 import gaps  # noqa: E402  (the trace's events, merge, overlap, COMM)
-import results  # noqa: E402  (bench/results.py: read_results, table, write, now)
+import results  # noqa: E402  (bench/results.py: read_results, read_train_jsonl, table, now)
 import summarize  # noqa: E402  (load: kernel ms and calls by short name, the GPU span)
 
 SYSTEMS = ("tessera", "pytorch-compiled")
@@ -127,10 +126,9 @@ def tessera_memory(path, warm):
 
 
 def result_row(path, system):
-    """The log's last RESULT line (results.py's keys) as the row `system`, or None."""
     if not path or not os.path.exists(path):
         return None
-    found = results.read_results(path)
+    found = results.read_results(path)  # the last one, as the row `system`
     return dict(found[-1], system=system) if found else None
 
 
@@ -216,6 +214,18 @@ def both(f):  # the two sides' cells and their difference (tessera - PyTorch)
     return [fmt(t), fmt(p), diff(t, p)]
 
 
+def write_report(doc, out, title, sections, header):
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, doc["name"] + ".json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    md = ["# " + title, ""] + ["- %s: %s" % (k, doc[k]) for k in ("date", "machine", "command", "config", "method")
+                               if doc.get(k)] + ["- " + h for h in header]
+    for heading, lines in sections + [("Notes", ["- " + n for n in doc.get("notes", [])])] * bool(doc.get("notes")):
+        md += ["", "## " + heading, ""] + lines
+    open(os.path.join(out, doc["name"] + ".md"), "w").write("\n".join(md) + "\n")
+    return "\n".join(md)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     for side in ("tessera", "torch"):
@@ -226,11 +236,11 @@ def main():
     ap.add_argument("--warm", type=int, default=3, help="warm-up steps of the breakdown run's log")
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--name", required=True)
-    ap.add_argument("--results", default=os.path.join(HERE, "..", "results"))
+    ap.add_argument("--out", required=True, help="the directory of the report (the run's logs)")
     ap.add_argument("--machine", required=True)
     ap.add_argument("--command", required=True)
-    ap.add_argument("--title", default="")
-    ap.add_argument("--config", default="")
+    for opt in ("--title", "--config"):
+        ap.add_argument(opt, default="")
     ap.add_argument("--run", action="append", default=[], help="NAME=COMMAND of one run, for the header")
     ap.add_argument("--note", action="append", default=[])
     a = ap.parse_args()
@@ -279,7 +289,7 @@ def main():
                 ("Memory phases", memory_table(mem)),
                 ("The %d kernels with the most time (both sides together)" % a.top, top_table(prof, a.top))]
     header = ["run %s: `%s`" % tuple(r.split("=", 1)) if "=" in r else "run " + r for r in a.run]
-    print(results.write(doc, a.results, a.title or a.name, sections, header))
+    print(write_report(doc, a.out, a.title or a.name, sections, header))
     if missing:
         print("compare.py: missing %s" % ", ".join(missing), file=sys.stderr)
     return 1 if missing else 0

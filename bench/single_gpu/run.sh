@@ -11,9 +11,9 @@
 #          torch.compile, train_gpt --fused-kernels on; with PROFILE_DIR also a Kineto trace of 2 steps of
 #          compiled PyTorch and of train_gpt per shape there, and their kernels side by side
 #          (bench/profile/summarize.py: PROFILE_DIR/shape-NAME.kernels.md)
-# bf16 autocast, synthetic tokens, STEPS (20) timed steps after 5 warm-ups per run. Writes
-# bench/results/single_gpu.{json,md} (single_gpu.py combine: speed ratios, MFU, peak memory, the
-# issue's targets).
+# bf16 autocast, synthetic tokens, STEPS (20) timed steps after 5 warm-ups per run. Writes the run RUN
+# (default: the sections, e.g. gpt-llama-adamw-shapes) of bench/results/single_gpu.{json,md} (single_gpu.py
+# combine: speed ratios, MFU, peak memory, the issue's targets) from every log in LOG_DIR.
 #   bench/single_gpu/run.sh BUILD_DIR LOG_DIR [gpt] [llama] [adamw] [shapes]    (default: all four)
 # Env: STEPS, GPT_BATCH, LLAMA_BATCH, SHAPES (space-separated specs; default below), PROFILE_DIR (unset: no
 # traces), RUN_TIMEOUT (s per run, 300), PYTHON (python3: its torch runs PyTorch's side), RESULTS (default
@@ -99,10 +99,9 @@ for s in "${SECTIONS[@]}"; do
     *) echo "run.sh: unknown section $s" >&2; exit 2 ;;
   esac
 done
-gpus=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1 | sed 's/,/ driver/')
 settings=" (STEPS=$STEPS GPT_BATCH=$GPT_BATCH LLAMA_BATCH=$LLAMA_BATCH"
 [[ " ${SECTIONS[*]} " == *" shapes "* ]] && settings+=" SHAPES='$(echo $SHAPES)'${PROFILE_DIR:+ PROFILE_DIR=$PROFILE_DIR}"
 "$PY" "$HERE/single_gpu.py" combine "$LOGS" --results "${RESULTS:-$HERE/../results}" --profile-dir "$PROFILE_DIR" \
-  --machine "1 ${gpus:-CPU}; torch $("$PY" -c 'import torch;print(torch.__version__)')" \
-  --command "bench/single_gpu/run.sh $BUILD $LOGS ${SECTIONS[*]}$settings)" || rc=1
+  --run "${RUN:-$(IFS=-; echo "${SECTIONS[*]}")}" --machine "$(PYTHON=$PY machine 1)" \
+  --environment "$(PYTHON=$PY environment)" --command "bench/single_gpu/run.sh $BUILD $LOGS ${SECTIONS[*]}$settings)" || rc=1
 exit $rc

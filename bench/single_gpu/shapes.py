@@ -3,15 +3,13 @@
 issue 40: train_gpt >= 1.05x whole-model torch.compile on shapes nobody tuned for).
 
 A spec is NAME:key=value,... (NAME: letters, digits, - and _), keys
-  d layers heads kv ffn vocab T   the model's width, blocks, attention heads, key/value heads, MLP width,
-                                  vocabulary and sequence length
+  d layers heads kv ffn vocab T   width, blocks, attention heads, key/value heads, MLP width, vocabulary, length
   B                               the batch in sequences (default 8, train_gpt's on one GPU)
   tied                            1: the head is the embedding table, 0: its own
   theta                           the rotary base
 Every key left out is llama3-1b's (train_gpt --model llama3-1b then the flags; the PyTorch Llama from
 bench/llama/torch_llama_train.py's PRESETS["llama3-1b"] with the same overrides), Llama 3's rotary
 frequency scaling included on both sides.
-
   shapes.py flags SPEC     train_gpt's flags for the shape, on one line (--model llama3-1b ... --batch B)
   shapes.py words SPEC     the resolved shape in words (what the results' table shows)
 
@@ -94,13 +92,13 @@ def words(spec):
             f"theta {c['theta']:g}")
 
 
-def table(rows, log_dir, profile_dir=""):
-    """The section "Shapes that are not presets": rows of logs shape-NAME.*.log (their "model" shape-NAME), the
-    spec from LOG_DIR/shape-NAME.spec (run.sh) or a row's own; one table, then a target line per shape. Rows are
-    compared only with rows of their shape (one run of run.sh writes all of a shape's logs). Returns (markdown
-    lines, target lines)."""
+def table(rows, log_dir):
+    """The rows of the table "Shapes that are not presets": rows of logs shape-NAME.*.log (their "model"
+    shape-NAME), the spec from LOG_DIR/shape-NAME.spec (run.sh) or a row's own, a row per system that did not
+    run; and a target line per shape. Rows are compared only with rows of their shape (one run of run.sh writes
+    all of a shape's logs). Returns (table rows, target lines)."""
     import results  # bench/results.py (single_gpu.py puts bench/ on the path)
-    lines, verdicts, table_rows, kernels = [], [], [], []
+    verdicts, table_rows = [], []
     for model in sorted({r["model"] for r in rows}):
         name = model[len("shape-"):]
         mine = sorted((r for r in rows if r["model"] == model),
@@ -115,10 +113,12 @@ def table(rows, log_dir, profile_dir=""):
         results.derive(ref, versus=(TARGET[0],))
         for r in mine:
             r.update(shape=name, spec=spec)
+            if r.get("oom"):
+                r["status"] = "out of memory"
         ran = {r["system"] for r in mine}
         shown = mine + [dict(system=s, step_ms=f"no result (see {model}.{s}.log)") for s in SYSTEMS if s not in ran]
         for i, r in enumerate(shown):
-            table_rows.append(dict(r, shape=f"**{name}**: {text}" if i == 0 else "",
+            table_rows.append(dict(r, shape=f"{name}: {text}" if i == 0 else "",
                                    step_ms=r.get("step_ms", "out of memory" if r.get("oom") else "—")))
         fused, other = ref.get("tessera-fused"), ref.get(TARGET[0])
         if fused and other:
@@ -129,18 +129,7 @@ def table(rows, log_dir, profile_dir=""):
             missing = [s for s in ("tessera-fused", TARGET[0]) if s not in ref]
             verdicts.append(f"{name}: tessera-fused vs {TARGET[0]} (target >= {TARGET[1]}): not judged, no step time "
                             f"of {' and '.join(missing)} (failed or out of memory; see the logs)")
-        summary = os.path.join(profile_dir, model + ".kernels.md") if profile_dir else ""
-        if summary and os.path.exists(summary) and "holds" not in verdicts[-1]:
-            kernels += ["", f"GPU kernels of {name}, 2 traced steps each ({summary}; diff: tessera-fused minus "
-                        f"{TARGET[0]}, ms per step):", ""] + open(summary).read().rstrip().splitlines()
-    lines += results.table(table_rows, ["shape", "system", "step_ms", "tokens_per_s", "mfu", "peak_mem_gib",
-                                        "vs_pytorch_compile"])
-    lines += [""] + ["- " + v for v in verdicts]
-    if profile_dir:
-        lines += ["", f"Kineto traces of 2 steps per shape and side, and their kernel summaries "
-                      f"(bench/profile/summarize.py): {profile_dir}/shape-NAME.{{pytorch-compile,tessera-fused}}.json, "
-                      f"shape-NAME.kernels.md"]
-    return lines + kernels, verdicts
+    return table_rows, verdicts
 
 
 def main():

@@ -1,23 +1,18 @@
 #!/usr/bin/env python3
 """PyTorch's side of the one-GPU benchmark (bench/single_gpu/run.sh, issue 26) and the combiner.
-
   single_gpu.py torch (--model gpt735m|llama3-1b --batch B | --shape SPEC) --mode eager|compile [--steps N]
-      One GPU, bf16 autocast over fp32 weights, random tokens: forward, cross-entropy in float32,
-      backward, gradient clipping (max norm 1, as train_gpt's default), torch.optim.AdamW(fused=True)
-      (no weight decay on norms and biases, as train_gpt), zero_grad. The GPT is the anchors' GPT-735M
-      (bench/torch_anchor.py's model), the Llama the independent PyTorch Llama (tests/models/torch_llama.py)
-      with llama3-1b's shape, or with a shape that is not a preset (--shape: shapes.py's spec, llama3-1b with
-      overrides, the batch its B). Prints a RESULT line: the median step after 5 warm-ups, tokens/s, MFU
-      (train_gpt's FLOP counts, 989 TFLOP/s peak), peak memory; "oom": true when it ran out of memory.
+      One GPU, bf16 autocast over fp32 weights, random tokens: forward, float32 cross-entropy, backward,
+      clipping at 1, torch.optim.AdamW(fused=True) (no decay on norms and biases), zero_grad, on the anchors'
+      GPT-735M (bench/torch_anchor.py) or the PyTorch Llama (tests/models/torch_llama.py) as llama3-1b or a
+      shape that is not a preset (shapes.py's spec). RESULT line: the median step after 5 warm-ups, tokens/s,
+      MFU (train_gpt's FLOP count, 989 TFLOP/s), peak memory; "oom": true when it ran out of memory.
   single_gpu.py adamw --model gpt735m|llama3-1b [--steps N]
-      The optimizer phase alone: torch.optim.AdamW(fused=True) over the model's parameters with fixed
-      random gradients (tessera's side: tessera_bench_adamw). RESULT line with the mean step.
-  single_gpu.py combine LOG_DIR --results DIR --machine TEXT --command TEXT
-      Reads every RESULT line of LOG_DIR/*.log and writes DIR/single_gpu.{json,md} with bench/results.py's
-      writer and format: each model's rows beside PyTorch eager's and compiled's (vs_pytorch_eager,
-      vs_pytorch_compile), the optimizer rows beside PyTorch's fused AdamW (vs_pytorch_fused), and the
-      issue's targets and whether they hold (the member "targets"); the shapes' logs (shape-NAME.*.log) as one
-      table of their own (shapes.table), with the kernel summaries of --profile-dir where a shape misses.
+      The optimizer phase alone: torch.optim.AdamW(fused=True) over the model's parameters with fixed random
+      gradients (tessera's side: tessera_bench_adamw). RESULT line with the mean step.
+  single_gpu.py combine LOG_DIR --results DIR --run NAME --machine TEXT --command TEXT
+      Every RESULT line of LOG_DIR/*.log as the run NAME of DIR/single_gpu.{json,md} (bench/results.py's
+      writer): each model's rows beside PyTorch eager's and compiled's, the optimizer rows beside PyTorch's
+      fused AdamW, the issue's targets in the notes, the shapes also as a table of their own (shapes.table).
 """
 import argparse
 import glob
@@ -144,28 +139,15 @@ def run_adamw(a):
 TARGETS = {"735m": [("pytorch-compile", 1.00), ("pytorch-eager", 1.08)], "llama3-1b": [("pytorch-compile", 1.05)]}
 
 
-def combine(a):
-    rows = []
-    for path in sorted(glob.glob(os.path.join(a.log_dir, "*.log"))):
-        for r in results.read_results(path):  # logs are named MODEL.SYSTEM.log (run.sh)
-            r.setdefault("model", os.path.basename(path).split(".")[0])
-            r["model"] = MODELS.get(r["model"], r["model"])
-            r.setdefault("gpus", 1)
-            rows.append(r)
-    shaped = [r for r in rows if str(r["model"]).startswith("shape-")]
-    rows_preset = [r for r in rows if not str(r["model"]).startswith("shape-")]
-    train = [r for r in rows_preset if "adamw" not in r["system"]]
-    opt = [r for r in rows_preset if "adamw" in r["system"]]
-    sections, verdicts = [], []
+def judge_presets(train, verdicts):
+    """vs_<system> on each preset's rows (results.derive), and the issue's targets for them in words."""
     for model in sorted({r["model"] for r in train}):
-        mine = sorted((r for r in train if r["model"] == model), key=lambda r: r["system"])
+        mine = [r for r in train if r["model"] == model]
         ref = {r["system"]: r for r in mine if "step_ms" in r}
         results.derive(ref, versus=("pytorch-eager", "pytorch-compile"))  # vs_<system>: tokens/s over its
         for r in mine:
             if "step_ms" not in r:
-                r["step_ms"] = "out of memory"
-        sections.append((model, results.table(mine, ["system", "batch", "step_ms", "tokens_per_s", "mfu", "peak_mem_gib",
-                                                     "vs_pytorch_eager", "vs_pytorch_compile"])))
+                r["status"] = "out of memory"
         fused = ref.get("tessera-fused")
         for system, least in TARGETS.get(model, []):
             if fused and system in ref:
@@ -176,32 +158,57 @@ def combine(a):
             ok = fused["peak_mem_gib"] <= ref["pytorch-eager"]["peak_mem_gib"]
             verdicts.append(f"{model}: peak memory {fused['peak_mem_gib']} GiB vs PyTorch eager's "
                             f"{ref['pytorch-eager']['peak_mem_gib']} (target <=): {'holds' if ok else 'NOT MET'}")
-    if opt:
-        for r in opt:  # each against PyTorch's row of the same work (with or without the clipping)
-            ref_system = "pytorch-clip+adamw-fused" if "clip+" in r["system"] else "pytorch-adamw-fused"
-            torch_row = next((o for o in opt if o["model"] == r["model"] and o["system"] == ref_system), None)
-            if torch_row:
-                r["vs_pytorch_fused"] = round(torch_row["step_ms"] / r["step_ms"], 3)
-            if r["system"] in ("tessera-adamw-multi-tensor", "tessera-adamw-clip+multi-tensor") and torch_row:
-                what = "clipping + multi-tensor AdamW" if "clip+" in r["system"] else "multi-tensor AdamW"
-                verdicts.append(f"{r['model']}: {what} {r['step_ms']} ms vs PyTorch's {torch_row['step_ms']} ms "
-                                f"({ref_system}; target <=): "
-                                f"{'holds' if r['step_ms'] <= torch_row['step_ms'] else 'NOT MET'}")
-        opt.sort(key=lambda r: (r["model"], r["system"]))
-        sections.append(("Optimizer phase alone (same parameters, fixed gradients)",
-                         results.table(opt, ["system", "model", "tensors", "params_M", "step_ms", "vs_pytorch_fused"])))
-    shape_verdicts = []
+
+
+def judge_optimizer(opt, verdicts):
+    """Each optimizer row against PyTorch's row of the same work (with or without the clipping)."""
+    for r in opt:
+        r["kind"] = "optimizer"
+        ref_system = "pytorch-clip+adamw-fused" if "clip+" in r["system"] else "pytorch-adamw-fused"
+        torch_row = next((o for o in opt if o["model"] == r["model"] and o["system"] == ref_system), None)
+        if torch_row:
+            r["vs_pytorch_fused"] = round(torch_row["step_ms"] / r["step_ms"], 3)
+        if r["system"] in ("tessera-adamw-multi-tensor", "tessera-adamw-clip+multi-tensor") and torch_row:
+            what = "clipping + multi-tensor AdamW" if "clip+" in r["system"] else "multi-tensor AdamW"
+            verdicts.append(f"{r['model']}: {what} {r['step_ms']} ms vs PyTorch's {torch_row['step_ms']} ms "
+                            f"({ref_system}; target <=): "
+                            f"{'holds' if r['step_ms'] <= torch_row['step_ms'] else 'NOT MET'}")
+    opt.sort(key=lambda r: (r["model"], r["system"]))
+
+
+def combine(a):
+    rows = []
+    for path in sorted(glob.glob(os.path.join(a.log_dir, "*.log"))):
+        for r in results.read_results(path):  # logs are named MODEL.SYSTEM.log (run.sh)
+            r.setdefault("model", os.path.basename(path).split(".")[0])
+            r["model"] = MODELS.get(r["model"], r["model"])
+            r.setdefault("gpus", 1)
+            rows.append(r)
+    shaped = [r for r in rows if str(r["model"]).startswith("shape-")]
+    preset = [r for r in rows if not str(r["model"]).startswith("shape-")]
+    verdicts, tables = [], []
+    judge_presets([r for r in preset if "adamw" not in r["system"]], verdicts)
+    judge_optimizer([r for r in preset if "adamw" in r["system"]], verdicts)
     if shaped:
-        lines, shape_verdicts = shapes.table(shaped, a.log_dir, a.profile_dir)
-        sections.append(("Shapes that are not presets (llama3-1b with overrides; tessera-fused vs compiled PyTorch, "
-                         "issue 40)", lines))
-    if verdicts or not shaped:  # the presets' targets (the shapes' are under their table)
-        sections.append(("Targets", ["- " + v for v in verdicts] or ["- no complete pair of rows to judge"]))
-    doc = {"name": "single_gpu", "date": results.now(), "machine": a.machine, "command": a.command,
-           "method": "the median step after the warm-ups (bf16 autocast over fp32 weights, AdamW, gradient clipping); "
-                     "MFU against 989 TFLOP/s with train_gpt's FLOP count; peak: the caching allocator's",
-           "targets": verdicts + shape_verdicts, "rows": rows}
-    print(results.write(doc, a.results, "One GPU at the limit: train step and optimizer phase (issue 26)", sections))
+        shape_rows, shape_verdicts = shapes.table(shaped, a.log_dir)
+        verdicts += shape_verdicts
+        tables.append({"title": "Shapes that are not presets (llama3-1b with overrides; tessera-fused vs compiled "
+                                "PyTorch, issue 40)", "rows": shape_rows,
+                       "columns": ["shape", "system", "step_ms", "tokens_per_s", "mfu", "peak_mem_gib",
+                                   "vs_pytorch_compile"]})
+    notes = ["Kineto traces of 2 steps per shape and side, and their kernel summaries (bench/profile/summarize.py): "
+             f"{a.profile_dir}/shape-NAME.{{pytorch-compile,tessera-fused}}.json, shape-NAME.kernels.md"] * bool(a.profile_dir)
+    run = dict(run=a.run, title="One GPU at the limit: the train step and the optimizer phase", machine=a.machine,
+               environment=a.environment, command=a.command,
+               method="the median step after the warm-ups (bf16 autocast over fp32 weights, AdamW, gradient clipping); "
+                      "peak: the caching allocator's",
+               columns=["vs_pytorch_eager", "vs_pytorch_compile", "vs_pytorch_fused", "tensors", "params_M", "status"],
+               rows=rows, tables=tables, notes=["target: " + v for v in verdicts] + notes)
+    md, problems = results.put_run(a.results, "single_gpu", run, dict(precision="bf16", gpus=1))
+    print(md)
+    for p in problems:
+        print("single_gpu.py: does not validate: " + p, file=sys.stderr)
+    return 1 if problems else 0
 
 
 def main():
@@ -222,9 +229,11 @@ def main():
     c = sub.add_parser("combine")
     c.add_argument("log_dir")
     c.add_argument("--results", required=True)
+    c.add_argument("--run", default="gpt-llama-adamw-shapes", help="the run's name in single_gpu.json")
     c.add_argument("--machine", default="")
+    c.add_argument("--environment", default="")
     c.add_argument("--command", default="")
-    c.add_argument("--profile-dir", default="", help="run.sh's PROFILE_DIR: the shapes' kernel summaries")
+    c.add_argument("--profile-dir", default="", help="run.sh's PROFILE_DIR: where the shapes' traces are")
     a = ap.parse_args()
     if a.cmd == "torch" and (a.batch <= 0) == bool(a.model):
         ap.error("torch: --model takes --batch B (> 0); --shape takes its batch from the spec's B")
@@ -233,8 +242,8 @@ def main():
             shapes.config(a.shape)
         except ValueError as e:
             ap.error(str(e))
-    {"torch": run_torch, "adamw": run_adamw, "combine": combine}[a.cmd](a)
+    return {"torch": run_torch, "adamw": run_adamw, "combine": combine}[a.cmd](a)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # train_gpt (the C++ 3D trainer) against PyTorch on this machine's GPUs, on the anchors'
 # GPT-735M, bf16: each layout side by side with PyTorch's equivalent from bench/torch_anchor.py
-# and, for dp and fsdp, tessera's Python path (bench/train/tessera_py.py), in one run. Writes
-# bench/results/train_gpt_<N>gpu.{json,md} (bench/results.py gpt: the PyTorch and tessera-py rows
-# scaled against pytorch-single, train_gpt's against tessera-train-single; vs_pytorch: tokens/s over
+# and, for dp and fsdp, tessera's Python path (bench/train/tessera_py.py), in one run. Writes the run
+# train_gpt-<sections> of bench/results/gpt735m.{json,md} (bench/results.py gpt: the PyTorch and tessera-py
+# rows scaled against pytorch-single, train_gpt's against tessera-train-single; vs_pytorch: tokens/s over
 # PyTorch's row of the same layout, none for layouts the anchor has no equivalent of).
 #   bench/train/run.sh BUILD_DIR LOG_DIR [sections...]
 # Sections (default: dp fsdp tp pp), N = NPROC GPUs (default 2):
@@ -16,12 +16,12 @@
 #           micro-batch cost without the pipeline), -accum16-nofuse and -single-nofuse (--no-fused-wgrad)
 #   mixed   (N=4) tessera-train 2x1x2 ddp, 2x1x2 fsdp, 1x2x2 (B=16 per replica; no PyTorch row)
 #   data    (1 GPU) tessera-train-single on synthetic data and tessera-train-brown on the Brown corpus
-#           (data/brown, carried to the GPU machine), each twice, alternating (B=8): real data must not
-#           slow the step. Name the results with RESULT_NAME=data_gpu.
+#           (data/brown), each twice, alternating (B=8): real data must not slow the step; alone, it is the
+#           run train-step of bench/results/data.{json,md}.
 # Env: TESSERA_OVERLAP_SM_CARVEOUT / TESSERA_TP_FORWARD_CHUNKS reach every tessera run (recorded in
 # the results' command); NPROC, RUN_TIMEOUT (s per run, 180), STEPS (timed steps, 10; 3 warm-ups more),
-# PYTHONPATH must reach the built module for the tessera-py rows (scripts/gpu-check sets it);
-# RESULT_NAME names the result files (default train_gpt_<N>gpu).
+# PYTHONPATH must reach the built module for the tessera-py rows (scripts/bench sets it);
+# SUITE and RUN name the results (default gpt735m and train_gpt-<sections>; data alone: data and train-step).
 set -uo pipefail
 BUILD=${1:?build dir}
 LOGS=${2:?log dir}
@@ -87,11 +87,13 @@ for s in "${SECTIONS[@]}"; do
   esac
 done
 
-python3 "$HERE/../results.py" gpt "${logs[@]}" --name "${RESULT_NAME:-train_gpt_${N}gpu}" \
-  --results "${RESULTS:-$HERE/../results}" --machine "$(machine) ($N used)" \
-  --command "$(env | grep -E '^TESSERA_(OVERLAP_SM_CARVEOUT|TP_FORWARD_CHUNKS)=' | sort | tr '\n' ' ')NPROC=$N bench/train/run.sh $BUILD $LOGS $*" \
-  --title "train_gpt beside PyTorch on $N GPU(s), GPT-735M bf16" \
+suite=gpt735m run="train_gpt-$(IFS=-; echo "${SECTIONS[*]}")"
+[ "${SECTIONS[*]}" = data ] && suite=data run=train-step
+python3 "$HERE/../results.py" gpt "${logs[@]}" --suite "${SUITE:-$suite}" --run "${RUN:-$run}" \
+  --results "${RESULTS:-$HERE/../results}" --machine "$(machine "$N")" --environment "$(environment)" \
+  --command "$(env | grep -E '^TESSERA_(OVERLAP_SM_CARVEOUT|TP_FORWARD_CHUNKS)=' | sort | tr '\n' ' ')NPROC=$N STEPS=$STEPS bench/train/run.sh $BUILD $LOGS ${SECTIONS[*]}" \
+  --title "train_gpt beside PyTorch on GPT-735M: ${SECTIONS[*]}" --model 735m --seq-len 1024 --precision bf16 \
   --method "3 warm-ups then the median step of train_gpt's JSONL log (results.py from-jsonl) or of the PyTorch run; peak memory = max allocated by the caching allocator (the fullest rank)" \
   --reference pytorch=pytorch-single --reference tessera-py=pytorch-single --reference tessera-train=tessera-train-single \
-  --vs-pytorch tessera-train- --vs-pytorch tessera-py- --columns mode,scaled_against,vs_pytorch || rc=1
+  --vs-pytorch tessera-train- --vs-pytorch tessera-py- --columns mode,scaled_against,scaling,vs_pytorch || rc=1
 exit $rc

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# bench/llama/parallel.sh on the CPU (2 ranks over Gloo, llama-tiny, fp32, 2 timed steps), results into a
-# temporary directory: every run that torch 1.x can make writes its row under the name results.py scales
-# and pairs (PyTorch's single and ddp; train_gpt's single, ddp, pp), each against its own system's single row,
+# bench/llama/parallel.sh on the CPU (2 ranks over Gloo, llama-tiny, fp32, 2 timed steps), the run
+# llama-tiny-single-dp-pp of scale.json in a temporary directory, valid against the row schema: every run that
+# torch 1.x can make writes its row under the name results.py scales and pairs (PyTorch's single and ddp;
+# train_gpt's single, ddp, pp), each against its own system's single row,
 # train_gpt's beside PyTorch's of the same layout; PyTorch's pp (torch 2 only) is noted as not run, and both
 # systems' first losses are near ln(vocab) (sane initial weights).
 #   llama_parallel_smoke.sh BUILD_DIR
@@ -19,7 +20,12 @@ PYTHON=/usr/bin/python3 MODEL=llama-tiny STEPS=2 B=2 PP_B=4 MB=2 RECOMPUTE=full 
 /usr/bin/python3 - "$WORK" "$(cd "$(dirname "$0")/../.." && pwd)" <<'PY' || exit 1
 import json, math, os, sys
 w = sys.argv[1]
-res = json.load(open(os.path.join(w, "results", "llama_2gpu.json")))
+sys.path.insert(0, os.path.join(sys.argv[2], "bench"))
+from results_lib import schema
+doc = json.load(open(os.path.join(w, "results", "scale.json")))
+assert not schema.problems(doc), schema.problems(doc)
+(res,) = doc["runs"]
+assert res["run"] == "llama-tiny-single-dp-pp" and res["machine"].startswith("CPU"), (res["run"], res["machine"])
 rows = {r["system"]: r for r in res["rows"]}
 want = {"pytorch-single": "pytorch-single", "tessera-train-single": "tessera-train-single",
         "pytorch-ddp": "pytorch-single", "tessera-train-ddp": "tessera-train-single",
@@ -30,6 +36,8 @@ for s, ref in want.items():
     assert rows[s]["scaled_against"] == ref and rows[s]["scaling"] > 0, (s, rows[s])
 assert rows["tessera-train-ddp"]["vs_pytorch"] > 0 and rows["tessera-train-single"]["vs_pytorch"] > 0, rows
 assert rows["pytorch-ddp"]["gpus"] == 2 and rows["pytorch-ddp"]["batch"] == 4, rows["pytorch-ddp"]
+assert rows["pytorch-ddp"]["global_batch"] == 4 and rows["pytorch-ddp"]["layout"] == "ddp 2", rows["pytorch-ddp"]
+assert rows["tessera-train-pp-mb2"]["layout"] == "pp 2, 2 micro-batches", rows["tessera-train-pp-mb2"]
 for pp in ("tessera-train-pp-mb2", "tessera-train-pp-zb-mb2"):
     assert rows[pp]["micro_batches"] == 2 and rows[pp]["batch"] == 4, rows[pp]
 assert rows["pytorch-ddp"]["recompute"] == "full" and rows["pytorch-ddp"]["clip"] == 1.0, rows["pytorch-ddp"]

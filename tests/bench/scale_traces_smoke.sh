@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# bench/llama/scale_traces.sh's variants on the CPU (2 ranks over Gloo, llama-tiny, fp32, 2 timed steps), results
-# into a temporary directory: the eleven rows come out (the NCCL ones plain DDP runs on Gloo), each scaled against
+# bench/llama/scale_traces.sh's variants on the CPU (2 ranks over Gloo, llama-tiny, fp32, 2 timed steps), the runs
+# "variants" and "layouts" of variants.json in a temporary directory, valid against the row schema: the eleven
+# rows come out (the NCCL ones plain DDP runs on Gloo), each scaled against
 # tessera-single, the bf16 rows ran with the gradients reduced in bf16 (their losses after the first step
 # differ from the float32 rows'), the --zero-grads zero rows trained bitwise as the default ones, and the
 # --emb-grad reduce row within float32 rounding of the default (gathered) one; then VARIANTS picks the
@@ -12,13 +13,17 @@ BUILD=$1
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 export TESSERA_BACKEND=gloo OMP_NUM_THREADS=1
-PYTHON=/usr/bin/python3 MODEL=llama-tiny NPROC=2 STEPS=2 B=2 RESULTS="$WORK/results" RESULT_NAME=variants \
+PYTHON=/usr/bin/python3 MODEL=llama-tiny NPROC=2 STEPS=2 B=2 RESULTS="$WORK/results" RUN=variants \
   timeout -k 10 270 bash "$(dirname "$0")/../../bench/llama/scale_traces.sh" "$BUILD" "$WORK/logs" variants || {
   echo "FAIL: bench/llama/scale_traces.sh variants failed"; exit 1; }
-/usr/bin/python3 - "$WORK" <<'PY' || exit 1
+/usr/bin/python3 - "$WORK" "$(cd "$(dirname "$0")/../.." && pwd)" <<'PY' || exit 1
 import json, os, sys
 w = sys.argv[1]
-res = json.load(open(os.path.join(w, "results", "variants.json")))
+sys.path.insert(0, os.path.join(sys.argv[2], "bench"))
+from results_lib import schema
+doc = json.load(open(os.path.join(w, "results", "variants.json")))
+assert not schema.problems(doc), schema.problems(doc)
+res = next(r for r in doc["runs"] if r["run"] == "variants")
 rows = {r["system"]: r for r in res["rows"]}
 want = ["tessera-single", "tessera-single-gqarepeat", "tessera-single-zero", "tessera-ddp", "tessera-ddp-zero", "tessera-ddp-embreduce",
         "tessera-ddp-bf16", "tessera-ddp-ctas8", "tessera-ddp-simple", "tessera-fsdp", "tessera-fsdp-bf16"]
@@ -41,12 +46,14 @@ PY
 # VARIANTS: layout names run untraced, the stream-priority variant (ignored by Gloo: plain DDP) and FSDP
 # gathering the tied table's rows.
 VARIANTS="single tp-sp pp-zb ddp-normalprio fsdp-rows" PYTHON=/usr/bin/python3 MODEL=llama-tiny NPROC=2 STEPS=2 B=2 PP_B=4 MB=4 \
-  RESULTS="$WORK/results" RESULT_NAME=layouts \
+  RESULTS="$WORK/results" RUN=layouts \
   timeout -k 10 200 bash "$(dirname "$0")/../../bench/llama/scale_traces.sh" "$BUILD" "$WORK/logs2" variants || {
   echo "FAIL: bench/llama/scale_traces.sh VARIANTS=... variants failed"; exit 1; }
 /usr/bin/python3 - "$WORK" <<'PY' || exit 1
 import json, os, sys
-res = json.load(open(os.path.join(sys.argv[1], "results", "layouts.json")))
+doc = json.load(open(os.path.join(sys.argv[1], "results", "variants.json")))
+assert [r["run"] for r in doc["runs"]] == ["variants", "layouts"], [r["run"] for r in doc["runs"]]
+res = doc["runs"][1]
 rows = {r["system"]: r for r in res["rows"]}
 assert sorted(rows) == ["tessera-ddp-normalprio", "tessera-fsdp-rows", "tessera-pp-zb", "tessera-single", "tessera-tp-sp"], sorted(rows)
 assert rows["tessera-fsdp-rows"]["mode"] == "2x1x1 fsdp", rows["tessera-fsdp-rows"]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bench/targets.py on made-up results: which rows it holds to which target, and its verdicts.
-Rows that must not count: 1-GPU, emulated, nocomm, over PyTorch's memory, SP-only for TP."""
+Rows that must not count: 1-GPU, emulated, nocomm, over PyTorch's memory, SP-only for TP, an older run's."""
 import json, os, subprocess, sys, tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,9 +29,10 @@ RESULTS = {
 
 def main():
     with tempfile.TemporaryDirectory() as d:
-        for name, rows in RESULTS.items():
-            with open(os.path.join(d, name + ".json"), "w") as f:
-                json.dump({"date": "test", "machine": "made up", "rows": rows}, f)
+        runs = [{"run": name, "date": "test", "machine": "made up", "rows": rows} for name, rows in RESULTS.items()]
+        runs.append({"run": "ddp", "date": "older", "machine": "another", "rows": [row("tessera-ddp", 0.99, 1.0)]})
+        with open(os.path.join(d, "gpt735m.json"), "w") as f:
+            json.dump({"suite": "gpt735m", "runs": runs}, f)
         out = subprocess.run([sys.executable, TARGETS, d], capture_output=True, text=True, timeout=60)
         print(out.stdout, out.stderr)
         want = "targets met: issue 3 no, issue 4 no, issue 5 yes, issue 6 yes"
@@ -44,7 +45,8 @@ def main():
             ("graphless" not in out.stdout, "a 1-GPU row was listed"),
         ]
         bad = subprocess.run([sys.executable, TARGETS, os.path.join(d, "missing")], capture_output=True, text=True, timeout=60)
-        checks.append((bad.returncode == 1 and "cannot read ddp.json" in bad.stdout, "a missing results dir is not named"))
+        checks.append((bad.returncode == 1 and "cannot read the run ddp of gpt735m.json" in bad.stdout,
+                       "a missing results dir is not named"))
     failed = [why for ok, why in checks if not ok]
     for why in failed:
         print("FAILED:", why)
