@@ -37,7 +37,8 @@
 # PP_RUNS ("mb8 mb16 extra nofuse paramsplit interleaved": which pp runs; mb8/mb16 are PyTorch's and
 # tessera's; extra is tessera's mb16 and mb8 with PP_EXTRA extra warm-up forwards; nofuse is
 # tessera's mb16 with at::linear's weight gradients, FUSED_WGRAD=0),
-# RESULTS (dir for the results, default bench/results), SUITE (gpt735m; probes for the one-GPU sections),
+# RESULTS (dir for the results, default bench/results), SUITE (gpt735m; probes for the one-GPU sections and
+# for NPROC=1, whose runs are named <section>-one-rank),
 # D/L/V/T/STEPS passed through.
 # Exit status: 0 when every run produced its row, 1 otherwise (the results hold what ran).
 set -uo pipefail
@@ -165,11 +166,13 @@ precision=fp32
 nvidia-smi -L >/dev/null 2>&1 && precision=bf16
 for s in "${SECTIONS[@]}"; do
   read -ra sec <<<"${section_logs[$s]}"
-  case $s in nocomm | emulated | pp_emulated) suite=${SUITE:-probes} n=1 ;; *) suite=${SUITE:-gpt735m} n=$NPROC ;; esac
-  python3 "$HERE/results.py" gpt "${singles[@]}" "${sec[@]}" --suite "$suite" --run "$s" --results "$RESULTS" \
+  # The one-GPU probes, and a layout of one rank (NPROC=1: its cost alone), are probes; the rest gpt735m's runs.
+  case $s in nocomm | emulated | pp_emulated) suite=${SUITE:-probes} n=1 run=$s ;; *) suite=${SUITE:-gpt735m} n=$NPROC run=$s ;; esac
+  [ "$NPROC" = 1 ] && [ "$suite" = gpt735m ] && suite=${SUITE:-probes} run=$s-one-rank
+  python3 "$HERE/results.py" gpt "${singles[@]}" "${sec[@]}" --suite "$suite" --run "$run" --results "$RESULTS" \
     --machine "$(machine "$n")" --environment "$(environment)" --command "$command" --title "$(title "$s")" \
     --config "D=${D:-2048} L=${L:-12} V=${V:-32000} T=${T:-1024} STEPS=${STEPS:-10}" --model "$model" \
     --seq-len "${T:-1024}" --precision "$precision" --columns "${columns[$s]}" >/dev/null || rc=1
-  echo "=== parallel bench: wrote run $s of $RESULTS/$suite.{json,md}"
+  echo "=== parallel bench: wrote run $run of $RESULTS/$suite.{json,md}"
 done
 exit $rc
