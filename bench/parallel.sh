@@ -1,46 +1,18 @@
 #!/usr/bin/env bash
-# Tensor, pipeline and fully sharded data parallelism on this machine's GPUs: the anchors' GPT-735M
-# trained by PyTorch (bench/torch_anchor.py: DTensor TP, pipelining Schedule1F1B, FSDP2) and by
-# tessera (tessera_bench_tp / _pp / _fsdp), side by side with each system's 1-GPU run, then one run per
-# section (bench/results.py gpt, the run named after the section, with the two 1-GPU rows its rows are
-# scaled against) in bench/results/gpt735m.{json,md}; nocomm, emulated and pp_emulated in probes.{json,md}.
-#   bench/parallel.sh BUILD_DIR LOG_DIR [tp] [pp] [fsdp] [nocomm] [emulated] [pp_emulated]   (default: tp pp fsdp)
-#   bench/parallel.sh BUILD_DIR LOG_DIR --smoke [tp] [pp] [fsdp] [nocomm] [emulated] [pp_emulated]
-# Runs, in order, each under `timeout` (a failed run leaves its row out, the rest go on):
-#   pytorch-single, tessera-single (B=8, 1 GPU; the scaling reference of each system);
-#   tp:   pytorch-tp, tessera-tp, tessera-tp-sp (each with the in-process variants TP_VARIANTS:
-#         forward pieces chunksN, SM carveouts carveN, the row layers' ring reduction ring), tessera-tp-nooverlap (B=16 shared by NPROC GPUs);
-#   pp:   pytorch-pp-mb8 (B=16), pytorch-pp-mb16 (B=32), tessera-pp-1F1B-mb8, -mb16 (stages balanced
-#         by compute), -mb16-nofuse (weight gradients accumulated by autograd), -mb16-paramsplit (blocks split evenly, PARTITION=params: PyTorch's L/pp), interleaved-1F1B-mb16,
-#         -mb16-extraK / -mb8-extraK (1F1B with K = PP_EXTRA (2) extra warm-up forwards on the first stage);
-#   fsdp: pytorch-fsdp, tessera-fsdp-prefetch{0,256,512,1024,2048} (B=8 per GPU; MiB of budget);
-#   nocomm: the one-GPU probe without communication (bench/common/fake_world.h; one process as rank 0
-#         of TESSERA_FAKE_WORLD=2, PyTorch on its "fake" process group): pytorch-fsdp-nocomm,
-#         tessera-ddp-nocomm (variants DDP_VARIANTS), tessera-tp[-sp]-nocomm, tessera-fsdp-prefetch{0,512}-nocomm;
-#         what each system's parallel step costs on one GPU besides communication (runs on 1 GPU).
-#   emulated: tessera's nocomm runs again with the fake communicator timed (TESSERA_FAKE_COMM_TIMED=1,
-#         src/comm/fake/fake_timing.h: each op takes a modelled network's time on a stream of its own),
-#         TP in the variants EMU_TP_VARIANTS (base,carve16,chunks2+carve16,ring,ring+carve16), and tessera-fsdp-prefetch512-emulated-keepdone
-#         (TESSERA_FAKE_COMM_KEEP=done: the communicator keeps every op's tensors until it completes, as before
-#         FSDP kept its own): the schedule's exposed communication and buffer lifetimes on one GPU.
-#   pp_emulated: the 2-stage pipeline predicted from unit costs measured on one GPU (--emulate 2,
-#         bench/pp/pp_emulate.h), batch 32 in 16 and 16 in 8: tessera-pp-1F1B-mb16/-mb8-...-emulated.
-#         PyTorch's DDP and DTensor TP are left out: its DDP fails on the fake group (the group's
-#         all-reduce future yields None to DDP's comm hook) and DTensor TP on it took 197 ms a step
-#         against 127 ms on two real GPUs (H200, 2026-11-23): not a measure of its machinery.
-# --smoke: tiny model (D=256 L=4 V=512 T=64 STEPS=2) on whatever is there (CPU and Gloo without
-# GPUs), tessera's runs only, results to LOG_DIR: checks that the binaries run end to end.
-# Env: NPROC (2), RUN_TIMEOUT (s per run, 120), FSDP_BUDGETS ("0 256 512 1024 2048"),
-# SINGLE_VARIANTS (tessera-single's in-process variants, ddp_bench.cpp: "base"; e.g. base,fused),
-# DDP_VARIANTS (nocomm, emulated: "base,view,fused,view+fused,bf16"), EMU_TP_VARIANTS (emulated),
-# TESSERA_FAKE_COMM_* (emulated: the communication model, bench/common/fake_world.h),
-# PP_RUNS ("mb8 mb16 extra nofuse paramsplit interleaved": which pp runs; mb8/mb16 are PyTorch's and
-# tessera's; extra is tessera's mb16 and mb8 with PP_EXTRA extra warm-up forwards; nofuse is
-# tessera's mb16 with at::linear's weight gradients, FUSED_WGRAD=0),
-# RESULTS (dir for the results, default bench/results), SUITE (gpt735m; probes for the one-GPU sections and
-# for NPROC=1, whose runs are named <section>-one-rank),
-# D/L/V/T/STEPS passed through.
-# Exit status: 0 when every run produced its row, 1 otherwise (the results hold what ran).
+# Tensor, pipeline and fully sharded data parallelism on GPT-735M: PyTorch (bench/torch_anchor.py: DTensor TP,
+# Schedule1F1B, FSDP2) beside tessera's drivers (tessera_bench_tp/_pp/_fsdp); each section one run of
+# bench/results/gpt735m (probes for nocomm, emulated, pp_emulated and, with NPROC=1, <section>-one-rank), with both
+# systems' 1-GPU rows (pytorch-single, tessera-single) as the scaling references.
+#   bench/parallel.sh BUILD_DIR LOG_DIR [--smoke] [tp] [pp] [fsdp] [nocomm] [emulated] [pp_emulated]  (default tp pp fsdp)
+# Sections (their runs: the case below): tp (plain, sp, no overlap; TP_VARIANTS in process), pp (PP_RUNS), fsdp
+# (FSDP_BUDGETS MiB of prefetch), nocomm (one process as rank 0 of TESSERA_FAKE_WORLD=2: a parallel step's cost
+# besides communication), emulated (the same, communication timed by a model: TESSERA_FAKE_COMM_*,
+# bench/common/fake_world.h), pp_emulated (2 stages predicted from unit costs measured on one GPU, --emulate 2).
+# --smoke: a tiny model (D=256 L=4 V=512 T=64 STEPS=2), tessera's runs only, the results in LOG_DIR.
+# Env: NPROC (2), RUN_TIMEOUT (s per run, 120), SINGLE_VARIANTS (base), DDP_VARIANTS, TP_VARIANTS,
+# EMU_TP_VARIANTS, FSDP_BUDGETS ("0 256 512 1024 2048"), PP_RUNS ("mb8 mb16 extra nofuse paramsplit
+# interleaved"), PP_EXTRA (2), RESULTS (bench/results), SUITE, and D/L/V/T/STEPS passed through.
+# Exit status 0 when every run produced its row (the results hold what ran).
 set -uo pipefail
 BUILD=${1:?build dir}
 LOGS=${2:?log dir}
@@ -93,7 +65,9 @@ for s in "${SECTIONS[@]}"; do
       B=16 tessera_run tessera-tp tessera_bench_tp --variants "$TP_VARIANTS"
       B=16 tessera_run tessera-tp-sp tessera_bench_tp --sp --variants "$TP_VARIANTS"
       B=16 tessera_run tessera-tp-nooverlap tessera_bench_tp --no-overlap ;;
-    pp)
+    pp)  # mbN: PyTorch's and tessera's 1F1B in N micro-batches; extra: PP_EXTRA more warm-up forwards on the first
+      # stage; paramsplit: blocks split evenly (PyTorch's L/pp) instead of by compute; nofuse: autograd's weight
+      # gradients; interleaved: interleaved 1F1B
       for p in $PP_RUNS; do
         case $p in
           mb8) B=16 MB=8 torch_run pytorch-pp-mb8 "$NPROC" pp
@@ -113,7 +87,9 @@ for s in "${SECTIONS[@]}"; do
       for m in ${FSDP_BUDGETS:-0 256 512 1024 2048}; do
         B=8 tessera_run "tessera-fsdp-prefetch$m" tessera_bench_fsdp --prefetch-mib "$m"
       done ;;
-    nocomm)  # one process each, as rank 0 of a world of 2 that does not communicate
+    nocomm)  # one process each, as rank 0 of a world of 2 that does not communicate. PyTorch's DDP fails on the
+      # fake group (its all-reduce future yields None to DDP's comm hook) and DTensor TP on it does not measure
+      # its machinery: both left out
       fake=(env TESSERA_FAKE_WORLD=2)
       B=8 run tessera-ddp-nocomm "${fake[@]}" "$BUILD/bench/tessera_bench_ddp" tessera \
         --variants "$FAKE_DDP_VARIANTS"
@@ -123,7 +99,8 @@ for s in "${SECTIONS[@]}"; do
       for m in 0 512; do
         B=8 run "tessera-fsdp-prefetch$m-nocomm" "${fake[@]}" "$BUILD/bench/tessera_bench_fsdp" --prefetch-mib "$m"
       done ;;
-    emulated)  # as nocomm, the fake communicator timed
+    emulated)  # as nocomm, the fake communicator timed (each op takes a modelled network's time on its own stream);
+      # -keepdone: TESSERA_FAKE_COMM_KEEP=done, every op's tensors kept until it completes
       fake=(env TESSERA_FAKE_WORLD=2 TESSERA_FAKE_COMM_TIMED=1)
       for m in 512 0; do
         B=8 run "tessera-fsdp-prefetch$m-emulated" "${fake[@]}" "$BUILD/bench/tessera_bench_fsdp" --prefetch-mib "$m"

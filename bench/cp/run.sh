@@ -1,31 +1,18 @@
 #!/usr/bin/env bash
-# Context parallelism on 4 GPUs (issue 38): train_gpt --cp beside PyTorch's context_parallel + FSDP2
-# (bench/cp/torch_cp.py, the independent PyTorch Llama), the same model, sequence length, batch (one
-# sequence per data-parallel replica) and recompute, then bench/results/cp.{json,md} (bench/results.py cp).
+# Context parallelism: train_gpt --cp beside PyTorch's context_parallel + FSDP2 (bench/cp/torch_cp.py), the same
+# model, sequence length, batch (one sequence per data-parallel replica) and recompute, run by run (the most
+# valuable first: llama3-8b at 131072, llama3-1b at 131072 down to 8192, then llama3-8b's shorter lengths), each
+# layout of CP_LAYOUTS, tessera then PyTorch (tessera-<model>-<T>-<layout>.log, pytorch-...; no PyTorch row with
+# tp); then the run RUN (its layouts) of bench/results/cp.{json,md} (bench/results.py cp, after every run).
 #   bench/cp/run.sh BUILD OUTDIR
-# Runs, most valuable first, so that an invocation cut short still leaves a table: llama3-8b at 131072 (issue 38's
-# headline), then llama3-1b at 131072, 65536, 32768, 8192, then llama3-8b at 65536, 32768, 8192; for each,
-# every layout of CP_LAYOUTS, tessera then PyTorch:
-#   tessera-<model>-<T>-<layout>   train_gpt --layout DPx1xCPxTP --dp-mode fsdp --batch DP --breakdown (bf16)
-#   pytorch-<model>-<T>-<layout>   torch_cp.py (layouts without tp: PyTorch's CP with DTensor TP is not run)
-# Layouts: cp4 (1x1x4x1), fsdp2xcp2 (2x1x2x1), cp2xtp2 (1x1x2x2), cp2 (1x1x2x1: 2 GPUs). FSDP shards over
-# dp x cp on both sides. Each run has its own step count and timeout (plan below: llama3-8b at 131072 takes
-# 1 warm-up and 2 timed steps of about 20 s on H100 by FLOPs, after about 65 s of start-up; short runs 3 + 5).
-# A run cut by its timeout after two or more steps still gives a row, marked partial; a failed or skipped run
-# gives none and its one-line reason goes under the table. Each log ends with run.sh's "CP_RUN {json}" line
-# (what ran, exit status, seconds), which bench/results.py cp reads.
-# Env: CP_MODELS (llama3-8b llama3-1b), CP_SEQS (131072 65536 32768 8192), CP_LAYOUTS (cp4), CP_SYSTEMS
-# (tessera pytorch) filter that order; CP_RUNS ("SYSTEM:MODEL:T:LAYOUT ...") replaces it. WARM, STEPS (the
-# plan's, per run), RUN_TIMEOUT (s: replaces every run's plan), BUDGET_S (s for this invocation, 0 = none: each
-# run is cut to what is left, and skipped when less is left than it needs to give a row, or than MIN_RUN_S, 20,
-# so that the table is written), RECOMPUTE (auto: full from 4096 tokens per rank for llama3-8b and from 16384 for the
-# others, else selective; or none|selective|full), SDPA (torch_cp.py's), PRECISION (train_gpt's, bf16; fp32 for
-# a CPU smoke run), PYTHON (python3: its torch runs PyTorch's side), RESULTS (bench/results), RUN (the run's name
-# in cp.json: its layouts, e.g. cp4),
-# PYTORCH_CUDA_ALLOC_CONF (expandable_segments:True for both sides: less fragmentation at 128k tokens).
-# Logs accumulate in OUTDIR: run it again with other runs and the table is rewritten from all of OUTDIR's
-# logs (a later run of the same name replaces the earlier).
-# Exit status 0 when every run of this invocation produced its row.
+# Layouts: cp4 (1x1x4x1), fsdp2xcp2 (2x1x2x1), cp2xtp2 (1x1x2x2), cp2 (1x1x2x1). Each run has its own steps and
+# timeout (plan below); one cut by its timeout after two steps gives a row marked partial, one without a row its
+# reason. Logs accumulate in OUTDIR: a later run of the same name replaces the earlier in the table.
+# Env: CP_MODELS, CP_SEQS, CP_LAYOUTS (cp4), CP_SYSTEMS filter that order; CP_RUNS ("SYSTEM:MODEL:T:LAYOUT ...")
+# replaces it. WARM, STEPS, RUN_TIMEOUT replace the plan's; BUDGET_S (0 = none: runs cut to what is left,
+# skipped below MIN_RUN_S, 20); RECOMPUTE (auto: full from 4096 tokens per rank for llama3-8b, 16384 for the
+# others, else selective); SDPA; PRECISION (bf16); PYTHON; RESULTS (bench/results); RUN; PYTORCH_CUDA_ALLOC_CONF
+# (expandable_segments:True on both sides). Exit status 0 when every run of this invocation produced its row.
 set -uo pipefail
 BUILD=${1:?build dir}
 LOGS=${2:?output dir}
@@ -179,10 +166,10 @@ for spec in "${RUNS[@]}"; do
   status "$r" $((SECONDS - t0))
   "$PY" "$HERE/../results.py" cp --summary "$LOGS/$name.log" | sed 's/^/  /'
   # The table after every run, so that an invocation ended early still leaves the rows it got.
-  "$PY" "$HERE/../results.py" cp "$LOGS" --results "$RESULTS_DIR" ${RUN:+--run "$RUN"} >/dev/null 2>&1
+  "$PY" "$HERE/../results.py" cp "$LOGS" --results "$RESULTS_DIR" --precision "$PRECISION" ${RUN:+--run "$RUN"} >/dev/null 2>&1
   ((r == 0)) || { rc=1; settle $((BUDGET_S > 0 ? BUDGET_S - SECONDS : 30)); }
 done
 
-"$PY" "$HERE/../results.py" cp "$LOGS" --results "$RESULTS_DIR" ${RUN:+--run "$RUN"} || rc=1
+"$PY" "$HERE/../results.py" cp "$LOGS" --results "$RESULTS_DIR" --precision "$PRECISION" ${RUN:+--run "$RUN"} || rc=1
 echo "=== $BENCH: done after ${SECONDS} s, rc=$rc"
 exit $rc

@@ -1,20 +1,14 @@
 #!/usr/bin/env bash
-# Data-loading benchmark on the host (CPU): tessera's data layer (tessera_bench_data, and
-# tessera.data from Python when the module is built) beside PyTorch's ways (torch_data.py:
-# Megatron's np.memmap IndexedDataset, a GPTDataset under torch DataLoader with 0 and 2 workers,
-# nanoGPT's get_batch) on the same files, in one run; writes the run "host" of bench/results/data.{json,md}.
+# Data loading on the host (CPU): tessera's data layer (tessera_bench_data; tessera.data from Python when the
+# module is built) beside PyTorch's ways (torch_data.py: Megatron's memmap IndexedDataset, a GPTDataset under a
+# torch DataLoader with 0 and 2 workers, nanoGPT's get_batch) on the same files, in one run: the Brown corpus
+# (data/brown, scripts/setup) and a synthetic Megatron dataset of TOKENS uint16 tokens (a temporary directory,
+# measured cold then warm, deleted after). Then the run "host" of bench/results/data (bench/results.py data).
 #   bench/data/run.sh [--build BUILD_DIR] [--smoke]
-# Datasets: (1) data/brown/brown_sp4096_text_document (scripts/setup; 500 documents, 1.7 M uint16
-# tokens); (2) a synthetic Megatron dataset written by tools/tessera_prep's MegatronWriter into a
-# temporary directory (TOKENS uint16 tokens, default 100 M = 200 MB, documents of 100-5000 tokens,
-# ids uniform below 50257), measured cold (dropped from the page cache) then warm, deleted at the end.
-# The rows go through bench/results.py data.
-# --smoke: Brown only, a few steps, no results written; checks that every measurement printed its
-# row (CTest bench.data_smoke, ~6 s). The full run takes ~40 s on a 2-core machine.
-# Env: TOKENS (synthetic tokens), RESULTS (dir for data.json/md, default bench/results), LOGS (dir
-# for the runs' output, default a new /tmp/tessera-data-bench.* kept for inspection), RUN_TIMEOUT
-# (s per run, 240), PYTHON (/usr/bin/python3: numpy and torch), WORK_MS (fake work per step, 2).
-# Exit status: 0 when every run produced its rows, 1 otherwise (the results hold what ran).
+# --smoke: Brown only, a few steps, nothing written: every measurement printed its row (ctest bench.data_smoke).
+# Env: TOKENS (100 M), WORK_MS (the consumer's fake work per step, 2), RESULTS (bench/results), LOGS (the runs'
+# output; default a new /tmp/tessera-data-bench.*), RUN_TIMEOUT (s per run, 240), PYTHON (/usr/bin/python3:
+# numpy and torch). Exit status 0 when every run produced its rows (the results hold what ran).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -25,7 +19,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --build) BUILD=${2:?--build needs a directory}; shift 2 ;;
     --smoke) SMOKE=1; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument '$1' (--build DIR, --smoke)" >&2; exit 2 ;;
   esac
 done

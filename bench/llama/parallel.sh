@@ -1,41 +1,18 @@
 #!/usr/bin/env bash
-# The Llama on N GPUs (issue 29): train_gpt (--model llama3-1b, bf16) in each layout beside the independent
-# PyTorch Llama (bench/llama/torch_llama_parallel.py) under PyTorch's own DDP, FSDP2, DTensor TP (with and
-# without sequence parallel) and pipelining, in one run, then the run RUN of bench/results/SUITE.{json,md}
-# (bench/results.py gpt: each system scaled against its own 1-GPU row, vs_pytorch against PyTorch's row of
-# the same layout, MFU, the fullest rank's peak memory).
+# The Llama on N = NPROC GPUs: train_gpt in each layout beside the PyTorch Llama (torch_llama_parallel.py) under
+# DDP, FSDP2, DTensor TP (± sequence parallel) and pipelining, eager and (torch >= 2, COMPILED=1) with each block
+# under torch.compile, in one run; then the run RUN of bench/results/SUITE (each system scaled against its own
+# 1-GPU row; vs_pytorch, vs_compiled over PyTorch's row of the same layout). The runs: the case below.
 #   bench/llama/parallel.sh BUILD_DIR LOG_DIR [single] [dp] [fsdp] [tp] [pp] [3d] [fp8]  (default: single dp fsdp tp pp)
-# With torch >= 2 every PyTorch run but DTensor TP's is made twice: eager (pytorch-<layout>) and with each block
-# under torch.compile (pytorch-compiled-<layout>, torchtitan's per-block compile: the compiled anchor of issue
-# 40); tessera's rows get vs_pytorch and vs_compiled.
-# Runs (N = NPROC, default 2; each under `timeout RUN_TIMEOUT`, a failed run leaves its row out):
-#   single  pytorch-single, tessera-train-single (1 GPU, B sequences: the scaling references)
-#   dp      pytorch-ddp, tessera-train-ddp (--layout Nx1x1)                         B per GPU
-#   fsdp    pytorch-fsdp (FSDP2), tessera-train-fsdp (--layout Nx1x1 --dp-mode fsdp) B per GPU
-#   tp      pytorch-tp, tessera-train-tp (--layout 1x1xN), tessera-train-tp-sp (--sp), and after every
-#           other section pytorch-tp-sp (DTensor sequence parallel)                 TP_B shared
-#   pp      pytorch-pp-mbMB (Schedule1F1B, embedding and head untied), tessera-train-pp-mbMB
-#           (--layout 1xNx1 --micro-batches MB --schedule 1f1b, tied as the preset), tessera-train-pp-zb-mbMB
-#           (the same with --schedule zb-h1: weight gradients deferred into the bubble)  PP_B in MB micro-batches
-#   3d      tessera-train-3d-<spec> for each spec of LAYOUTS_3D (default "2x1x2:fsdp:sp 1x2x2:sp:mb4"): DPxPPxTP,
-#           then :fsdp (--dp-mode fsdp), :sp (--sp), :mbM (M micro-batches, 1f1b); the global batch N x B as
-#           dp/fsdp's (each GPU's tokens the same); vs_pytorch_compiled_fsdp against the compiled FSDP2 row
-#   fp8     issue 37: FP8_LAYOUT (fsdp with N > 1, else single) in bf16 and in FP8 on both sides: tessera-train-L,
-#           tessera-train-L-fp8 (--fp8 FP8_RECIPE, tensorwise), pytorch-compiled-L, pytorch-compiled-L-fp8 (FP8=1:
-#           bench/fp8/torch_float8.py over torch._scaled_mm); vs_tessera_train_L: over tessera's bf16 row
-# Env: COMPILED (1 under torch >= 2: the compiled rows; 0: eager only), EAGER (1; 0: no eager PyTorch row in single, dp
-# and fsdp, where the compiled one runs), RECOMPUTE (none|selective|full, both
-# sides: train_gpt --recompute, the PyTorch Llama's RECOMPUTE), B (4: llama3-1b at seq 2048 fits one 80 GB GPU
-# at B=4 without recompute), TP_B (N x B: each GPU's share of tokens as the single run's),
-# PP_B (16), MB (16: micro-batches of one sequence, 2048 tokens as GPT-735M's pp runs), STEPS (10 timed after
-# 3 warm-ups), RUN_TIMEOUT (s per run, 150), BUDGET_S (s for the whole script, 0 = none: a run that cannot
-# finish within it is cut short or skipped, so the results are always written), MODEL (llama3-1b, llama3-8b;
-# llama-tiny on a CPU: fp32, a smoke run of the plumbing), T (the preset's seq len), DATA (a Megatron prefix
-# for train_gpt; default its synthetic tokens, as PyTorch's random ones), PYTHON (python3: its torch runs the
-# PyTorch side), RESULTS (bench/results), SUITE (scale; fp8 for the fp8 section alone), RUN (MODEL[-tT]-SECTIONS,
-# the sections in the order above: a later run of that name on the same machine replaces it). Under torch 1.x (the CPU machines) only
-# PyTorch's single and ddp run; its other modes are left out with a note. Exit status 0 when every run
-# produced its row.
+# Sequences per step: single B, dp and fsdp B per GPU, tp TP_B shared, pp PP_B in MB micro-batches, 3d as dp's
+# (LAYOUTS_3D "DPxPPxTP[:fsdp][:sp][:mbM] ..."), fp8: FP8_LAYOUT (fsdp, single on one GPU) in bf16 and FP8 on both
+# sides (--fp8 FP8_RECIPE; PyTorch: bench/fp8/torch_float8.py). Under torch 1.x only PyTorch's single and dp run.
+# Env: NPROC (2), MODEL (llama3-1b; llama-tiny for a CPU smoke run, fp32), T (the preset's), B (4), TP_B (N x B),
+# PP_B (16), MB (16), STEPS (10 after 3 warm-ups), RECOMPUTE (none|selective|full, both sides), COMPILED,
+# EAGER (1; 0: no eager rows in single, dp, fsdp), DATA (train_gpt's Megatron prefix; default synthetic tokens),
+# RUN_TIMEOUT (s per run, 150), BUDGET_S (0 = none: runs are cut or skipped so the results are written), PYTHON,
+# RESULTS (bench/results), SUITE (scale; fp8 for the fp8 section alone), RUN (MODEL[-tT]-SECTIONS: a later run of
+# that name on the same machine replaces it). Exit status 0 when every run produced its row.
 set -uo pipefail
 BUILD=${1:?build dir}
 LOGS=${2:?log dir}
@@ -115,11 +92,11 @@ for s in "${SECTIONS[@]}"; do
       [ "$EAGER" = 1 ] && B=$B torch_run pytorch-fsdp "$N" fsdp
       [ "$COMPILED" = 1 ] && B=$B torch_run pytorch-compiled-fsdp "$N" fsdp compiled
       train tessera-train-fsdp "$N" --layout "${N}x1x1" --dp-mode fsdp --batch $((N * B)) ;;
-    tp)
+    tp)  # DTensor sequence parallel (pytorch-tp-sp) runs last, after every other section
       B=$TP_B torch_run pytorch-tp "$N" tp
       train tessera-train-tp "$N" --layout "1x1x${N}" --batch "$TP_B"
       train tessera-train-tp-sp "$N" --layout "1x1x${N}" --batch "$TP_B" --sp ;;
-    pp)
+    pp)  # 1F1B, and zb-h1 (weight gradients deferred into the bubble); PyTorch unties the embedding and head
       B=$PP_B MB=$MB torch_run "pytorch-pp-mb$MB" "$N" pp
       [ "$COMPILED" = 1 ] && B=$PP_B MB=$MB torch_run "pytorch-compiled-pp-mb$MB" "$N" pp compiled
       train "tessera-train-pp-mb$MB" "$N" --layout "1x${N}x1" --batch "$PP_B" --micro-batches "$MB" --schedule 1f1b

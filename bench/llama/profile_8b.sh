@@ -1,25 +1,16 @@
 #!/usr/bin/env bash
-# Issue 40: what separates train_gpt from the compiled PyTorch anchor on llama3-8b, FSDP over 4 GPUs, seq 4096,
-# one sequence per GPU, selective recompute (bench/results/scale.md), from profiles. The runs are parallel.sh's
-# fsdp rows with the same flags (its `train` and `torch_run`), plus tracing:
-#   tessera-traced         train_gpt --dp-mode fsdp --breakdown --profile OUTDIR/traces/tessera.json:3:2 (steps 3 and
-#                          4 after 3 warm-ups, 5 steps): the memory phases (--breakdown's mem_* keys) and the trace
-#   pytorch-compiled-fsdp  torch_llama_parallel.py fsdp, COMPILE=1: 3 warm-ups and STEPS timed (tok/s, memory
-#                          phases), then PROFILE=OUTDIR/traces/torch.json: 2 more steps traced
-#   tessera-train-fsdp     train_gpt as the first, without --breakdown or --profile: its untraced tok/s
-# (the untraced train_gpt run last: the scale suite holds one, so under BUDGET_S it is the one to lose),
-# then bench/profile/compare.py writes OUTDIR/RESULT_NAME.{json,md} (a trace reading: it stays with the logs,
-# not in bench/results): kernel ms per step by kind, the GPU span, the
-# compute stream's idle time, NCCL's time beside compute, both sides' memory phases, the untraced tok/s;
-# bench/profile/gaps.py each rank-0 trace's gaps into OUTDIR/gaps-{tessera,torch}.txt. The traces are gzipped
-# afterwards (OUTDIR/traces/*.json.gz; rank r's with ".rank<r>").
+# What separates train_gpt from the compiled PyTorch anchor on llama3-8b, FSDP over NPROC GPUs, from profiles:
+# parallel.sh's fsdp rows with the same flags, traced: tessera-traced (train_gpt --breakdown --profile, steps 3
+# and 4), pytorch-compiled-fsdp (3 warm-ups and STEPS timed, then 2 steps traced), tessera-train-fsdp (untraced;
+# last, the one to lose under BUDGET_S). Then bench/profile/compare.py writes OUTDIR/RESULT_NAME.{json,md}
+# (kernel ms per step by kind, the GPU span, the compute stream's idle time, NCCL beside compute, both sides'
+# memory phases, the untraced tok/s) and gaps.py each rank-0 trace's gaps (OUTDIR/gaps-{tessera,torch}.txt):
+# trace readings, kept with the logs and traces (OUTDIR/traces/*.json.gz), not in bench/results.
 #   bench/llama/profile_8b.sh BUILD OUTDIR
-# Env: NPROC (4), MODEL (llama3-8b; llama-tiny on a CPU: the plumbing only, nothing is traced there), T (4096),
-# B (1 sequence per GPU), RECOMPUTE (selective), FP8 (off; tensorwise or rowwise: train_gpt --fp8 FP8 beside the
-# anchor's FP8 linears over torch._scaled_mm, tensorwise, issue 37's anchor), STEPS (8 timed after 3 warm-ups), RUN_TIMEOUT (s per run, 240),
-# BUDGET_S (s for the whole script, 0 = none: a run that cannot finish within it is cut short or skipped, so the
-# results are always written), PYTHON (python3: its torch runs the PyTorch side),
-# RESULT_NAME (profile_<model>_fsdp[_fp8], "-" as "_"). Exit status 0 when every run produced its part.
+# Env: NPROC (4), MODEL (llama3-8b; llama-tiny on a CPU: the plumbing, nothing traced), T (4096), B (1 per GPU),
+# RECOMPUTE (selective), FP8 (off; tensorwise or rowwise on both sides), STEPS (8 after 3 warm-ups), RUN_TIMEOUT
+# (s per run, 240), BUDGET_S (0 = none), PYTHON (python3), RESULT_NAME (profile_<model>_fsdp[_fp8]).
+# Exit status 0 when every run produced its part.
 set -uo pipefail
 BUILD=${1:?build dir}
 LOGS=${2:?output dir}

@@ -1,27 +1,19 @@
 #!/usr/bin/env bash
-# Issue 40's 4-GPU reading of train_gpt alone, in one call: what separates each llama3-1b layout from
-# its scaling target, named from traces, plus the data-parallel variants that the traces point at.
-#   variants  untraced: tessera-single, -single-gqarepeat (--gqa repeat: k and v repeated to the query heads
-#             before attention), -single-zero and -ddp-zero (--zero-grads zero: gradients zeroed after
-#             the step instead of overwritten by the next GEMMs), -ddp, -ddp-embreduce (--emb-grad reduce: the
-#             tied table's lookup rows all-reduced with it, not gathered), -ddp-bf16 (--grad-reduce bf16),
-#             -ddp-ctas8 (NCCL_MIN_CTAS=NCCL_MAX_CTAS=8: fewer SMs for NCCL beside backward), -ddp-simple
-#             (NCCL_PROTO=Simple: NCCL's bulk protocol, lighter on the SMs and memory than LL/LL128), -fsdp,
-#             -fsdp-bf16, scaled against the single row: the run RUN of RESULTS/variants.{json,md} (bench/results.py gpt).
-#             VARIANTS picks others: any layout name of `traces` below (untraced), and -ddp-normalprio,
-#             -fsdp-normalprio (TESSERA_NCCL_STREAM_PRIORITY=normal: NCCL's streams at the compute stream's
-#             priority), -ddp-ctaeff (TESSERA_NCCL_CTA_POLICY=efficiency, NCCL >= 2.27), -fsdp-rows
-#             (--fsdp-emb-rows: the tied table's lookup rows gathered, its unit reduce-scattered first)
-#   traces    each of (TRACES, default all:) single, ddp, fsdp, tp-sp (1x1xN --sp, TP_B sequences), pp (1xNx1, 1f1b, MB micro-
-#             batches of PP_B sequences) and pp-zb (zb-h1) traced for steps 5 and 6 of 8 (--profile):
-#             LOGS/traces/<name>.json.gz (rank 0), LOGS/kernels-dp.md (summarize.py: single, ddp, fsdp),
-#             LOGS/gaps-<name>.txt (gaps.py: compute idle beside communication, by launching op; for tp-sp,
-#             pp and pp-zb also each other rank's, LOGS/gaps-<name>.rank<r>.txt: which stage sets the pace)
+# train_gpt alone on NPROC GPUs: each layout's distance from its scaling target, named from traces, and the
+# data-parallel variants the traces point at.
 #   bench/llama/scale_traces.sh BUILD LOGS [variants] [traces]        (default: both)
+# variants  untraced, each scaled against tessera-single: the run RUN of RESULTS/variants (bench/results.py gpt).
+#           VARIANTS (default single single-gqarepeat single-zero ddp ddp-zero ddp-embreduce ddp-bf16 ddp-ctas8
+#           ddp-simple fsdp fsdp-bf16) names LAYOUT[-KNOB]: a layout of `traces` with --gqa repeat, --zero-grads
+#           zero, --emb-grad reduce, --grad-reduce bf16, --fsdp-emb-rows (-rows), NCCL_MIN/MAX_CTAS=8 (-ctas8),
+#           NCCL_PROTO=Simple, TESSERA_NCCL_STREAM_PRIORITY=normal (-normalprio), TESSERA_NCCL_CTA_POLICY=efficiency
+#           (-ctaeff): the case of `variants` below.
+# traces    TRACES (single ddp fsdp tp-sp pp pp-zb) traced for steps 5 and 6 of 8 (--profile): LOGS/traces/, the
+#           kernels of single, ddp, fsdp side by side (LOGS/kernels-dp.md), each trace's gaps beside communication
+#           (LOGS/gaps-<name>.txt; every rank's for tp-sp, pp, pp-zb): trace readings, kept with the logs.
 # Env: NPROC (4), MODEL (llama3-1b; llama-tiny on a CPU: the plumbing, fp32, Gloo), B (4 per GPU), TP_B (NPROC x B),
-# PP_B (16), MB (16), STEPS (10 timed after 3 warm-ups), RUN_TIMEOUT (s per run, 120), BUDGET_S (s for the
-# script, 0 = none), PYTHON (python3), RESULTS (bench/results), SUITE (variants), RUN (MODEL; name another when
-# VARIANTS picks other variants: a run replaces the suite's run of its name on the same machine).
+# PP_B (16), MB (16), STEPS (10 after 3 warm-ups), RUN_TIMEOUT (s per run, 120), BUDGET_S (0 = none), PYTHON,
+# RESULTS (bench/results), SUITE (variants), RUN (MODEL; name another one when VARIANTS picks other variants).
 set -uo pipefail
 BUILD=${1:?build dir}
 LOGS=${2:?log dir}

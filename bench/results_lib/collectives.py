@@ -65,6 +65,7 @@ def command(a):
                                  dict(kind="collective", gpus=a.gpus, precision="bf16",
                                       layout="%d ranks, one per GPU" % a.gpus))
     print(md)
-    bad = [(op, mb) for op, mb in keys if mb >= 64 and best[("tessera-nccl", op, mb)] < TARGET * best[("pytorch-nccl", op, mb)]]
+    bad = [(op, mb) for op, mb in keys
+           if mb >= 64 and best[("tessera-nccl", op, mb)] < TARGET * best[("pytorch-nccl", op, mb)]]
     print("target: tessera >= %g x PyTorch at >= 64 MiB: %s" % (TARGET, "met" if not bad else "NOT met for %s" % bad))
     return problems

@@ -34,8 +34,8 @@ def tagged(lines, tag):
 
 def timed_row(times, first, gpus, tokens, **extra):
     med = sorted(times)[len(times) // 2]  # the upper median
-    return dict(gpus=gpus, step_ms=round(med, 2), tokens_per_s=round(tokens / med * 1e3), steps="%d+%d" % (first, len(times)),
-                step_ms_all=[round(x, 2) for x in times], **extra)
+    return dict(gpus=gpus, step_ms=round(med, 2), tokens_per_s=round(tokens / med * 1e3),
+                steps="%d+%d" % (first, len(times)), step_ms_all=[round(x, 2) for x in times], **extra)
 
 
 def first_timed(n, warm):
@@ -51,7 +51,7 @@ def tessera_row(jsonl, meta):
         return None
     first, partial = t
     row = timed_row([s["step_ms"] for s in steps[first:]], first, cfg["world"], cfg["batch"] * cfg["seq_len"],
-                    recompute=cfg.get("recompute"), last_loss=round(steps[-1]["loss"], 4),
+                    recompute=cfg.get("recompute"), precision=cfg.get("precision"), last_loss=round(steps[-1]["loss"], 4),
                     peak_mem_run_gib=round(max(s["peak_mem_gib"] for s in steps), 2))
     if all(k in steps[0] for k in PHASES):
         row["peak_mem_gib"] = round(max(s[k] for s in steps for k in PHASES), 2)
@@ -105,8 +105,9 @@ def reason(lines, meta, jsonl):
     if rc in ("124", "137"):
         done = len(logs.read_train_jsonl(jsonl)[1]) if jsonl and os.path.exists(jsonl) else len(tagged(lines, "STEP"))
         where = first_match(reversed(lines), r"^\[torch_cp\] at (.+) \(\+[\d.]+ s\)$", 1)  # rank 0's last phase
-        text = "timed out after %s s with %d of %d steps done%s" % (meta.get("limit", "?"), done, meta.get("warm", 0)
-                                                                    + meta.get("steps", 0), " (in %s)" % where if where else "")
+        planned = meta.get("warm", 0) + meta.get("steps", 0)
+        text = "timed out after %s s with %d of %d steps done%s" % (meta.get("limit", "?"), done, planned,
+                                                                    " (in %s)" % where if where else "")
         return clip(text + ("; " + why if why else ""))
     if why:
         return clip(why)

@@ -1,23 +1,17 @@
 #!/usr/bin/env bash
-# One GPU at the limit (issue 26), side by side in one run on one GPU:
-#   gpt    GPT-735M, batch GPT_BATCH (8) x 1024: PyTorch eager, PyTorch torch.compile, train_gpt with
-#          --fused-kernels off and on
-#   llama  llama3-1b, batch LLAMA_BATCH (8) x 2048 (train_gpt's recompute-free batch that fills an
-#          80 GB H100; PyTorch rows that run out of memory are reported so): the same four
-#   adamw  the optimizer phase alone on each model's parameters: tessera's per-tensor and
-#          multi-tensor AdamW (tessera_bench_adamw) vs torch.optim.AdamW(fused=True)
-#   shapes Llamas that are not presets (issue 40), each SHAPES spec NAME:key=value,... (shapes.py:
-#          d layers heads kv ffn vocab T B tied theta over llama3-1b's shape): PyTorch eager, PyTorch
-#          torch.compile, train_gpt --fused-kernels on; with PROFILE_DIR also a Kineto trace of 2 steps of
-#          compiled PyTorch and of train_gpt per shape there, and their kernels side by side
-#          (bench/profile/summarize.py: PROFILE_DIR/shape-NAME.kernels.md)
-# bf16 autocast, synthetic tokens, STEPS (20) timed steps after 5 warm-ups per run. Writes the run RUN
-# (default: the sections, e.g. gpt-llama-adamw-shapes) of bench/results/single_gpu.{json,md} (single_gpu.py
-# combine: speed ratios, MFU, peak memory, the issue's targets) from every log in LOG_DIR.
+# One GPU at the limit, side by side in one run (bf16 autocast, synthetic tokens, STEPS after 5 warm-ups):
+#   gpt    GPT-735M, GPT_BATCH x 1024: PyTorch eager and torch.compile, train_gpt --fused-kernels off and on
+#   llama  llama3-1b, LLAMA_BATCH x 2048 (PyTorch rows that run out of memory say so): the same four
+#   adamw  the optimizer phase alone: tessera's per-tensor and multi-tensor AdamW (tessera_bench_adamw) beside
+#          torch.optim.AdamW(fused=True), on each model's parameters
+#   shapes Llamas that are not presets (SHAPES: shapes.py's specs over llama3-1b): PyTorch eager and compiled,
+#          train_gpt --fused-kernels on; with PROFILE_DIR also 2 traced steps of compiled PyTorch and train_gpt per
+#          shape and their kernels side by side there (trace readings: they stay in PROFILE_DIR)
+# Then the run RUN (the sections, e.g. gpt-llama-adamw-shapes) of bench/results/single_gpu from every log in
+# LOG_DIR (single_gpu.py combine: speed ratios, MFU, peak memory, the issue's targets).
 #   bench/single_gpu/run.sh BUILD_DIR LOG_DIR [gpt] [llama] [adamw] [shapes]    (default: all four)
-# Env: STEPS, GPT_BATCH, LLAMA_BATCH, SHAPES (space-separated specs; default below), PROFILE_DIR (unset: no
-# traces), RUN_TIMEOUT (s per run, 300), PYTHON (python3: its torch runs PyTorch's side), RESULTS (default
-# bench/results).
+# Env: STEPS (20), GPT_BATCH (8), LLAMA_BATCH (8), SHAPES (space-separated; default below), PROFILE_DIR,
+# RUN_TIMEOUT (s per run, 300), PYTHON (python3: its torch runs PyTorch's side), RESULTS (bench/results), RUN.
 set -uo pipefail
 BUILD=${1:?build dir}
 LOGS=${2:?log dir}

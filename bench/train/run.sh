@@ -1,27 +1,16 @@
 #!/usr/bin/env bash
-# train_gpt (the C++ 3D trainer) against PyTorch on this machine's GPUs, on the anchors'
-# GPT-735M, bf16: each layout side by side with PyTorch's equivalent from bench/torch_anchor.py
-# and, for dp and fsdp, tessera's Python path (bench/train/tessera_py.py), in one run. Writes the run
-# train_gpt-<sections> of bench/results/gpt735m.{json,md} (bench/results.py gpt: the PyTorch and tessera-py
-# rows scaled against pytorch-single, train_gpt's against tessera-train-single; vs_pytorch: tokens/s over
-# PyTorch's row of the same layout, none for layouts the anchor has no equivalent of).
-#   bench/train/run.sh BUILD_DIR LOG_DIR [sections...]
-# Sections (default: dp fsdp tp pp), N = NPROC GPUs (default 2):
-#   single  pytorch-single, tessera-train-single (B=8, 1 GPU; the scaling references)
-#   dp      pytorch-ddp, tessera-train-ddp (--layout Nx1x1), tessera-py-ddp         B=8 per GPU
-#   fsdp    pytorch-fsdp, tessera-train-fsdp, tessera-py-fsdp                        B=8 per GPU
-#   tp      pytorch-tp, tessera-train-tp, tessera-train-tp-sp (--layout 1x1xN)       B=16 shared
-#   pp      pytorch-pp-mb16, tessera-train-pp-mb16 (--layout 1xNx1, 1F1B)           B=32, 16 micro
-#   accum   (1 GPU) tessera-train-accum16 (B=32 in 16 micro-batches of 2: a pipeline stage's
-#           micro-batch cost without the pipeline), -accum16-nofuse and -single-nofuse (--no-fused-wgrad)
-#   mixed   (N=4) tessera-train 2x1x2 ddp, 2x1x2 fsdp, 1x2x2 (B=16 per replica; no PyTorch row)
-#   data    (1 GPU) tessera-train-single on synthetic data and tessera-train-brown on the Brown corpus
-#           (data/brown), each twice, alternating (B=8): real data must not slow the step; alone, it is the
-#           run train-step of bench/results/data.{json,md}.
-# Env: TESSERA_OVERLAP_SM_CARVEOUT / TESSERA_TP_FORWARD_CHUNKS reach every tessera run (recorded in
-# the results' command); NPROC, RUN_TIMEOUT (s per run, 180), STEPS (timed steps, 10; 3 warm-ups more),
-# PYTHONPATH must reach the built module for the tessera-py rows (scripts/bench sets it);
-# SUITE and RUN name the results (default gpt735m and train_gpt-<sections>; data alone: data and train-step).
+# train_gpt beside PyTorch (bench/torch_anchor.py) and, for dp and fsdp, tessera's Python path
+# (bench/train/tessera_py.py) on the anchors' GPT-735M, bf16, in one run; then the run RUN
+# (train_gpt-<sections>) of bench/results/SUITE (gpt735m): PyTorch's and tessera-py's rows scaled against
+# pytorch-single, train_gpt's against tessera-train-single, vs_pytorch over PyTorch's row of the layout.
+#   bench/train/run.sh BUILD_DIR LOG_DIR [sections...]      (default: single dp fsdp tp pp)
+# Sections (N = NPROC GPUs): single (B=8, 1 GPU), dp and fsdp (B=8 per GPU), tp (B=16 shared), pp (B=32 in 16
+# micro-batches), accum (1 GPU: B=32 in 16 micro-batches, and without fused weight gradients), mixed (N=4:
+# 2x1x2 ddp and fsdp, 1x2x2; no PyTorch row), data (1 GPU: synthetic tokens and the Brown corpus, each twice,
+# alternating: real data must not slow the step; alone it is the run train-step of bench/results/data).
+# Env: NPROC (2), RUN_TIMEOUT (s per run, 180), STEPS (10 after 3 warm-ups), SUITE, RUN, RESULTS; PYTHONPATH must
+# reach the built module (scripts/bench sets it); TESSERA_OVERLAP_SM_CARVEOUT and TESSERA_TP_FORWARD_CHUNKS
+# reach every tessera run (the command records them).
 set -uo pipefail
 BUILD=${1:?build dir}
 LOGS=${2:?log dir}
