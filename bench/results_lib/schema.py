@@ -33,7 +33,7 @@ LLAMA_SHAPES = {"llama3-1b": dict(d=2048, layers=16, heads=32, kv_heads=8, ffn=8
 RENAMED = {"world": "gpus", "mfu_vs_989": "mfu", "peak_mem_GiB": "peak_mem_gib"}
 # A file name that names hardware: a card, a vendor, a GPU count, the CPU.
 HARDWARE_NAME = re.compile(r"(?i)[abh]\d{3}|gb\d{3}|mi\d{3}|nvidia|amd|intel|cpu|\d+[\s_-]*x?[\s_-]*gpus?|gpus?\d")
-# A rented machine's kind as the device tool names it ("nvidia-h200-x2"): never in results or docs.
+# A rented machine's kind as a device lender names it ("nvidia-<card>-x<N>"): never in results or docs.
 RENTED_KIND = re.compile(r"(?i)nvidia-[a-z]+\d+(-x\d+)?\b")
 
 

@@ -28,7 +28,7 @@ def test_hardware_in_names():
         assert schema.HARDWARE_NAME.search(bad), bad
     for good in ("single_gpu", "gpt735m", "llama_curves.llama3-1b", "fp8.loss-cublaslt", "hf_memory", "scale"):
         assert not schema.HARDWARE_NAME.search(good), good
-    assert schema.RENTED_KIND.search("on nvidia-h200-x2") and not schema.RENTED_KIND.search("4 x NVIDIA H200")
+    assert schema.RENTED_KIND.search("on nvidia-z100-x3") and not schema.RENTED_KIND.search("4 x NVIDIA H200")
 
 
 def row(system, gpus, tps, ms=100.0, **kw):
