@@ -27,7 +27,8 @@ SUITES = {
         title="One GPU beside PyTorch eager and torch.compile",
         about="GPT-735M and llama3-1b trained by PyTorch eager, PyTorch `torch.compile` and `train_gpt` with its "
               "fused kernels off and on; the optimizer phase alone (tessera's AdamW against "
-              "`torch.optim.AdamW(fused=True)`); Llama shapes that are not presets.",
+              "`torch.optim.AdamW(fused=True)`). `bench/single_gpu/run.sh BUILD LOGS shapes` adds Llama shapes "
+              "that are not presets.",
         columns={"train": ["system", "model", "global_batch", "step_ms", "tokens_per_s", "mfu", "peak_mem_gib",
                            "vs_pytorch_eager", "vs_pytorch_compile"],
                  "optimizer": ["system", "model", "step_ms", "vs_pytorch_fused"]}),
