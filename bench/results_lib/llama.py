@@ -79,6 +79,7 @@ def command(a):
     if not rows and not recompute:
         print("results.py: no runs in %s" % a.logs, file=sys.stderr)
         return 1
-    md, problems = suite.put_run(a.results, s, run, dict(model=a.model, seq_len=a.seq_len, precision=a.precision))
+    md, problems = suite.put_run(a.results, s, run, dict(model=a.model, seq_len=a.seq_len, precision=a.precision,
+                                                         gpus=1))
     print(md)
     return problems
