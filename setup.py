@@ -59,7 +59,7 @@ setup(
     name="tessera",
     version=version(),
     description="Distributed training runtime (DDP, FSDP, TP, PP) in C++ on LibTorch, NCCL and Gloo",
-    packages=["tessera"],
+    packages=["tessera", "tessera.nn"],
     package_dir={"": "python"},
     ext_modules=[Extension("tessera._C", sources=[])],
     cmdclass={"build_ext": CMakeBuild},

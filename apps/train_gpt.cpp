@@ -16,11 +16,11 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "comm/bootstrap/init.h"
-#include "common/error.h"
-#include "common/log.h"
-#include "train/config.h"
-#include "train/trainer.h"
+#include "tessera/comm/bootstrap/init.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
+#include "tessera/train/config.h"
+#include "tessera/train/trainer.h"
 
 namespace {
 

@@ -14,9 +14,9 @@
 #include <cstdio>
 #include <vector>
 
-#include "comm/bootstrap/init.h"
-#include "common/error.h"
-#include "parallel/process_mesh.h"
+#include "tessera/comm/bootstrap/init.h"
+#include "tessera/common/error.h"
+#include "tessera/parallel/process_mesh.h"
 
 namespace {
 

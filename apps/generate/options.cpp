@@ -7,7 +7,7 @@
 #include <map>
 #include <sstream>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::generate {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "models/config.h"
-#include "models/generate.h"
+#include "tessera/models/config.h"
+#include "tessera/models/generate.h"
 
 namespace tessera::generate {
 

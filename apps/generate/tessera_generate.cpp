@@ -14,12 +14,12 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "comm/bootstrap/init.h"
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/comm/bootstrap/init.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 #include "generate/options.h"
-#include "hf/safetensors.h"
-#include "hf/model_source.h"
+#include "tessera/hf/safetensors.h"
+#include "tessera/hf/model_source.h"
 
 namespace {
 

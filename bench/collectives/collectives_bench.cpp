@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "comm/backends.h"
-#include "comm/bootstrap/init.h"
+#include "tessera/comm/backends.h"
+#include "tessera/comm/bootstrap/init.h"
 #include "comm/nccl/cuda_stream.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace {
 

@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <utility>
 
-#include "comm/communicator.h"
-#include "models/config.h"
-#include "models/lm.h"
+#include "tessera/comm/communicator.h"
+#include "tessera/models/config.h"
+#include "tessera/models/lm.h"
 
 namespace tessera::bench {
 

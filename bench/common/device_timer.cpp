@@ -1,6 +1,6 @@
 #include "device_timer.h"
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #ifdef TESSERA_HAVE_NCCL
 #include <cuda_runtime_api.h>
 

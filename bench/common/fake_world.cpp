@@ -9,7 +9,7 @@
 
 #include "comm/fake/fake_communicator.h"
 #include "common/env.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "timing.h"
 
 namespace tessera::bench {

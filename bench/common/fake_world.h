@@ -20,7 +20,7 @@
 // The drivers read these variables once, at the top of main; the library reads none of them.
 #include <string>
 
-#include "comm/bootstrap/init.h"
+#include "tessera/comm/bootstrap/init.h"
 #include "comm/fake/fake_timing.h"
 
 namespace tessera::bench {

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::bench {
 

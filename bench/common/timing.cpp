@@ -8,10 +8,10 @@
 #include <chrono>
 #include <cmath>
 
-#include "comm/settings.h"
+#include "tessera/comm/settings.h"
 #include "common/env.h"
-#include "common/error.h"
-#include "common/profiler.h"
+#include "tessera/common/error.h"
+#include "tessera/common/profiler.h"
 
 namespace tessera::bench {
 

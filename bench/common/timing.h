@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "common/device.h"
+#include "tessera/common/device.h"
 #include "fake_world.h"
-#include "models/config.h"
+#include "tessera/models/config.h"
 
 namespace tessera::bench {
 

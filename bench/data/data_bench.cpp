@@ -43,11 +43,11 @@
 #include <string>
 #include <vector>
 
-#include "data/batch.h"
-#include "data/dataset.h"
-#include "data/loader.h"
+#include "tessera/data/batch.h"
+#include "tessera/data/dataset.h"
+#include "tessera/data/loader.h"
 #include "data/megatron.h"
-#include "data/token_source.h"
+#include "tessera/data/token_source.h"
 
 namespace {
 

@@ -37,13 +37,13 @@
 #include <vector>
 
 #include "bench_model.h"
-#include "common/autocast.h"
-#include "common/error.h"
-#include "common/sm_carveout.h"
+#include "tessera/common/autocast.h"
+#include "tessera/common/error.h"
+#include "tessera/common/sm_carveout.h"
 #include "fake_world.h"
 #include "fused_adamw.h"
-#include "parallel/data_parallel/ddp/ddp.h"
-#include "parallel/tensor/linear.h"
+#include "tessera/parallel/data_parallel/ddp/ddp.h"
+#include "tessera/parallel/tensor/linear.h"
 #include "timing.h"
 
 namespace bench = tessera::bench;

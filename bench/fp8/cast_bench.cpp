@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "kernels/fp8.h"
 
 using namespace tessera;

@@ -21,12 +21,12 @@
 #include <vector>
 
 #include "bench_model.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "fake_world.h"
-#include "parallel/data_parallel/fsdp/fsdp.h"
-include "parallel/data_parallel/data_parallel.h"
-#include "parallel/data_parallel/fsdp/optimizer.h"
-#include "train/model_spec.h"
+#include "tessera/parallel/data_parallel/fsdp/fsdp.h"
+#include "tessera/parallel/data_parallel/data_parallel.h"
+#include "tessera/parallel/data_parallel/fsdp/optimizer.h"
+#include "tessera/train/model_spec.h"
 #include "timing.h"
 
 namespace bench = tessera::bench;

@@ -30,16 +30,16 @@
 #include <vector>
 
 #include "bench_model.h"
-#include "comm/bootstrap/init.h"
-#include "common/autocast.h"
+#include "tessera/comm/bootstrap/init.h"
+#include "tessera/common/autocast.h"
 #include "common/env.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "fake_world.h"
 #include "fused_adamw.h"
-#include "parallel/tensor/linear.h"
-#include "parallel/pipeline/executor.h"
-include "parallel/pipeline/schedule.h"
-#include "train/model_spec.h"
+#include "tessera/parallel/tensor/linear.h"
+#include "tessera/parallel/pipeline/executor.h"
+#include "tessera/parallel/pipeline/schedule.h"
+#include "tessera/train/model_spec.h"
 #include "pp_emulate.h"
 #include "timing.h"
 

@@ -11,15 +11,15 @@
 
 #include "bench_model.h"
 #include "comm/fake/fake_timing.h"
-#include "common/autocast.h"
-#include "common/error.h"
+#include "tessera/common/autocast.h"
+#include "tessera/common/error.h"
 #include "device_timer.h"
 #include "fused_adamw.h"
-#include "nn/deferred_grads.h"
-#include "parallel/tensor/linear.h"
-#include "parallel/pipeline/partition.h"
-include "parallel/pipeline/simulate.h"
-#include "parallel/data_parallel/data_parallel.h"
+#include "tessera/nn/deferred_grads.h"
+#include "tessera/parallel/tensor/linear.h"
+#include "tessera/parallel/pipeline/partition.h"
+#include "tessera/parallel/pipeline/simulate.h"
+#include "tessera/parallel/data_parallel/data_parallel.h"
 #include "timing.h"
 
 namespace tessera::bench {

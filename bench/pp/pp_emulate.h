@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "comm/fake/fake_timing.h"
-#include "models/config.h"
-#include "parallel/pipeline/schedule.h"
+#include "tessera/models/config.h"
+#include "tessera/parallel/pipeline/schedule.h"
 
 namespace tessera::bench {
 

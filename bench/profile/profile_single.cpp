@@ -13,9 +13,9 @@
 #include <tuple>
 
 #include "bench_model.h"
-#include "common/autocast.h"
-#include "common/error.h"
-#include "common/profiler.h"
+#include "tessera/common/autocast.h"
+#include "tessera/common/error.h"
+#include "tessera/common/profiler.h"
 #include "fused_adamw.h"
 #include "timing.h"
 

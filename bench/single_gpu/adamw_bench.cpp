@@ -12,12 +12,12 @@
 #include <chrono>
 #include <string>
 
-#include "comm/bootstrap/init.h"
-#include "common/device.h"
-#include "common/error.h"
-#include "models/lm.h"
-#include "optim/adamw.h"
-#include "parallel/grad_norm.h"
+#include "tessera/comm/bootstrap/init.h"
+#include "tessera/common/device.h"
+#include "tessera/common/error.h"
+#include "tessera/models/lm.h"
+#include "tessera/optim/adamw.h"
+#include "tessera/parallel/grad_norm.h"
 
 using namespace tessera;
 

@@ -31,12 +31,12 @@
 #include <vector>
 
 #include "bench_model.h"
-#include "common/autocast.h"
-#include "common/error.h"
+#include "tessera/common/autocast.h"
+#include "tessera/common/error.h"
 #include "fake_world.h"
 #include "fused_adamw.h"
-include "models/gpt.h"
-#include "parallel/tensor/linear.h"
+#include "tessera/models/gpt.h"
+#include "tessera/parallel/tensor/linear.h"
 #include "timing.h"
 
 namespace bench = tessera::bench;

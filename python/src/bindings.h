@@ -9,9 +9,9 @@
 #include <tuple>
 #include <vector>
 
-#include "checkpoint/checkpoint.h"
-#include "comm/communicator.h"
-#include "models/config.h"
+#include "tessera/checkpoint/checkpoint.h"
+#include "tessera/comm/communicator.h"
+#include "tessera/models/config.h"
 
 namespace tessera::py {
 
@@ -35,5 +35,6 @@ void bindData(pb::module_& m);
 void bindCheckpoint(pb::module_& m);
 void bindModels(pb::module_& m);
 void bindHf(pb::module_& m);
+void bindTrain(pb::module_& m);
 
 }  // namespace tessera::py

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "bindings.h"
-#include "checkpoint/checkpoint.h"
+#include "tessera/checkpoint/checkpoint.h"
 
 namespace tessera::py {
 

@@ -10,9 +10,9 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "bindings.h"
-#include "comm/bootstrap/init.h"
+#include "tessera/comm/bootstrap/init.h"
 #include "comm/watchdog/board.h"
-#include "parallel/process_mesh.h"
+#include "tessera/parallel/process_mesh.h"
 
 namespace tessera::py {
 
@@ -74,7 +74,10 @@ StorePtr torchStore(const pb::object& o) {
 
 }  // namespace
 
-void bindComm(pb::module_& m) {
+namespace {
+
+// ReduceOp, Work.
+void bindWork(pb::module_& m) {
   pb::enum_<ReduceOp>(m, "ReduceOp")
       .value("SUM", ReduceOp::Sum)
       .value("AVG", ReduceOp::Avg)
@@ -90,7 +93,9 @@ void bindComm(pb::module_& m) {
       .def("is_completed", &Work::completed, "Non-blocking poll.")
       .def_property_readonly("op", [](const Work& w) { return w.info().op; })
       .def("__repr__", [](const Work& w) { return "<tessera.Work " + w.info().describe() + ">"; });
+}
 
+void bindCommunicator(pb::module_& m) {
   const char* asyncDoc = "async_op=False waits and returns None; True returns a Work.";
   pb::class_<Communicator, CommPtr>(m, "Communicator",
                                     "A group of ranks; every op is collective over it except send/recv "
@@ -168,7 +173,10 @@ void bindComm(pb::module_& m) {
         return "<tessera.Communicator '" + c.name() + "' rank " + std::to_string(c.rank()) + " of " +
                std::to_string(c.size()) + " (" + toString(c.backend()) + ")>";
       });
+}
 
+// init(), Context, the error board's publisher.
+void bindInit(pb::module_& m) {
   pb::class_<Context, std::shared_ptr<Context>>(m, "Context", "What tessera.init() found (see init.h)")
       .def_readonly("world", &Context::world)
       .def_property_readonly("rank", [](const Context& c) { return c.launch.rank; })
@@ -238,7 +246,9 @@ void bindComm(pb::module_& m) {
   m.def(
       "can_use_torch_store", [](const pb::object& s) { return bool(torchStore(s)); }, pb::arg("store"),
       "Whether a torch.distributed Store object can be handed to tessera.init(store=...) by this build");
+}
 
+void bindMesh(pb::module_& m) {
   pb::class_<ProcessMesh, std::shared_ptr<ProcessMesh>>(m, "ProcessMesh",
                                                         "dp x pp x tp, tp fastest-varying (see process_mesh.h)")
       .def(pb::init([](CommPtr world, int dp, int pp, int tp) {
@@ -279,6 +289,15 @@ void bindComm(pb::module_& m) {
       .def_property_readonly("pp", &ProcessMesh::ppGroup)
       .def_property_readonly("tp", &ProcessMesh::tpGroup)
       .def("__repr__", [](const ProcessMesh& m) { return "<tessera.ProcessMesh " + m.describe() + ">"; });
+}
+
+}  // namespace
+
+void bindComm(pb::module_& m) {
+  bindWork(m);
+  bindCommunicator(m);
+  bindInit(m);
+  bindMesh(m);
 }
 
 }  // namespace tessera::py

@@ -4,8 +4,8 @@
 #include <pybind11/stl.h>
 
 #include "bindings.h"
-#include "data/batch.h"
-#include "data/dataset.h"
+#include "tessera/data/batch.h"
+#include "tessera/data/dataset.h"
 #include "data/megatron.h"
 #include "data/token_stream.h"
 

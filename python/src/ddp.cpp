@@ -10,8 +10,8 @@
 #include <optional>
 
 #include "bindings.h"
-#include "comm/settings.h"
-#include "parallel/data_parallel/ddp/ddp.h"
+#include "tessera/comm/settings.h"
+#include "tessera/parallel/data_parallel/ddp/ddp.h"
 
 namespace tessera::py {
 namespace {

@@ -21,9 +21,9 @@
 #include <torch/csrc/autograd/python_variable.h>  // THPVariable_Check
 
 #include "bindings.h"
-#include "common/error.h"
-#include "parallel/data_parallel/fsdp/fsdp.h"
-#include "parallel/data_parallel/fsdp/optimizer.h"
+#include "tessera/common/error.h"
+#include "tessera/parallel/data_parallel/fsdp/fsdp.h"
+#include "tessera/parallel/data_parallel/fsdp/optimizer.h"
 
 namespace tessera::py {
 namespace {
@@ -61,6 +61,10 @@ struct NoSyncContext {
   std::unique_ptr<Fsdp::NoSync> guard;
 };
 
+void bindShardedAdamW(pb::module_& m);
+// The shards, their layout and state dicts, the statistics.
+void bindFsdpState(pb::class_<Fsdp, std::shared_ptr<Fsdp>>& cls);
+
 }  // namespace
 
 void bindFsdp(pb::module_& m) {
@@ -73,6 +77,7 @@ void bindFsdp(pb::module_& m) {
 
   // units: [(name, [(param name, tensor)], reshard_after_forward or None)]
   using UnitArg = std::tuple<std::string, std::vector<std::pair<std::string, at::Tensor>>, std::optional<bool>>;
+  auto cls =
   pb::class_<Fsdp, std::shared_ptr<Fsdp>>(m, "FullyShardedDataParallel",
                                          "The C++ FSDP over named parameter units (see src/parallel/data_parallel/fsdp/fsdp.h); use "
                                          "tessera.FullyShardedDataParallel to wrap a torch.nn.Module")
@@ -112,12 +117,21 @@ void bindFsdp(pb::module_& m) {
       .def("clip_grad_norm", &Fsdp::clipGradNorm, pb::arg("max_norm"), pb::call_guard<pb::gil_scoped_release>())
       .def("full_state_dict", &Fsdp::fullStateDict, pb::call_guard<pb::gil_scoped_release>())
       .def("load_full_state_dict", &Fsdp::loadFullStateDict, pb::arg("state_dict"),
-           pb::call_guard<pb::gil_scoped_release>())
-      .def("sharded_state_dict", &Fsdp::shardedStateDict)
+           pb::call_guard<pb::gil_scoped_release>());
+  bindFsdpState(cls);
+  bindShardedAdamW(m);
+}
+
+namespace {
+
+void bindFsdpState(pb::class_<Fsdp, std::shared_ptr<Fsdp>>& cls) {
+  cls.def("sharded_state_dict", &Fsdp::shardedStateDict)
       .def("load_sharded_state_dict", &Fsdp::loadShardedStateDict, pb::arg("state_dict"))
       .def("reshard_all", &Fsdp::reshardAll, pb::call_guard<pb::gil_scoped_release>())  // waits on prefetches
       .def("unshard_all", &Fsdp::unshardAll, pb::call_guard<pb::gil_scoped_release>())
       .def("master_shard", &Fsdp::masterShard, pb::arg("unit"))
+      .def("gather_full", &Fsdp::gatherFull, pb::arg("unit"), pb::arg("shard"), pb::call_guard<pb::gil_scoped_release>(),
+           "Collective over the shard group: the unit's flat buffer from every rank's shard (zero-padded)")
       .def("grad_shard", &Fsdp::gradShard, pb::arg("unit"))
       .def("set_grad_views", &Fsdp::setGradViews, pb::arg("unit"), pb::arg("views"),
            "[(offset in this rank's shard, float32 leaf aliasing the master shard there)]: their .grad become the "
@@ -150,7 +164,9 @@ void bindFsdp(pb::module_& m) {
                                               {"prefetches", s.prefetches},
                                               {"reduce_scatters", s.reduceScatters}};
       });
+}
 
+void bindShardedAdamW(pb::module_& m) {
   pb::class_<ShardedAdamW, std::shared_ptr<ShardedAdamW>>(
       m, "ShardedAdamW", "AdamW on FSDP's fp32 shards (src/parallel/data_parallel/fsdp/optimizer.h); keeps the FSDP object alive")
       .def(pb::init([](std::shared_ptr<Fsdp> f, double lr, double beta1, double beta2, double eps, double wd,
@@ -174,5 +190,7 @@ void bindFsdp(pb::module_& m) {
       .def("zero_grad", &ShardedAdamW::zeroGrad)
       .def_property_readonly("steps", &ShardedAdamW::steps);
 }
+
+}  // namespace
 
 }  // namespace tessera::py

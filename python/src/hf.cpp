@@ -14,7 +14,7 @@
 #include "hf/convert.h"
 #include "hf/json_io.h"
 #include "hf/llama.h"
-#include "hf/safetensors.h"
+#include "tessera/hf/safetensors.h"
 
 namespace tessera::py {
 namespace {

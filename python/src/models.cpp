@@ -1,17 +1,15 @@
-// tessera._C.models: the C++ definitions the Python models and training scripts share with
-// train_gpt, so that both read one source: model presets (src/models/config.h), learning-rate
-// schedules (src/optim/lr_schedule.h) and the weight-decay rule (src/optim/adamw.h).
+// tessera._C.models: the C++ definitions the Python Llama (tessera.llama) shares with train_gpt, so
+// that both read one source: the model presets (src/models/config.h) and the pipeline's split of
+// the blocks (src/train/model_spec.h).
 #include <pybind11/stl.h>
 
 #include <map>
 #include <string>
 
 #include "bindings.h"
-#include "models/config.h"
-#include "models/lm.h"
-#include "optim/adamw.h"
-#include "optim/lr_schedule.h"
-#include "train/model_spec.h"
+#include "tessera/models/config.h"
+#include "tessera/models/lm.h"
+#include "tessera/train/model_spec.h"
 
 namespace tessera::py {
 
@@ -36,7 +34,7 @@ pb::dict configDict(const models::ModelConfig& c) {
 }
 
 void bindModels(pb::module_& m) {
-  auto mm = m.def_submodule("models", "train_gpt's model presets, LR schedules and decay rule (see tessera.llama)");
+  auto mm = m.def_submodule("models", "train_gpt's model presets and stage split (see tessera.llama)");
   mm.def("preset_names", &models::presetNames);
   mm.def(
       "preset",
@@ -48,22 +46,6 @@ void bindModels(pb::module_& m) {
         return d;
       },
       pb::arg("name"), "A preset's fields (an unknown name is a tessera.Error listing the presets)");
-  mm.def(
-      "lr_at",
-      [](const std::string& kind, double lr, double minLr, int64_t warmup, int64_t total, int64_t decay,
-         int64_t step) {
-        optim::LrSchedule s;
-        s.kind = optim::parseLrKind(kind);
-        s.lr = lr;
-        s.minLr = minLr;
-        s.warmup = warmup;
-        s.total = total;
-        s.decay = decay;
-        optim::validate(s);
-        return optim::lrAt(s, step);
-      },
-      pb::arg("kind"), pb::arg("lr"), pb::arg("min_lr"), pb::arg("warmup"), pb::arg("total"), pb::arg("decay"),
-      pb::arg("step"), "train_gpt's learning rate of 0-based step `step` (src/optim/lr_schedule.h)");
   mm.def(
       "partition",
       [](int64_t d, int64_t layers, int64_t heads, int64_t kvHeads, int64_t ffn, int64_t vocab, int pp) {
@@ -78,8 +60,6 @@ void bindModels(pb::module_& m) {
       },
       pb::arg("d"), pb::arg("layers"), pb::arg("heads"), pb::arg("kv_heads"), pb::arg("ffn"), pb::arg("vocab"),
       pb::arg("pp"), "train_gpt's split of a Llama's blocks over pp stages: [(first, end)] per stage");
-  mm.def("decays_by_name", &optim::decaysByName, pb::arg("name"), pb::arg("embeddings") = true,
-         "train_gpt's weight-decay rule: matrices yes; norms, biases no; embeddings when `embeddings`");
 }
 
 }  // namespace tessera::py

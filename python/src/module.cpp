@@ -2,8 +2,8 @@
 #include <pybind11/stl.h>
 
 #include "bindings.h"
-#include "comm/backends.h"
-#include "common/error.h"
+#include "tessera/comm/backends.h"
+#include "tessera/common/error.h"
 
 namespace tessera::py {
 namespace {
@@ -72,4 +72,5 @@ PYBIND11_MODULE(_C, m) {
   bindCheckpoint(m);
   bindModels(m);
   bindHf(m);
+  bindTrain(m);
 }

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "bindings.h"
-#include "common/error.h"
-#include "parallel/pipeline/executor.h"
-#include "parallel/pipeline/schedule.h"
+#include "tessera/common/error.h"
+#include "tessera/parallel/pipeline/executor.h"
+#include "tessera/parallel/pipeline/schedule.h"
 
 namespace tessera::py {
 namespace {

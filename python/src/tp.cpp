@@ -4,9 +4,9 @@
 #include <pybind11/stl.h>
 
 #include "bindings.h"
-#include "parallel/tensor/linear.h"
-#include "parallel/tensor/mappings.h"
-#include "parallel/tensor/vocab.h"
+#include "tessera/parallel/tensor/linear.h"
+#include "tessera/parallel/tensor/mappings.h"
+#include "tessera/parallel/tensor/vocab.h"
 
 namespace tessera::py {
 namespace {

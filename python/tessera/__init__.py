@@ -17,10 +17,12 @@ autograd's engine and so arrives as torch's ``RuntimeError`` with the same messa
 Beside torch.distributed: either may be initialized first; they share one rendezvous store
 (see :func:`init`).
 
-Modules: :mod:`tessera.parallel` (``DistributedDataParallel``, ``FullyShardedDataParallel``,
-``Pipeline``), :mod:`tessera.nn` (tensor-parallel layers), :mod:`tessera.data` (token data),
-:mod:`tessera.checkpoint` (sharded checkpoints, resharded on load; full state dicts),
-:mod:`tessera.llama` (the Llama as tensor-parallel blocks and pipeline stages).
+Modules: :mod:`tessera.train` (``train_gpt``'s trainer: a ``Config`` and a ``Trainer``, every layout),
+and for your own ``torch.nn.Module``s :mod:`tessera.parallel` (``DistributedDataParallel``,
+``FullyShardedDataParallel``, ``Pipeline``), :mod:`tessera.nn` (tensor-parallel layers and the
+Llama's blocks), :mod:`tessera.data` (token data), :mod:`tessera.checkpoint` (sharded checkpoints,
+resharded on load; full state dicts), :mod:`tessera.llama` (a Llama written with them),
+:mod:`tessera.hf` (Hugging Face directories for it).
 """
 
 import torch  # noqa: F401  (loads libtorch and torch's Python types before _C)
@@ -192,9 +194,10 @@ from . import data  # noqa: E402
 from . import checkpoint  # noqa: E402
 from . import llama  # noqa: E402
 from . import hf  # noqa: E402
+from . import train  # noqa: E402
 
 __all__ = [
     "__version__", "build_info", "init", "mesh", "Context", "Communicator", "Work", "ReduceOp",
     "ProcessMesh", "Error", "CommError", "DistributedDataParallel", "FullyShardedDataParallel",
-    "ShardedAdamW", "Pipeline", "nn", "data", "checkpoint", "llama", "hf",
+    "ShardedAdamW", "Pipeline", "nn", "data", "checkpoint", "llama", "hf", "train",
 ]

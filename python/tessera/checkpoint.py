@@ -19,7 +19,7 @@ Every tensor is saved under the unsharded model's parameter name, as the box thi
 tensor-parallel shards (:mod:`tessera.nn` layers mark their parameters) are boxes of the full
 weight, pipeline stages hold different names, data-parallel replicas the same box (written
 once), and FSDP's flat shards are all-gathered over the shard group into the parameters'
-full values first (the C++ trainer's way). Optimizer state is saved as ``optim.<key>.<name>``
+full values first (with the C++ FSDP's gather, as train_gpt's checkpoints). Optimizer state is saved as ``optim.<key>.<name>``
 in the same boxes (``exp_avg``, ``exp_avg_sq``, ``momentum_buffer``, ... and scalars such as
 ``step``), so a checkpoint loads into any dp × pp × tp layout, with DDP or FSDP, any world size
 (train_gpt's checkpoints use the same names for ``exp_avg``/``exp_avg_sq``). The optimizer's
@@ -101,15 +101,9 @@ class _FlatFull:
         self.where = {e[0]: (u, e) for u, lay in enumerate(self.layouts) for e in lay["entries"]}
 
     def _full(self, u, shard, gather):
-        lay = self.layouts[u]
-        out = torch.zeros(lay["padded_numel"], dtype=shard.dtype, device=shard.device)
-        if gather:
-            group = self.fsdp._fsdp.shard_group
-            if group.size == 1:
-                out.copy_(shard)
-            else:
-                group.all_gather(out, shard.contiguous())
-        return out
+        if gather:  # the C++ gather of train_gpt's checkpoints (FullyShardedDataParallel::gatherFull)
+            return self.fsdp._fsdp.gather_full(u, shard.contiguous())
+        return torch.zeros(self.layouts[u]["padded_numel"], dtype=shard.dtype, device=shard.device)
 
     def view(self, flat, name):
         u, (_, shape, off, numel, _) = self.where[name]

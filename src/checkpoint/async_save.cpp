@@ -1,4 +1,4 @@
-#include "checkpoint/async_save.h"
+#include "tessera/checkpoint/async_save.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,8 +7,8 @@
 
 #include "checkpoint/save_steps.h"
 #include "checkpoint/staging.h"
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 
 namespace tessera::checkpoint {
 

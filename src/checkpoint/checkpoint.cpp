@@ -1,4 +1,4 @@
-#include "checkpoint/checkpoint.h"
+#include "tessera/checkpoint/checkpoint.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -8,8 +8,8 @@
 
 #include "checkpoint/files.h"
 #include "checkpoint/save_steps.h"
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 
 namespace tessera::checkpoint {
 namespace fs = std::filesystem;

@@ -18,7 +18,7 @@
 #include <iterator>
 #include <sstream>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "data/mapped_file.h"
 
 namespace tessera::checkpoint::files {

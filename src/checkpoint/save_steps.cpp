@@ -10,9 +10,9 @@
 #include <set>
 
 #include "checkpoint/files.h"
-#include "comm/settings.h"
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/comm/settings.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 
 namespace tessera::checkpoint::detail {
 namespace fs = std::filesystem;

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint.h"
+#include "tessera/checkpoint/checkpoint.h"
 
 namespace tessera::checkpoint::detail {
 

@@ -5,7 +5,7 @@
 #include <mutex>
 #include <optional>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 #ifdef TESSERA_TORCH_CUDA
 #include <ATen/cuda/CUDAEvent.h>

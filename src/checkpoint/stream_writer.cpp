@@ -1,4 +1,4 @@
-#include "checkpoint/stream_writer.h"
+#include "tessera/checkpoint/stream_writer.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -7,7 +7,7 @@
 
 #include "checkpoint/files.h"
 #include "checkpoint/save_steps.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::checkpoint {
 

@@ -1,4 +1,4 @@
-#include "comm/communicator.h"
+#include "tessera/comm/communicator.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -9,7 +9,7 @@
 #include "comm/watchdog/fingerprint.h"
 #include "comm/watchdog/flight_recorder.h"
 #include "comm/watchdog/watchdog.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera {
 

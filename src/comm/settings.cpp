@@ -1,19 +1,19 @@
 // The only reader of tessera's TESSERA_* runtime variables (the launchers' variables are read
 // by the bootstrap detectors, comm/bootstrap/).
-#include "comm/settings.h"
+#include "tessera/comm/settings.h"
 
 #include <signal.h>
 
 #include <cstdio>
 #include <mutex>
 
-#include "comm/backends.h"
+#include "tessera/comm/backends.h"
 #include "comm/watchdog/fingerprint.h"
 #include "comm/watchdog/flight_recorder.h"
 #include "comm/watchdog/watchdog.h"
 #include "common/choice.h"
 #include "common/env.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera {
 namespace {

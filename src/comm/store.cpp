@@ -1,10 +1,10 @@
-#include "comm/store.h"
+#include "tessera/comm/store.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "common/compat.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <utility>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera {
 

@@ -1,9 +1,9 @@
-#include "common/device.h"
+#include "tessera/common/device.h"
 
 #include <sys/resource.h>
 #include <torch/cuda.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 #ifdef TESSERA_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>

@@ -2,7 +2,7 @@
 
 #include <cstdlib>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::env {
 

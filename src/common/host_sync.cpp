@@ -1,9 +1,9 @@
-#include "common/host_sync.h"
+#include "tessera/common/host_sync.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 #ifdef TESSERA_TORCH_CUDA
 #include <ATen/cuda/CUDAEvent.h>

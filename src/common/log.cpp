@@ -1,4 +1,4 @@
-#include "common/log.h"
+#include "tessera/common/log.h"
 
 #include <atomic>
 #include <cstdio>

@@ -1,11 +1,11 @@
-#include "common/profiler.h"
+#include "tessera/common/profiler.h"
 
 #include <torch/version.h>
 
 #include <set>
 
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 
 #if TORCH_VERSION_MAJOR >= 2 && defined(TESSERA_TORCH_CUDA)
 #include <torch/csrc/autograd/profiler_kineto.h>

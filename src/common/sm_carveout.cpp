@@ -1,4 +1,4 @@
-#include "common/sm_carveout.h"
+#include "tessera/common/sm_carveout.h"
 
 #include <ATen/Context.h>
 #include <torch/version.h>

@@ -1,11 +1,11 @@
-#include "data/batch.h"
+#include "tessera/data/batch.h"
 
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <sstream>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::data {
 

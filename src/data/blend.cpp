@@ -1,9 +1,9 @@
-#include "data/blend.h"
+#include "tessera/data/blend.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::data {
 

@@ -1,9 +1,9 @@
-#include "data/dataset.h"
+#include "tessera/data/dataset.h"
 
 #include <cmath>
 #include <sstream>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "data/random.h"
 
 namespace tessera::data {

@@ -1,6 +1,6 @@
-#include "data/formats.h"
+#include "tessera/data/formats.h"
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::data {
 

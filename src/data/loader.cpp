@@ -1,9 +1,9 @@
-#include "data/loader.h"
+#include "tessera/data/loader.h"
 
 #include <ATen/ATen.h>
 
-#include "common/device.h"
-#include "common/error.h"
+#include "tessera/common/device.h"
+#include "tessera/common/error.h"
 
 namespace tessera::data {
 

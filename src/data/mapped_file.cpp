@@ -9,7 +9,7 @@
 #include <cstring>
 #include <utility>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::data {
 

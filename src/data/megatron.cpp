@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::data {
 

@@ -6,7 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "data/mapped_file.h"
-#include "data/token_source.h"
+#include "tessera/data/token_source.h"
 
 namespace tessera::data {
 

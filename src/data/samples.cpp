@@ -1,8 +1,8 @@
-#include "data/samples.h"
+#include "tessera/data/samples.h"
 
 #include <algorithm>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "data/random.h"
 
 namespace tessera::data {

@@ -1,4 +1,4 @@
-#include "data/synthetic.h"
+#include "tessera/data/synthetic.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 

@@ -1,10 +1,10 @@
-#include "data/token_source.h"
+#include "tessera/data/token_source.h"
 
 #include <algorithm>
 #include <filesystem>
 
 #include "common/choice.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "data/megatron.h"
 #include "data/random.h"
 #include "data/token_stream.h"

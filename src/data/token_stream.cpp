@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "data/random.h"
 
 namespace tessera::data {

@@ -1,13 +1,13 @@
 // FP8 fake quantization for the CPU emulation (contract in fake_quant.h).
-#include "fp8/fake_quant.h"
+#include "tessera/fp8/fake_quant.h"
 
 #include <ATen/ATen.h>
 
 #include <atomic>
 
-#include "comm/types.h"
+#include "tessera/comm/types.h"
 #include "common/choice.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::fp8 {
 

@@ -1,5 +1,5 @@
 // FP8 E4M3 / E5M2 encoding and decoding (contract in format.h).
-#include "fp8/format.h"
+#include "tessera/fp8/format.h"
 
 #include <cmath>
 #include <limits>

@@ -1,12 +1,12 @@
 // Scaled FP8 casts, CPU reference (contract in quantize.h).
-#include "fp8/quantize.h"
+#include "tessera/fp8/quantize.h"
 
 #include <ATen/ATen.h>
 
 #include <cmath>
 
-#include "comm/types.h"
-#include "common/error.h"
+#include "tessera/comm/types.h"
+#include "tessera/common/error.h"
 
 namespace tessera::fp8 {
 

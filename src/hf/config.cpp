@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "hf/json_io.h"
 
 namespace tessera::hf {

@@ -8,13 +8,13 @@
 #include <chrono>
 #include <filesystem>
 
-#include "checkpoint/stream_writer.h"
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/checkpoint/stream_writer.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 #include "hf/json_io.h"
 #include "hf/llama.h"
-#include "hf/safetensors.h"
-#include "models/config_json.h"
+#include "tessera/hf/safetensors.h"
+#include "tessera/models/config_json.h"
 
 namespace tessera::hf {
 

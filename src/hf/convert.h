@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint.h"
-#include "comm/communicator.h"
+#include "tessera/checkpoint/checkpoint.h"
+#include "tessera/comm/communicator.h"
 #include "hf/config.h"
-#include "models/config.h"
+#include "tessera/models/config.h"
 
 namespace tessera::hf {
 

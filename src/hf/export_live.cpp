@@ -7,11 +7,11 @@
 #include <chrono>
 #include <map>
 
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 #include "hf/convert.h"
 #include "hf/llama.h"
-#include "hf/safetensors.h"
+#include "tessera/hf/safetensors.h"
 
 namespace tessera::hf {
 
@@ -32,6 +32,70 @@ Box boxOf(const checkpoint::Piece& p) {
   return {p.offset[0], two ? p.offset[1] : 0, p.local.size(0), two ? p.local.size(1) : 1};
 }
 
+using Owners = std::map<Box, std::pair<int, int>>;  // box -> (rank, its piece index)
+
+// Collective over `world`: every rank's boxes of tensor `name`; every rank derives the same plan,
+// each distinct box sent by the lowest rank holding it. The boxes must cover the tensor.
+Owners planBoxes(Communicator& world, const std::string& name, const std::vector<int64_t>& shape,
+                 const std::vector<checkpoint::Piece>& pieces, const at::Device& dev) {
+  std::vector<int64_t> slot(kSlot, 0);
+  slot[0] = static_cast<int64_t>(pieces.size());
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    TESSERA_CHECK(pieces[k].globalShape == shape, "tessera hf: rank {}: '{}' is [{}] here, the config gives [{}]",
+                  world.rank(), name, fmt::join(pieces[k].globalShape, ","), fmt::join(shape, ","));
+    const Box b = boxOf(pieces[k]);
+    std::copy_n(std::array<int64_t, 4>{b.row, b.col, b.rows, b.cols}.begin(), 4, slot.begin() + 1 + 4 * k);
+  }
+  const auto longs = at::TensorOptions().dtype(at::kLong);
+  const int n = world.size();
+  auto all = at::empty({n * kSlot}, longs.device(dev));
+  world.allGather(all, at::tensor(slot, longs).to(dev))->wait();
+  const auto table = all.cpu();
+  const int64_t* v = table.data_ptr<int64_t>();
+  Owners owner;
+  for (int r = 0; r < n; ++r) {
+    for (int64_t k = 0; k < v[r * kSlot]; ++k) {
+      const int64_t* b = v + r * kSlot + 1 + 4 * k;
+      owner.emplace(Box{b[0], b[1], b[2], b[3]}, std::make_pair(r, static_cast<int>(k)));
+    }
+  }
+  int64_t covered = 0;
+  for (const auto& kv : owner) covered += kv.first.rows * kv.first.cols;
+  int64_t numel = 1;
+  for (int64_t s : shape) numel *= s;
+  TESSERA_CHECK(covered == numel, "tessera hf: export of '{}': the ranks' pieces cover {} of its {} elements", name,
+                covered, numel);
+  return owner;
+}
+
+// Collective over `world`: the tensor in float32 on rank 0 (undefined elsewhere), each box sent by
+// its owner.
+at::Tensor collect(Communicator& world, const std::vector<int64_t>& shape, const std::vector<checkpoint::Piece>& pieces,
+                   const Owners& owner, const at::Device& dev) {
+  const bool root = world.rank() == 0;
+  at::Tensor full;
+  if (root) full = at::empty(shape, at::kFloat);
+  auto boxIn = [&](const Box& b) {
+    auto dst = full.narrow(0, b.row, b.rows);
+    return shape.size() == 2 ? dst.narrow(1, b.col, b.cols) : dst;
+  };
+  for (const auto& [b, who] : owner) {
+    const auto& [r, k] = who;
+    if (r == world.rank() && root) {
+      boxIn(b).copy_(pieces[k].local);
+    } else if (r == world.rank()) {
+      world.send(pieces[k].local.detach().to(dev, at::kFloat).contiguous(), 0)->wait();
+    } else if (root) {
+      const std::vector<int64_t> sizes = shape.size() == 2 ? std::vector<int64_t>{b.rows, b.cols}
+                                                           : std::vector<int64_t>{b.rows};
+      auto buf = at::empty(sizes, at::TensorOptions().dtype(at::kFloat).device(dev));
+      world.recv(buf, r)->wait();
+      boxIn(b).copy_(buf);
+    }
+  }
+  return full;
+}
+
 }  // namespace
 
 void exportLlamaLive(Communicator& world, const models::ModelConfig& c, const std::optional<ConfigJson>& base,
@@ -50,8 +114,6 @@ void exportLlamaLive(Communicator& world, const models::ModelConfig& c, const st
     w = std::make_unique<CheckpointWriter>(hfDir, std::move(specs), Metadata{}, wo);
   }
   const auto dev = world.scratchOptions().device();
-  const auto longs = at::TensorOptions().dtype(at::kLong);
-  const int n = world.size();
   size_t done = 0;
   uint64_t bytes = 0;
   const auto t0 = std::chrono::steady_clock::now();
@@ -60,52 +122,8 @@ void exportLlamaLive(Communicator& world, const models::ModelConfig& c, const st
     const auto pieces = mine(name);
     TESSERA_CHECK(static_cast<int>(pieces.size()) <= kMaxPieces, "tessera hf: rank {} holds {} pieces of '{}' (at most {})",
                   world.rank(), pieces.size(), name, kMaxPieces);
-    std::vector<int64_t> slot(kSlot, 0);
-    slot[0] = static_cast<int64_t>(pieces.size());
-    for (size_t k = 0; k < pieces.size(); ++k) {
-      TESSERA_CHECK(pieces[k].globalShape == shape, "tessera hf: rank {}: '{}' is [{}] here, the config gives [{}]",
-                    world.rank(), name, fmt::join(pieces[k].globalShape, ","), fmt::join(shape, ","));
-      const Box b = boxOf(pieces[k]);
-      std::copy_n(std::array<int64_t, 4>{b.row, b.col, b.rows, b.cols}.begin(), 4, slot.begin() + 1 + 4 * k);
-    }
-    auto all = at::empty({n * kSlot}, longs.device(dev));
-    world.allGather(all, at::tensor(slot, longs).to(dev))->wait();
-    const auto table = all.cpu();
-    const int64_t* v = table.data_ptr<int64_t>();
-    // Every rank derives the same plan: each distinct box, sent by the lowest rank holding it.
-    std::map<Box, std::pair<int, int>> owner;  // box -> (rank, its piece index)
-    for (int r = 0; r < n; ++r) {
-      for (int64_t k = 0; k < v[r * kSlot]; ++k) {
-        const int64_t* b = v + r * kSlot + 1 + 4 * k;
-        owner.emplace(Box{b[0], b[1], b[2], b[3]}, std::make_pair(r, static_cast<int>(k)));
-      }
-    }
-    int64_t covered = 0;
-    for (const auto& kv : owner) covered += kv.first.rows * kv.first.cols;
-    int64_t numel = 1;
-    for (int64_t s : shape) numel *= s;
-    TESSERA_CHECK(covered == numel, "tessera hf: export of '{}': the ranks' pieces cover {} of its {} elements", name,
-                  covered, numel);
-    at::Tensor full;
-    if (root) full = at::empty(shape, at::kFloat);
-    for (const auto& [b, who] : owner) {
-      const auto& [r, k] = who;
-      if (r == world.rank() && root) {
-        auto dst = full.narrow(0, b.row, b.rows);
-        if (shape.size() == 2) dst = dst.narrow(1, b.col, b.cols);
-        dst.copy_(pieces[k].local);
-      } else if (r == world.rank()) {
-        world.send(pieces[k].local.detach().to(dev, at::kFloat).contiguous(), 0)->wait();
-      } else if (root) {
-        const std::vector<int64_t> sizes = shape.size() == 2 ? std::vector<int64_t>{b.rows, b.cols}
-                                                             : std::vector<int64_t>{b.rows};
-        auto buf = at::empty(sizes, at::TensorOptions().dtype(at::kFloat).device(dev));
-        world.recv(buf, r)->wait();
-        auto dst = full.narrow(0, b.row, b.rows);
-        if (shape.size() == 2) dst = dst.narrow(1, b.col, b.cols);
-        dst.copy_(buf);
-      }
-    }
+    const auto owner = planBoxes(world, name, shape, pieces, dev);
+    const auto full = collect(world, shape, pieces, owner, dev);
     if (root) {
       const auto t = full.to(scalarType(d));
       w->write(hfName(name), t);

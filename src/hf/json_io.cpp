@@ -10,7 +10,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::hf {
 

@@ -9,7 +9,7 @@
 #include <regex>
 #include <set>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::hf {
 

@@ -1,14 +1,14 @@
-#include "hf/model_source.h"
+#include "tessera/hf/model_source.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include <filesystem>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "hf/llama.h"
-#include "hf/safetensors.h"
-#include "models/config_json.h"
+#include "tessera/hf/safetensors.h"
+#include "tessera/models/config_json.h"
 
 namespace tessera::hf {
 

@@ -1,4 +1,4 @@
-#include "hf/safetensors.h"
+#include "tessera/hf/safetensors.h"
 
 #include <ATen/ATen.h>
 #include <fmt/ranges.h>
@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <set>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "data/mapped_file.h"
 #include "hf/json_io.h"
 

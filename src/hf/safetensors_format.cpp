@@ -1,4 +1,4 @@
-#include "hf/safetensors_format.h"
+#include "tessera/hf/safetensors_format.h"
 
 #include <fmt/ranges.h>
 
@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "hf/json_io.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors is little-endian, as tessera's hosts");

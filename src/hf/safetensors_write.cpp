@@ -9,9 +9,9 @@
 #include <regex>
 #include <set>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "hf/json_io.h"
-#include "hf/safetensors.h"
+#include "tessera/hf/safetensors.h"
 
 namespace tessera::hf {
 

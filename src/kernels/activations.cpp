@@ -3,7 +3,7 @@
 
 #include <ATen/ATen.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "kernels/dispatch.h"
 
 #ifdef TESSERA_HAVE_NCCL

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "comm/types.h"
-#include "common/error.h"
+#include "tessera/comm/types.h"
+#include "tessera/common/error.h"
 
 #ifdef TESSERA_HAVE_NCCL
 #include "comm/nccl/cuda_stream.h"

@@ -4,7 +4,7 @@
 
 #include <ATen/ATen.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "kernels/dispatch.h"
 #include "kernels/norm_internal.h"
 

@@ -10,7 +10,7 @@
 #include <numeric>
 #include <string>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 #ifdef TESSERA_HAVE_NCCL
 #include "comm/nccl/cuda_stream.h"

@@ -1,29 +1,18 @@
 #pragma once
-// Multi-tensor copies between gradients and a flat communication bucket, with scaling and
-// dtype conversion fused in. One call moves a whole bucket: on CUDA, a multi-tensor kernel
-// on the caller's current stream (few launches for many tensors); on CPU, the reference
-// implementation the tests compare against.
-//
-// Contract (local, no communication; all tensors on one device; throws tessera::Error naming
-// the function, the tensor index, its shape/dtype/device, the offset and the bucket's
-// numel/dtype/device when they do not fit):
-// - flat (the bucket) is contiguous (any shape; addressed as flat.view(-1)); srcs[i] and
-//   dsts[i] are contiguous; every dtype is fp32/bf16/fp16, the tensors' independently of the
-//   bucket's. srcs/dsts and offsets have the same length (0 is fine: nothing happens).
-// - offsets[i] is the element offset of tensor i in `flat`; [offsets[i], offsets[i] +
-//   numel(i)) must lie inside flat and not overlap another tensor's range (empty tensors
-//   overlap nothing). Elements of flat outside every range are left untouched.
-// - Aliasing: a tensor may be exactly its own range of flat with flat's dtype (in-place
-//   scaling, gradient_as_bucket_view); any other sharing with flat is an error. dsts must not
-//   share memory with each other (not checked).
-// - Math: x is read, converted to fp32, multiplied by float(scale) in fp32 (skipped when
-//   float(scale) == 1), and rounded to the destination dtype to nearest even. The CUDA kernel
-//   matches the reference bitwise (tests allow one ulp of the destination dtype).
-// - Devices and streams: CPU tensors use the reference. CUDA tensors (builds with
-//   TESSERA_HAVE_NCCL) launch asynchronously on the caller's current stream of the tensors'
-//   device (tessera::cuda::currentStream); keep the tensors alive until that stream has run
-//   it (the caching allocator does this for tensors freed on the same stream). Any other
-//   device, or CUDA tensors in a build without CUDA, is an error.
+// Multi-tensor copies between gradients and a flat communication bucket, with scaling and dtype
+// conversion fused in; one call moves a whole bucket. Local, no communication; all on one device.
+// - flat (the bucket) is contiguous, addressed as flat.view(-1); srcs[i] and dsts[i] contiguous;
+//   every dtype fp32/bf16/fp16, each independent of the bucket's. Lists of one length (0: nothing).
+// - offsets[i]: tensor i's element offset in flat; its range lies inside flat and overlaps no other
+//   (empty tensors overlap nothing). Elements of flat outside every range are left untouched.
+// - Aliasing: a tensor may be exactly its own range of flat in flat's dtype (in-place scaling);
+//   any other sharing with flat is an error. dsts must not share memory (not checked).
+// - Math: read, converted to fp32, times float(scale) (skipped when 1), rounded to nearest even.
+// - CPU tensors use the reference. CUDA tensors (builds with TESSERA_HAVE_NCCL): one launch on the
+//   caller's current stream, asynchronous: keep the tensors alive until that stream has run it.
+// Errors: tessera::Error naming the function, the tensor index, its shape/dtype/device, the offset
+// and the bucket, for any of the above, another device, or CUDA tensors in a build without CUDA.
+// The bucket's uses and the kernel's precision: docs/design/kernels.md.
 #include <ATen/core/Tensor.h>
 
 #include <vector>

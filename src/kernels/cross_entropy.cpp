@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "kernels/dispatch.h"
 
 #ifdef TESSERA_HAVE_NCCL

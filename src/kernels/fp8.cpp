@@ -8,7 +8,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "kernels/dispatch.h"
 
 #ifdef TESSERA_HAVE_NCCL

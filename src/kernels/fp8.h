@@ -12,8 +12,8 @@
 // take (not a multiple of 16), E5M2 × E5M2.
 #include <ATen/core/Tensor.h>
 
-#include "comm/communicator.h"
-#include "fp8/fake_quant.h"
+#include "tessera/comm/communicator.h"
+#include "tessera/fp8/fake_quant.h"
 
 namespace tessera::kernels {
 

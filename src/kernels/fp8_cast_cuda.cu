@@ -122,6 +122,46 @@ __device__ __forceinline__ uint32_t encode4(const float (&s)[4], bool e5m2) {
 // memory's pace). kTensor: one scale for the whole tensor (the training recipe's path).
 constexpr int kTileRows = 32, kTileCols = 128;
 
+// The tile's codes transposed: thread t writes 16 bytes of transposed row c0 + t/2 (a column of the
+// tile), from row r0 + 16·(t mod 2) on. After the tile is complete (__syncthreads()).
+__device__ __forceinline__ void writeTransposed(const Fp8CastArgs& a, const uint8_t (&tile)[kTileRows][kTileCols + 4],
+                                                long long r0, long long c0, bool vec) {
+  const int tc = threadIdx.x >> 1, half = threadIdx.x & 1;  // transposed row c0 + tc, its bytes half·16 ..
+  const long long cT = c0 + tc, rT = r0 + 16 * half;
+  if (cT < a.cols && rT < a.rows) {
+    uint8_t* dst = a.codesT + cT * a.rows + rT;
+    const int n = static_cast<int>(min(16LL, a.rows - rT));
+    if (vec && n == 16 && a.rows % 16 == 0) {
+      uint32_t w[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        w[q] = tile[16 * half + 4 * q][tc] | (tile[16 * half + 4 * q + 1][tc] << 8) |
+               (tile[16 * half + 4 * q + 2][tc] << 16) | (static_cast<uint32_t>(tile[16 * half + 4 * q + 3][tc]) << 24);
+      *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+    } else {
+      for (int q = 0; q < n; ++q) dst[q] = tile[16 * half + q][tc];
+    }
+  }
+}
+
+// The block's underflow and saturation counts added to a.counts.
+__device__ __forceinline__ void addCounts(const Fp8CastArgs& a, float under, float sat, int lane) {
+  // One atomic per block and counter, not per warp: in training most warps see an underflow, and
+  // every block's warps adding to the same two words serialised in L2.
+  __shared__ float part[2][8];
+  const int warp = threadIdx.x >> 5;
+  under = warpSum(under);
+  sat = warpSum(sat);
+  if (lane == 0) part[0][warp] = under, part[1][warp] = sat;
+  __syncthreads();
+  if (threadIdx.x < 2) {
+    float t = 0.f;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) t += part[threadIdx.x][w];
+    if (t > 0.f) atomicAdd(a.counts + threadIdx.x, t);
+  }
+}
+
 template <typename T, bool kTensor>
 __global__ void __launch_bounds__(256) castKernel(const Fp8CastArgs a, bool vec) {
   __shared__ __align__(16) uint8_t tile[kTileRows][kTileCols + 4];
@@ -193,39 +233,9 @@ __global__ void __launch_bounds__(256) castKernel(const Fp8CastArgs a, bool vec)
   }
   if (a.codesT) {
     __syncthreads();
-    const int tc = threadIdx.x >> 1, half = threadIdx.x & 1;  // transposed row c0 + tc, its bytes half·16 ..
-    const long long cT = c0 + tc, rT = r0 + 16 * half;
-    if (cT < a.cols && rT < a.rows) {
-      uint8_t* dst = a.codesT + cT * a.rows + rT;
-      const int n = static_cast<int>(min(16LL, a.rows - rT));
-      if (vec && n == 16 && a.rows % 16 == 0) {
-        uint32_t w[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-          w[q] = tile[16 * half + 4 * q][tc] | (tile[16 * half + 4 * q + 1][tc] << 8) |
-                 (tile[16 * half + 4 * q + 2][tc] << 16) | (static_cast<uint32_t>(tile[16 * half + 4 * q + 3][tc]) << 24);
-        *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-      } else {
-        for (int q = 0; q < n; ++q) dst[q] = tile[16 * half + q][tc];
-      }
-    }
+    writeTransposed(a, tile, r0, c0, vec);
   }
-  if (a.counts) {
-    // One atomic per block and counter, not per warp: in training most warps see an underflow, and
-    // every block's warps adding to the same two words serialised in L2.
-    __shared__ float part[2][8];
-    const int warp = threadIdx.x >> 5;
-    under = warpSum(under);
-    sat = warpSum(sat);
-    if (lane == 0) part[0][warp] = under, part[1][warp] = sat;
-    __syncthreads();
-    if (threadIdx.x < 2) {
-      float t = 0.f;
-#pragma unroll
-      for (int w = 0; w < 8; ++w) t += part[threadIdx.x][w];
-      if (t > 0.f) atomicAdd(a.counts + threadIdx.x, t);
-    }
-  }
+  if (a.counts) addCounts(a, under, sat, lane);
 }
 
 }  // namespace

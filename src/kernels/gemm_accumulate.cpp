@@ -3,8 +3,8 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
-#include "comm/types.h"
-#include "common/error.h"
+#include "tessera/comm/types.h"
+#include "tessera/common/error.h"
 
 #ifdef TESSERA_HAVE_NCCL
 #include "comm/nccl/cuda_stream.h"

@@ -1,26 +1,16 @@
 #pragma once
-// AdamW over a list of tensors in a few kernel launches (torch.optim.AdamW(fused=True)'s
-// multi-tensor apply): the update of kernels/adamw.h applied to every (param, grad, expAvg,
-// expAvgSq) of the lists, with `s`'s weight decay where decay[i] and none elsewhere (the
-// weight-decay mask, e.g. optim::decaysByName), and optionally a bfloat16 copy of each updated
-// parameter written in the same pass (model weights kept in bf16 beside fp32 masters).
-//
-// Contract (local, no communication): the lists have equal lengths (bf16Copies: empty, or that
-// length); params[i], grads[i], expAvgs[i], expAvgSqs[i] are contiguous float32 tensors of one
-// numel, bf16Copies[i] a contiguous bfloat16 tensor of that numel, all on one device; else a
-// tessera::Error naming the function, the list, the index and the tensor. Empty tensors are
-// skipped. step s.step >= 1.
-// CPU tensors: adamwStepReference per tensor (bitwise optim::AdamW's per-tensor path) and
-// copy_ into the copies. CUDA tensors (builds with CUDA): the tensors are cut into chunks of
-// 65536 elements and up to 40 tensors go to one launch on the caller's
-// current stream (asynchronous; the argument list travels in the launch itself: no host
-// synchronisation, no device allocation); per element the math of the per-tensor kernel
-// (adamw_math.cuh), so both CUDA paths agree bitwise and stay within a few ulps of the CPU
-// reference (tests/kernels/test_adamw_gpu.cpp states the bound).
+// AdamW over lists of tensors in a few kernel launches (torch.optim.AdamW(fused=True)'s multi-tensor
+// apply): kernels/adamw.h's update of every (param, grad, expAvg, expAvgSq), with `s`'s weight decay
+// where decay[i] and none elsewhere, optionally writing a bfloat16 copy of each updated parameter.
+// Local, no communication. The lists have equal lengths (bf16Copies: empty or that length);
+// params[i], grads[i], expAvgs[i], expAvgSqs[i] contiguous float32 of one numel, bf16Copies[i]
+// contiguous bfloat16 of it, all on one device; s.step >= 1; empty tensors skipped. Else a
+// tessera::Error naming the function, the list, the index and the tensor.
 // gradScale: undefined, or a one-element float32 tensor on the params' device (clipping's
-// coefficient, computed on the device: no host synchronisation). Every gradient is then read
-// multiplied by it, rounded once, so the step is bitwise the step on gradients scaled first
-// (at::_foreach_mul_); the gradients themselves are not written.
+// coefficient): every gradient is read multiplied by it (not written), bitwise the step on
+// gradients scaled first. CPU tensors: adamwStepReference per tensor; CUDA tensors: launches on
+// the caller's current stream, no host synchronisation, no device allocation.
+// The launch layout and the bounds against the CPU: docs/design/kernels.md.
 #include <ATen/core/Tensor.h>
 
 #include <vector>

@@ -1,10 +1,10 @@
-#include "models/config.h"
+#include "tessera/models/config.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "common/choice.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::models {
 

@@ -1,10 +1,10 @@
-#include "models/config_json.h"
+#include "tessera/models/config_json.h"
 
 #include <nlohmann/json.hpp>
 
 #include <set>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::models {
 

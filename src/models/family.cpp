@@ -2,10 +2,10 @@
 // architecture, so the LM (lm.h) holds one list of blocks whatever the family.
 #include <fmt/format.h>
 
-#include "common/error.h"
-#include "models/block.h"
-#include "models/gpt.h"
-#include "models/llama.h"
+#include "tessera/common/error.h"
+#include "tessera/models/block.h"
+#include "tessera/models/gpt.h"
+#include "tessera/models/llama.h"
 
 namespace tessera::models {
 

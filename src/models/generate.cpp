@@ -1,10 +1,10 @@
-#include "models/generate.h"
+#include "tessera/models/generate.h"
 
 #include <ATen/ATen.h>
 
-#include "common/error.h"
-#include "models/kv_cache.h"
-#include "parallel/tensor/mappings.h"
+#include "tessera/common/error.h"
+#include "tessera/models/kv_cache.h"
+#include "tessera/parallel/tensor/mappings.h"
 
 namespace tessera::models {
 

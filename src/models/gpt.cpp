@@ -1,11 +1,11 @@
 // The GPT family's block and final norm; see gpt.h.
-#include "models/gpt.h"
+#include "tessera/models/gpt.h"
 
 #include <fmt/format.h>
 #include <torch/types.h>
 
-#include "models/kv_cache.h"
-#include "parallel/tensor/checkpoint_pieces.h"
+#include "tessera/models/kv_cache.h"
+#include "tessera/parallel/tensor/checkpoint_pieces.h"
 
 namespace tessera::models {
 

@@ -1,11 +1,11 @@
-#include "models/kv_cache.h"
+#include "tessera/models/kv_cache.h"
 
 #include <ATen/ATen.h>
 
 #include <cmath>
 #include <limits>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::models {
 

@@ -1,20 +1,20 @@
-#include "models/llama.h"
+#include "tessera/models/llama.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
 
-#include "common/attention.h"
-#include "common/error.h"
-#include "models/kv_cache.h"
-#include "nn/fused_activations.h"
-#include "nn/fused_norm.h"
-#include "nn/init.h"
-#include "parallel/context/attention.h"
-#include "parallel/context/chunks.h"
-#include "parallel/tensor/checkpoint_pieces.h"
-#include "parallel/tensor/mappings.h"
+#include "tessera/common/attention.h"
+#include "tessera/common/error.h"
+#include "tessera/models/kv_cache.h"
+#include "tessera/nn/fused_activations.h"
+#include "tessera/nn/fused_norm.h"
+#include "tessera/nn/init.h"
+#include "tessera/parallel/context/attention.h"
+#include "tessera/parallel/context/chunks.h"
+#include "tessera/parallel/tensor/checkpoint_pieces.h"
+#include "tessera/parallel/tensor/mappings.h"
 
 namespace tessera::models {
 

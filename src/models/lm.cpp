@@ -1,5 +1,5 @@
 // A pipeline chunk of the GPT or Llama language model; see lm.h.
-#include "models/lm.h"
+#include "tessera/models/lm.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -9,11 +9,11 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
-#include "common/error.h"
-#include "nn/init.h"
-#include "parallel/context/chunks.h"
-#include "parallel/tensor/mappings.h"
-#include "parallel/tensor/blocks.h"
+#include "tessera/common/error.h"
+#include "tessera/nn/init.h"
+#include "tessera/parallel/context/chunks.h"
+#include "tessera/parallel/tensor/mappings.h"
+#include "tessera/parallel/tensor/blocks.h"
 
 namespace tessera::models {
 

@@ -3,8 +3,8 @@
 // construction and forward are in lm.cpp.
 #include <fmt/format.h>
 
-#include "models/lm.h"
-#include "parallel/tensor/checkpoint_pieces.h"
+#include "tessera/models/lm.h"
+#include "tessera/parallel/tensor/checkpoint_pieces.h"
 
 namespace tessera::models {
 

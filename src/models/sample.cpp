@@ -1,11 +1,11 @@
-#include "models/sample.h"
+#include "tessera/models/sample.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::models {
 

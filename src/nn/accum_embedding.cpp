@@ -1,5 +1,5 @@
 // Embedding with its gradient summed into .grad row by row (contract in accum_embedding.h).
-#include "nn/accum_embedding.h"
+#include "tessera/nn/accum_embedding.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -7,10 +7,10 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "common/error.h"
-#include "comm/types.h"
-#include "nn/accum_linear.h"
-#include "nn/stale_grads.h"
+#include "tessera/common/error.h"
+#include "tessera/comm/types.h"
+#include "tessera/nn/accum_linear.h"
+#include "tessera/nn/stale_grads.h"
 
 namespace tessera::nn {
 namespace {

@@ -1,5 +1,5 @@
 // Linear with fused float32 gradient accumulation (contract in accum_linear.h).
-#include "nn/accum_linear.h"
+#include "tessera/nn/accum_linear.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -8,12 +8,12 @@
 #include <algorithm>
 #include <vector>
 
-#include "comm/types.h"
-#include "common/autocast.h"
-#include "common/error.h"
+#include "tessera/comm/types.h"
+#include "tessera/common/autocast.h"
+#include "tessera/common/error.h"
 #include "kernels/gemm_accumulate.h"
-#include "nn/deferred_grads.h"
-#include "nn/stale_grads.h"
+#include "tessera/nn/deferred_grads.h"
+#include "tessera/nn/stale_grads.h"
 
 namespace tessera::nn {
 namespace {

@@ -1,11 +1,11 @@
 // Deferred weight gradients (contract in deferred_grads.h).
-#include "nn/deferred_grads.h"
+#include "tessera/nn/deferred_grads.h"
 
 #include <ATen/core/grad_mode.h>
 
 #include <atomic>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::nn {
 namespace {

@@ -1,13 +1,13 @@
 // SwiGLU and bias + GELU autograd ops over kernels/activations.h (contract in fused_activations.h).
-#include "nn/fused_activations.h"
+#include "tessera/nn/fused_activations.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "common/autocast.h"
-#include "common/error.h"
+#include "tessera/common/autocast.h"
+#include "tessera/common/error.h"
 #include "kernels/activations.h"
-#include "nn/accum_linear.h"
+#include "tessera/nn/accum_linear.h"
 
 namespace tessera::nn {
 namespace {

@@ -1,10 +1,10 @@
 // RMSNorm / LayerNorm autograd ops over kernels/norm.h (contract in fused_norm.h).
-#include "nn/fused_norm.h"
+#include "tessera/nn/fused_norm.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "common/autocast.h"
+#include "tessera/common/autocast.h"
 #include "kernels/add_norm.h"
 #include "kernels/norm.h"
 

@@ -1,5 +1,5 @@
 // Seeded initial weights in parallel blocks (contract in init.h).
-#include "nn/init.h"
+#include "tessera/nn/init.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "data/random.h"
 
 namespace tessera::nn {

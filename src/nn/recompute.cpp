@@ -1,13 +1,13 @@
-#include "nn/recompute.h"
+#include "tessera/nn/recompute.h"
 
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/engine.h>
 
 #include <vector>
 
-#include "common/autocast.h"
+#include "tessera/common/autocast.h"
 #include "common/choice.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::nn {
 

@@ -1,4 +1,4 @@
-#include "nn/rope.h"
+#include "tessera/nn/rope.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>

@@ -1,5 +1,5 @@
 // Stale gradients (contract in stale_grads.h).
-#include "nn/stale_grads.h"
+#include "tessera/nn/stale_grads.h"
 
 #include <ATen/ATen.h>
 #include <torch/version.h>

@@ -1,10 +1,11 @@
-#include "optim/adamw.h"
+#include "tessera/optim/adamw.h"
 
 #include <ATen/ATen.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "kernels/adamw.h"
 #include "kernels/multi_tensor_adamw.h"
+#include "optim/adamw_step.h"
 
 namespace tessera::optim {
 

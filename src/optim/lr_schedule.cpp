@@ -1,11 +1,11 @@
-#include "optim/lr_schedule.h"
+#include "tessera/optim/lr_schedule.h"
 
 #include <fmt/format.h>
 
 #include <cmath>
 
 #include "common/choice.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::optim {
 

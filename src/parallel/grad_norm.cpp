@@ -1,4 +1,4 @@
-#include "parallel/grad_norm.h"
+#include "tessera/parallel/grad_norm.h"
 
 #include <ATen/ATen.h>
 #include <torch/version.h>

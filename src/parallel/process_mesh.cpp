@@ -1,8 +1,8 @@
-#include "parallel/process_mesh.h"
+#include "tessera/parallel/process_mesh.h"
 
 #include <fmt/format.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera {
 

@@ -2,10 +2,10 @@
 
 #include <fmt/format.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "data/random.h"
-#include "parallel/context/chunks.h"
-#include "data/synthetic.h"
+#include "tessera/parallel/context/chunks.h"
+#include "tessera/data/synthetic.h"
 
 namespace tessera::train {
 

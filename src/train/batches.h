@@ -6,10 +6,10 @@
 // the data's identity go into checkpoints; resuming on other data is an error naming both.
 #include <memory>
 
-#include "data/batch.h"
-#include "data/dataset.h"
-#include "data/loader.h"
-#include "train/config.h"
+#include "tessera/data/batch.h"
+#include "tessera/data/dataset.h"
+#include "tessera/data/loader.h"
+#include "tessera/train/config.h"
 
 namespace tessera::train {
 

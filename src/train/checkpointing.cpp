@@ -8,11 +8,11 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
-#include "checkpoint/checkpoint.h"
-#include "common/device.h"
-#include "common/error.h"
-#include "common/log.h"
-#include "models/config_json.h"
+#include "tessera/checkpoint/checkpoint.h"
+#include "tessera/common/device.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
+#include "tessera/models/config_json.h"
 #include "train/trainer_state.h"
 
 namespace tessera::train {

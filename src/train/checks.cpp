@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "tessera/train/model_spec.h"
 #include "train/flags.h"
 
 namespace tessera::train {
@@ -47,7 +48,8 @@ void checkConfig(Config& o, bool onGpu) {
   checkPaths(o);
   USAGE_CHECK(o.checkpoint.saveHfEvery == 0 || !o.checkpoint.saveHfDir.empty(),
               "train_gpt: --save-hf-every {} needs --save-hf-dir DIR (each export goes to DIR/step-<s>)", o.checkpoint.saveHfEvery);
-  USAGE_CHECK((o.checkpoint.saveHfEvery == 0 && o.checkpoint.saveHfAtEnd.empty() && o.checkpoint.initFromHf.empty()) || o.model.cfg.arch == models::Arch::Llama,
+  const bool hf = o.checkpoint.saveHfEvery > 0 || !o.checkpoint.saveHfAtEnd.empty() || !o.checkpoint.initFromHf.empty();
+  USAGE_CHECK(!hf || modelSpec(o.model.cfg.arch).huggingFace,
               "train_gpt: --init-from-hf and --save-hf-* take a Llama (--model llama-*), not {}", o.model.cfg.describe());
   USAGE_CHECK(o.precision.fp8SkipBlocks.empty() || o.precision.fp8 != fp8::Recipe::Off, "train_gpt: --fp8-skip-blocks needs --fp8");
   USAGE_CHECK(o.logging.syncDebug != SyncDebug::Error || !o.logging.breakdown,

@@ -1,6 +1,6 @@
 // A run's command line and --config file on CLI11 (Config::parse, usage); the flags themselves are
 // flags.cpp's table, the checks across them checks.cpp's.
-#include "train/config.h"
+#include "tessera/train/config.h"
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>

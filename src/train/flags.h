@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "train/config.h"
+#include "tessera/train/config.h"
 
 // USAGE_CHECK(cond, "fmt {}", args...): throws train::UsageError with the formatted message.
 #define USAGE_CHECK(cond, ...)                                                \

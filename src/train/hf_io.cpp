@@ -10,15 +10,15 @@
 #include <filesystem>
 #include <map>
 
-#include "checkpoint/checkpoint.h"
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/checkpoint/checkpoint.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 #include "hf/config.h"
 #include "hf/convert.h"
 #include "hf/json_io.h"
 #include "hf/llama.h"
-#include "hf/safetensors.h"
-#include "models/config_json.h"
+#include "tessera/hf/safetensors.h"
+#include "tessera/models/config_json.h"
 #include "train/trainer_state.h"
 
 namespace tessera::train {

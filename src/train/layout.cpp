@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "train/config.h"
+#include "tessera/train/config.h"
 #include "train/flags.h"
 
 namespace tessera::train {

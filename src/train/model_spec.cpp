@@ -1,4 +1,4 @@
-#include "train/model_spec.h"
+#include "tessera/train/model_spec.h"
 
 namespace tessera::train {
 

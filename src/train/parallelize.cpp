@@ -1,16 +1,16 @@
 // The composer; see parallelize.h.
-#include "train/parallelize.h"
+#include "tessera/train/parallelize.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "common/autocast.h"
-#include "common/device.h"
-#include "common/error.h"
-#include "optim/adamw.h"
-#include "parallel/tensor/linear.h"
-#include "train/model_spec.h"
+#include "tessera/common/autocast.h"
+#include "tessera/common/device.h"
+#include "tessera/common/error.h"
+#include "tessera/optim/adamw.h"
+#include "tessera/parallel/tensor/linear.h"
+#include "tessera/train/model_spec.h"
 
 namespace tessera::train {
 

@@ -11,9 +11,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/device.h"
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/common/device.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 #include "train/trainer_state.h"
 
 namespace tessera::train {
@@ -77,6 +77,7 @@ std::string jsonString(const std::string& s) {
 }  // namespace
 
 void Trainer::State::openLog() {
+  logOpened = true;
   if (!isLogger()) return;
   log::info("train_gpt: {} on {} ranks ({}); model {}; {}", o.describe(), ctx.world->size(), ctx.deviceDescription,
             o.model.cfg.describe(), par.partition.describe());

@@ -2,10 +2,10 @@
 // is trainer_step.cpp's.
 #include <fmt/format.h>
 
-#include "common/device.h"
-#include "common/error.h"
-#include "common/log.h"
-#include "common/profiler.h"
+#include "tessera/common/device.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
+#include "tessera/common/profiler.h"
 #include "train/trainer_state.h"
 
 namespace tessera::train {
@@ -56,6 +56,11 @@ StepReport Trainer::step(const data::TokenBatch& batch) {
   return s_->finishStep(p);
 }
 
+void Trainer::log(const StepReport& report) {
+  if (!s_->logOpened) s_->openLog();
+  s_->logStep(report);
+}
+
 double Trainer::evaluate() {
   s_->previousEnd.reset();
   return s_->validationLoss();
@@ -86,7 +91,7 @@ std::vector<StepReport> Trainer::fit(const std::function<void(const StepReport&)
   auto report = [&](State::Pending& p, bool eval) {
     out.push_back(s.finishStep(p));
     if (eval) out.back().validLoss = evaluate();
-    s.logStep(out.back());
+    log(out.back());
     if (onStep) onStep(out.back());
   };
   for (int64_t i = s.stepsDone; i < o.optim.steps; ++i) {

@@ -7,11 +7,11 @@
 #include <optional>
 #include <vector>
 
-#include "checkpoint/async_save.h"
-#include "common/host_sync.h"
+#include "tessera/checkpoint/async_save.h"
+#include "tessera/common/host_sync.h"
 #include "train/batches.h"
-#include "train/parallelize.h"
-#include "train/trainer.h"
+#include "tessera/train/parallelize.h"
+#include "tessera/train/trainer.h"
 
 namespace tessera::train {
 
@@ -49,6 +49,7 @@ struct Trainer::State {
 
   // Rank 0's logs.
   std::ofstream jsonl;
+  bool logOpened = false;
   Clock::time_point runStart = Clock::now();
 
   // One step: queueStep queues its work; finishStep reads its results back (on GPUs the loss,

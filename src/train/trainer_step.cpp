@@ -7,13 +7,13 @@
 #include <algorithm>
 #include <optional>
 
-#include "common/autocast.h"
-#include "common/device.h"
-#include "common/error.h"
-#include "common/host_sync.h"
-#include "common/profiler.h"
+#include "tessera/common/autocast.h"
+#include "tessera/common/device.h"
+#include "tessera/common/error.h"
+#include "tessera/common/host_sync.h"
+#include "tessera/common/profiler.h"
 #include "kernels/fp8.h"
-#include "parallel/grad_norm.h"
+#include "tessera/parallel/grad_norm.h"
 #include "parallel/tensor/fp8_weight_cache.h"
 #include "train/trainer_state.h"
 

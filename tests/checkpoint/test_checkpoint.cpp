@@ -11,12 +11,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "checkpoint/async_save.h"
-#include "checkpoint/checkpoint.h"
+#include "tessera/checkpoint/async_save.h"
+#include "tessera/checkpoint/checkpoint.h"
 #include "harness/multiprocess.h"
 #include "models/tiny_models.h"
-#include "parallel/data_parallel/ddp/ddp.h"
-#include "parallel/tensor/checkpoint_pieces.h"
+#include "tessera/parallel/data_parallel/ddp/ddp.h"
+#include "tessera/parallel/tensor/checkpoint_pieces.h"
 
 using namespace tessera;
 using namespace tessera::testing;

@@ -1,7 +1,7 @@
 #pragma once
 // The collective conformance checks, run inside a worker against any communicator: every
 // op, every dtype, odd sizes, compared with hand-computed results. Throws on a mismatch.
-#include "comm/communicator.h"
+#include "tessera/comm/communicator.h"
 
 namespace tessera::testing {
 

@@ -12,7 +12,7 @@
 
 #include "comm/fake/fake_communicator.h"
 #include "comm/fake/fake_timing.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 #ifdef TESSERA_FAKE_COMM_GPU_SUITE
 #include "comm/gpu/gpu_test_util.h"
 #endif

@@ -9,7 +9,7 @@
 
 #include "common/host.h"
 #include "harness/multiprocess.h"
-#include "parallel/pipeline/p2p.h"
+#include "tessera/parallel/pipeline/p2p.h"
 
 using namespace tessera;
 using namespace tessera::testing;

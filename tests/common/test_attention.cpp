@@ -9,7 +9,7 @@
 
 #include <cmath>
 
-#include "common/attention.h"
+#include "tessera/common/attention.h"
 
 namespace {
 

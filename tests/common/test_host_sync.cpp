@@ -7,8 +7,8 @@
 #include <chrono>
 #include <thread>
 
-#include "common/error.h"
-#include "common/host_sync.h"
+#include "tessera/common/error.h"
+#include "tessera/common/host_sync.h"
 
 using namespace tessera;
 

@@ -7,22 +7,22 @@
 #include <map>
 #include <string>
 
-#include "comm/bootstrap/init.h"
-#include "comm/settings.h"
+#include "tessera/comm/bootstrap/init.h"
+#include "tessera/comm/settings.h"
 #include "comm/watchdog/fingerprint.h"
 #include "comm/watchdog/flight_recorder.h"
-#include "common/log.h"
-#include "common/profiler.h"
-#include "data/token_source.h"
+#include "tessera/common/log.h"
+#include "tessera/common/profiler.h"
+#include "tessera/data/token_source.h"
 #include "harness/multiprocess.h"
-#include "models/config.h"
-#include "nn/recompute.h"
-#include "optim/lr_schedule.h"
-#include "parallel/data_parallel/ddp/ddp.h"
-#include "parallel/tensor/linear.h"
-#include "parallel/pipeline/executor.h"
-#include "parallel/pipeline/schedule.h"
-#include "parallel/data_parallel/fsdp/fsdp.h"
+#include "tessera/models/config.h"
+#include "tessera/nn/recompute.h"
+#include "tessera/optim/lr_schedule.h"
+#include "tessera/parallel/data_parallel/ddp/ddp.h"
+#include "tessera/parallel/tensor/linear.h"
+#include "tessera/parallel/pipeline/executor.h"
+#include "tessera/parallel/pipeline/schedule.h"
+#include "tessera/parallel/data_parallel/fsdp/fsdp.h"
 
 using namespace tessera;
 using namespace tessera::testing;

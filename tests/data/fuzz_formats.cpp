@@ -29,8 +29,8 @@
 #include <utility>
 #include <vector>
 
-#include "common/error.h"
-#include "data/formats.h"
+#include "tessera/common/error.h"
+#include "tessera/data/formats.h"
 #include "fuzz_guard.h"
 
 namespace {

@@ -7,7 +7,7 @@
 #include <exception>
 #include <string>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::fuzz {
 

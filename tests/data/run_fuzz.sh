@@ -82,7 +82,7 @@ fi
 
 echo "run_fuzz: $name: building $target + ${sources[*]} with $cxx"
 t0=$SECONDS
-if ! "$cxx" -std=c++17 -O1 -g -fno-omit-frame-pointer "${sanitize[@]}" -DFMT_HEADER_ONLY=1 -I"$repo/src" \
+if ! "$cxx" -std=c++17 -O1 -g -fno-omit-frame-pointer "${sanitize[@]}" -DFMT_HEADER_ONLY=1 -I"$repo/include" -I"$repo/src" \
     "${includes[@]}" "${sources[@]}" "$target" -o "$work/fuzz"; then
   keep=1
   echo "run_fuzz: FAILED: the fuzz target does not build (work directory kept: $work)" >&2

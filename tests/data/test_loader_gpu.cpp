@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include "comm/gpu/gpu_test_util.h"
-#include "data/dataset.h"
-#include "data/loader.h"
+#include "tessera/data/dataset.h"
+#include "tessera/data/loader.h"
 #include "writers.h"
 
 using namespace tessera;

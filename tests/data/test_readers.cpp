@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "data/megatron.h"
 #include "data/token_stream.h"
 #include "writers.h"

@@ -12,10 +12,10 @@
 #include <numeric>
 #include <set>
 
-#include "common/error.h"
-#include "data/batch.h"
-#include "data/dataset.h"
-#include "data/loader.h"
+#include "tessera/common/error.h"
+#include "tessera/data/batch.h"
+#include "tessera/data/dataset.h"
+#include "tessera/data/loader.h"
 #include "data/random.h"
 #include "writers.h"
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::testing {
 

@@ -10,10 +10,10 @@
 #include <limits>
 #include <random>
 
-#include "common/error.h"
-#include "fp8/fake_quant.h"
-#include "fp8/format.h"
-#include "fp8/quantize.h"
+#include "tessera/common/error.h"
+#include "tessera/fp8/fake_quant.h"
+#include "tessera/fp8/format.h"
+#include "tessera/fp8/quantize.h"
 
 using namespace tessera::fp8;
 

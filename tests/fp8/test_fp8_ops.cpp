@@ -6,9 +6,9 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
-#include "common/error.h"
-#include "fp8/fake_quant.h"
-#include "fp8/quantize.h"
+#include "tessera/common/error.h"
+#include "tessera/fp8/fake_quant.h"
+#include "tessera/fp8/quantize.h"
 #include "kernels/fp8.h"
 
 using namespace tessera;

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <thread>
 
-#include "comm/store.h"
+#include "tessera/comm/store.h"
 #include "harness/spawn.h"
 
 extern char** environ;

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/bootstrap/init.h"
+#include "tessera/comm/bootstrap/init.h"
 
 namespace tessera::testing {
 

@@ -22,8 +22,8 @@
 #include <string>
 #include <utility>
 
-#include "common/error.h"
-#include "hf/safetensors_format.h"
+#include "tessera/common/error.h"
+#include "tessera/hf/safetensors_format.h"
 #include "../data/fuzz_guard.h"
 
 namespace {

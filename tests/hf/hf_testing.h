@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "data/writers.h"
-#include "hf/safetensors.h"
+#include "tessera/hf/safetensors.h"
 
 namespace tessera::testing {
 

@@ -8,7 +8,7 @@
 #include <iostream>
 #include <tuple>
 
-#include "hf/safetensors.h"
+#include "tessera/hf/safetensors.h"
 #include "hf_testing.h"
 
 using namespace tessera;

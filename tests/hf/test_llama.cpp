@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "checkpoint/stream_writer.h"
+#include "tessera/checkpoint/stream_writer.h"
 #include "hf/llama.h"
 #include "hf_testing.h"
 

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "hf/safetensors.h"
+#include "tessera/hf/safetensors.h"
 #include "hf_testing.h"
 
 using namespace tessera;

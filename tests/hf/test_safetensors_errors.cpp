@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "hf/safetensors.h"
+#include "tessera/hf/safetensors.h"
 #include "hf_testing.h"
 
 using namespace tessera;

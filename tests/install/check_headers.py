@@ -9,19 +9,19 @@ import pathlib
 import re
 import sys
 
-root = pathlib.Path(sys.argv[1]) / "tessera"
+root = pathlib.Path(sys.argv[1])
 include = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
-headers = {p.relative_to(root).as_posix() for p in root.rglob("*.h")}
+headers = {p.relative_to(root).as_posix() for p in (root / "tessera").rglob("*.h")}
 problems = []
-if "tessera.h" not in headers:
-    problems.append(f"{root}/tessera.h is not installed")
+if "tessera/tessera.h" not in headers:
+    problems.append(f"{root}/tessera/tessera.h is not installed")
 graph = {}
 for h in sorted(headers):
     graph[h] = include.findall((root / h).read_text())
     for inc in graph[h]:
         if inc not in headers:
             problems.append(f"{h} includes \"{inc}\", which is not installed (internal or missing)")
-seen, todo = set(), ["tessera.h"]
+seen, todo = set(), ["tessera/tessera.h"]
 while todo:
     h = todo.pop()
     if h in seen or h not in graph:
@@ -29,7 +29,7 @@ while todo:
     seen.add(h)
     todo.extend(graph[h])
 for h in sorted(headers - seen):
-    problems.append(f"{h} is installed but not reached from tessera.h")
+    problems.append(f"{h} is installed but not reached from tessera/tessera.h")
 for p in problems:
     print("check_headers:", p)
 print(f"check_headers: {len(headers)} installed headers, {len(problems)} problems")

@@ -36,9 +36,9 @@
 #include <random>
 #include <string>
 
-#include "comm/backends.h"
+#include "tessera/comm/backends.h"
 #include "comm/gpu/gpu_test_util.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "kernels/adamw.h"
 
 using namespace tessera::kernels;

@@ -17,7 +17,7 @@
 #include <limits>
 
 #include "comm/gpu/gpu_test_util.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "kernels/fp8.h"
 
 using namespace tessera;

@@ -13,7 +13,7 @@
 
 #include "fused_check.h"
 #include "harness/multiprocess.h"
-#include "nn/fused_norm.h"
+#include "tessera/nn/fused_norm.h"
 
 using namespace tessera;
 using namespace tessera::testing;

@@ -17,7 +17,7 @@
 #include "harness/multiprocess.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/multi_tensor_adamw.h"
-#include "parallel/tensor/vocab.h"
+#include "tessera/parallel/tensor/vocab.h"
 
 using namespace tessera;
 using namespace tessera::testing;

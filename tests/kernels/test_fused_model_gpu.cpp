@@ -28,9 +28,9 @@
 #include <cmath>
 
 #include "comm/gpu/gpu_test_util.h"
-#include "common/autocast.h"
-#include "models/lm.h"
-#include "optim/adamw.h"
+#include "tessera/common/autocast.h"
+#include "tessera/models/lm.h"
+#include "tessera/optim/adamw.h"
 
 using namespace tessera;
 using namespace tessera::models;

@@ -13,9 +13,9 @@
 
 #include "fused_check.h"
 #include "harness/multiprocess.h"
-#include "nn/fused_activations.h"
-#include "nn/fused_norm.h"
-#include "nn/rope.h"
+#include "tessera/nn/fused_activations.h"
+#include "tessera/nn/fused_norm.h"
+#include "tessera/nn/rope.h"
 
 using namespace tessera;
 using namespace tessera::testing;

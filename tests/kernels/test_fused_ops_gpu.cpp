@@ -30,7 +30,7 @@
 #include "kernels/cross_entropy.h"
 #include "kernels/norm.h"
 #include "kernels/rotary.h"
-#include "nn/rope.h"
+#include "tessera/nn/rope.h"
 
 using namespace tessera;
 using namespace tessera::kernels;

@@ -17,7 +17,7 @@
 #include "fused_check.h"
 #include "kernels/adamw.h"
 #include "kernels/multi_tensor_adamw.h"
-#include "optim/adamw.h"
+#include "tessera/optim/adamw.h"
 
 using namespace tessera;
 using namespace tessera::kernels;

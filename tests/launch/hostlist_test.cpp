@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "comm/bootstrap/hostlist.h"
-#include "comm/bootstrap/init.h"
+#include "tessera/comm/bootstrap/init.h"
 
 using tessera::slurm::expandHostlist;
 using tessera::slurm::expandTasksPerNode;

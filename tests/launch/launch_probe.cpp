@@ -25,9 +25,9 @@
 #include <sstream>
 #include <string>
 
-#include "comm/bootstrap/init.h"
+#include "tessera/comm/bootstrap/init.h"
 #include "common/env.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace {
 

@@ -18,10 +18,10 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "checkpoint/checkpoint.h"
-#include "comm/bootstrap/init.h"
+#include "tessera/checkpoint/checkpoint.h"
+#include "tessera/comm/bootstrap/init.h"
 #include "common/env.h"
-#include "parallel/data_parallel/ddp/ddp.h"
+#include "tessera/parallel/data_parallel/ddp/ddp.h"
 
 int main(int argc, char** argv) {
   if (argc != 3) {

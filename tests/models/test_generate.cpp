@@ -20,11 +20,11 @@
 #include <sstream>
 
 #include "harness/multiprocess.h"
-#include "models/config_json.h"
-#include "models/generate.h"
-#include "models/kv_cache.h"
-#include "hf/model_source.h"
-#include "parallel/tensor/mappings.h"
+#include "tessera/models/config_json.h"
+#include "tessera/models/generate.h"
+#include "tessera/models/kv_cache.h"
+#include "tessera/hf/model_source.h"
+#include "tessera/parallel/tensor/mappings.h"
 
 using namespace tessera;
 using namespace tessera::models;

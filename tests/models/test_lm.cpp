@@ -30,8 +30,8 @@
 #include <unordered_map>
 
 #include "harness/multiprocess.h"
-#include "models/generate.h"
-#include "models/lm.h"
+#include "tessera/models/generate.h"
+#include "tessera/models/lm.h"
 
 using namespace tessera;
 using namespace tessera::models;

@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "nn/accum_linear.h"
+#include "tessera/nn/accum_linear.h"
 
 namespace tessera::testing {
 

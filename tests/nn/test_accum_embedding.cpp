@@ -11,7 +11,7 @@
 #include <string>
 
 #include "harness/multiprocess.h"
-#include "nn/accum_embedding.h"
+#include "tessera/nn/accum_embedding.h"
 
 namespace {
 

@@ -9,10 +9,10 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "kernels/gemm_accumulate.h"
-#include "nn/accum_linear.h"
-#include "nn/deferred_grads.h"
+#include "tessera/nn/accum_linear.h"
+#include "tessera/nn/deferred_grads.h"
 #include "nn/accum_hook_check.h"
 
 namespace {

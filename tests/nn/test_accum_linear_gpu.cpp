@@ -14,12 +14,12 @@
 #include <limits>
 
 #include "comm/gpu/gpu_test_util.h"
-#include "common/autocast.h"
+#include "tessera/common/autocast.h"
 #include "kernels/gemm_accumulate.h"
-#include "nn/accum_embedding.h"
-#include "nn/accum_linear.h"
+#include "tessera/nn/accum_embedding.h"
+#include "tessera/nn/accum_linear.h"
 #include "nn/accum_hook_check.h"
-#include "nn/stale_grads.h"
+#include "tessera/nn/stale_grads.h"
 
 namespace {
 

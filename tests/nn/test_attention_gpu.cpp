@@ -7,7 +7,7 @@
 #include <torch/utils.h>
 
 #include "comm/gpu/gpu_test_util.h"
-#include "common/attention.h"
+#include "tessera/common/attention.h"
 
 TEST(AttentionGpu, NativeGqaMatchesRepeatedHeads) {
   TESSERA_REQUIRE_CUDA_LIBTORCH();

@@ -7,8 +7,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
-#include "common/error.h"
-#include "nn/init.h"
+#include "tessera/common/error.h"
+#include "tessera/nn/init.h"
 
 using namespace tessera;
 

@@ -10,10 +10,10 @@
 
 #include <limits>
 
-#include "nn/accum_embedding.h"
-#include "nn/accum_linear.h"
-#include "nn/deferred_grads.h"
-#include "nn/stale_grads.h"
+#include "tessera/nn/accum_embedding.h"
+#include "tessera/nn/accum_linear.h"
+#include "tessera/nn/deferred_grads.h"
+#include "tessera/nn/stale_grads.h"
 #include "parallel/tensor/fp8_linear.h"
 #include "harness/multiprocess.h"
 

@@ -6,10 +6,10 @@
 
 #include <cmath>
 
-#include "common/error.h"
-#include "optim/adamw.h"
-#include "optim/lr_schedule.h"
-#include "parallel/grad_norm.h"
+#include "tessera/common/error.h"
+#include "tessera/optim/adamw.h"
+#include "tessera/optim/lr_schedule.h"
+#include "tessera/parallel/grad_norm.h"
 
 using namespace tessera;
 using namespace tessera::optim;

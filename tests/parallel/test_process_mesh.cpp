@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "harness/multiprocess.h"
-#include "parallel/process_mesh.h"
+#include "tessera/parallel/process_mesh.h"
 
 using namespace tessera;
 using namespace tessera::testing;

@@ -1,6 +1,6 @@
 """The Python extension on GPUs: NCCL communicators, DDP and tensor-parallel layers on CUDA
 tensors, each against single-process training/modules on the same device (ctest python.gpu_2,
-label gpu, registered where tessera was built with CUDA LibTorch; scripts/gpu-check runs it).
+label gpu, registered where tessera was built with CUDA LibTorch; scripts/gpu-test runs it).
 Float32 (TF32 off, PyTorch's default for matmuls): rtol 1e-4 / atol 1e-5; a missing average or
 reduction, or a wrong shard, is off by O(1e-1).
 """

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "train/config.h"
+#include "tessera/train/config.h"
 
 namespace tessera::train::config_test {
 

@@ -1,6 +1,6 @@
 // The training config's command line (src/train/config.h): the defaults of GPU and CPU runs and of the
 // environment, switch values, errors that name the flag and the value, layout errors as
-// UsageError, --help (the config file: test_options_config.cpp).
+// UsageError, --help (the config file: test_config_file.cpp).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "config_test_util.h"
-#include "train/config.h"
+#include "tessera/train/config.h"
 
 namespace {
 using namespace tessera::train;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "config_test_util.h"
-#include "train/config.h"
+#include "tessera/train/config.h"
 
 namespace {
 using namespace tessera::train;

@@ -297,6 +297,19 @@ PY
     python3 "$COMPARE" "$WORK/flags.jsonl" "$WORK/again.jsonl" --bitwise || fail "the checkpoint's config.toml trains otherwise"
     echo "PASS ($CASE): flags, --config, the resolved config and the checkpoint's config.toml: the same losses"
     ;;
+  legacy)  # legacy <fixture>: a checkpoint and config.toml an earlier train_gpt wrote resume bitwise
+    # tests/train/fixtures/<fixture>: saved at step 4 of 8 by train_gpt at 6cef256 (killed after it),
+    # and that train_gpt's uninterrupted run's steps (<fixture>_reference.jsonl).
+    fixture=$(dirname "$0")/fixtures/$1
+    [[ -f $fixture/config.toml ]] || fail "no fixture $fixture"
+    cp -r "$fixture" "$WORK/ck"
+    BASE=()  # every value from the checkpoint's config.toml
+    run_ranks got 2 --config "$WORK/ck/config.toml" --checkpoint-dir "$WORK/ck"
+    grep -q "resumed from $WORK/ck at step 4" "$OUT" || fail "did not resume the fixture at step 4"
+    python3 "$COMPARE" "${fixture}_reference.jsonl" "$WORK/got.jsonl" --bitwise --steps 5-8 ||
+      fail "steps 5-8 differ from the earlier train_gpt's"
+    echo "PASS ($CASE): $1 resumed at step 4, steps 5-8 bitwise the earlier train_gpt's"
+    ;;
   data_formats)
     [[ -n $DATA ]] || fail "data_formats needs TESSERA_TRAIN_DATA"
     reference

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::slurm {
 

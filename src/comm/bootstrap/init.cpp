@@ -1,4 +1,4 @@
-#include "comm/bootstrap/init.h"
+#include "tessera/comm/bootstrap/init.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -8,12 +8,12 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include "comm/backends.h"
+#include "tessera/comm/backends.h"
 #include "comm/bootstrap/job.h"
 #include "comm/watchdog/board.h"
 #include "common/host.h"
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 
 namespace tessera {
 namespace {

@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "common/bounded.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "common/host.h"
 
 namespace tessera {

@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-#include "comm/bootstrap/init.h"
+#include "tessera/comm/bootstrap/init.h"
 
 namespace tessera {
 

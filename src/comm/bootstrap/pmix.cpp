@@ -15,7 +15,7 @@
 // (ORTE) and srun report a normal exit as normal and a non-zero one as a failure. A process
 // that called PMIx_Init and exits without PMIx_Finalize is what mpirun reports as "exited
 // improperly", so every path out of detectPmix(), errors included, finalizes first.
-#include "comm/bootstrap/init.h"
+#include "tessera/comm/bootstrap/init.h"
 
 #ifdef TESSERA_HAVE_PMIX
 
@@ -29,8 +29,8 @@
 #include "comm/bootstrap/job.h"
 #include "common/env.h"
 #include "common/host.h"
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 
 // Throws tessera::Error naming the PMIx call, the file:line, the rank and PMIx's error text.
 #define PMIX_CHECK(rank, call)                                                                                    \
@@ -211,7 +211,7 @@ std::optional<LaunchInfo> detectPmix() {
 #else  // !TESSERA_HAVE_PMIX
 
 #include "common/env.h"
-#include "common/log.h"
+#include "tessera/common/log.h"
 
 namespace tessera {
 std::optional<LaunchInfo> detectPmix() {

@@ -8,11 +8,11 @@
 #include <unistd.h>
 
 #include "comm/bootstrap/hostlist.h"
-#include "comm/bootstrap/init.h"
+#include "tessera/comm/bootstrap/init.h"
 #include "common/env.h"
 #include "common/host.h"
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 
 namespace tessera {
 namespace {

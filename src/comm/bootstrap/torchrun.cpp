@@ -1,14 +1,14 @@
 // Bootstrap from torchrun's environment. RANK or WORLD_SIZE set means a torchrun-style launch:
 // the other variables must then be there and agree (else a clear error, not a fallback to
 // another launcher); MASTER_ADDR/MASTER_PORT alone are left to the SLURM bootstrap.
-#include "comm/bootstrap/init.h"
+#include "tessera/comm/bootstrap/init.h"
 
 #include <fmt/format.h>
 
 #include <utility>
 
 #include "common/env.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera {
 

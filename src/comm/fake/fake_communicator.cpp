@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "comm/fake/timed_stream.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera {
 namespace {

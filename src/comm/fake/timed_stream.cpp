@@ -13,7 +13,7 @@
 
 #include "comm/fake/timed_kernel.h"
 #include "comm/nccl/cuda_glue.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::fake_detail {
 namespace {

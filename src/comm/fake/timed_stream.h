@@ -7,8 +7,8 @@
 #include <memory>
 #include <vector>
 
-#include "comm/types.h"
-#include "comm/work.h"
+#include "tessera/comm/types.h"
+#include "tessera/comm/work.h"
 
 namespace tessera::fake_detail {
 

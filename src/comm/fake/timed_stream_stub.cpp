@@ -1,7 +1,7 @@
 // Builds without CUDA: the fake communicator cannot be timed.
 #include "comm/fake/timed_stream.h"
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::fake_detail {
 

@@ -9,14 +9,14 @@
 #include <functional>
 #include <mutex>
 
-#include "comm/backends.h"
+#include "tessera/comm/backends.h"
 #include "comm/gloo/gloo_ops.h"
 #include "comm/gloo/gloo_worker.h"
 #include "comm/watchdog/board.h"
 #include "comm/watchdog/watchdog.h"
 #include "common/host.h"
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 
 namespace tessera {
 

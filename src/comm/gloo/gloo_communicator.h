@@ -8,8 +8,8 @@
 // gloo timeout) breaks the communicator: that op and every later one throw CommError.
 #include <memory>
 
-#include "comm/communicator.h"
-#include "comm/store.h"
+#include "tessera/comm/communicator.h"
+#include "tessera/comm/store.h"
 
 namespace gloo {
 class Context;

@@ -8,7 +8,7 @@
 #include <gloo/broadcast.h>
 #include <gloo/reduce.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::gloo_ops {
 namespace {

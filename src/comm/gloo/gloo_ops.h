@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "comm/types.h"
+#include "tessera/comm/types.h"
 
 namespace gloo {
 class Context;

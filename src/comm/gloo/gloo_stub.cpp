@@ -1,6 +1,6 @@
 // Built when tessera has no Gloo (e.g. PyTorch wheels ship no Gloo headers).
-#include "comm/backends.h"
-#include "common/error.h"
+#include "tessera/comm/backends.h"
+#include "tessera/common/error.h"
 
 namespace tessera {
 bool glooAvailable() { return false; }

@@ -5,7 +5,7 @@
 
 #include "comm/watchdog/board.h"
 #include "comm/watchdog/watchdog.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::gloo_worker {
 

@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm/work.h"
+#include "tessera/comm/work.h"
 
 namespace tessera::gloo_worker {
 

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::nccl_detail {
 

@@ -8,12 +8,12 @@
 #include <map>
 #include <mutex>
 
-#include "comm/backends.h"
+#include "tessera/comm/backends.h"
 #include "comm/nccl/cuda_glue.h"
 #include "comm/nccl/nccl_check.h"
 #include "comm/nccl/nccl_state.h"
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 
 namespace tessera {
 

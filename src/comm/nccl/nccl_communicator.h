@@ -16,8 +16,8 @@
 // comm/backends.h can have them run on the non-blocking one).
 #include <memory>
 
-#include "comm/communicator.h"
-#include "comm/store.h"
+#include "tessera/comm/communicator.h"
+#include "tessera/comm/store.h"
 
 namespace tessera {
 namespace nccl_detail {

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
-#include "comm/backends.h"
+#include "tessera/comm/backends.h"
 #include "comm/watchdog/watchdog.h"
 #include "comm/nccl/nccl_check.h"
 #include "comm/nccl/nccl_communicator.h"

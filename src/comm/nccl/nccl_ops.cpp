@@ -6,7 +6,7 @@
 #include "comm/nccl/nccl_check.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "comm/nccl/nccl_state.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera {
 

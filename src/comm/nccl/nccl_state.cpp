@@ -5,8 +5,8 @@
 #include "comm/nccl/cuda_glue.h"
 #include "comm/nccl/nccl_check.h"
 #include "comm/watchdog/watchdog.h"
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 
 namespace tessera::nccl_detail {
 

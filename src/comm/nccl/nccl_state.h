@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm/work.h"
+#include "tessera/comm/work.h"
 
 namespace tessera::nccl_detail {
 

@@ -1,6 +1,6 @@
 // Built when tessera has no NCCL/CUDA: the factories fail with a clear error.
-#include "comm/backends.h"
-#include "common/error.h"
+#include "tessera/comm/backends.h"
+#include "tessera/common/error.h"
 
 namespace tessera {
 bool ncclAvailable() { return false; }

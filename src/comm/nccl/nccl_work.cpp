@@ -8,7 +8,7 @@
 #include "comm/nccl/nccl_state.h"
 #include "comm/watchdog/board.h"
 #include "comm/watchdog/watchdog.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::nccl_detail {
 

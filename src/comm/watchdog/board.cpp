@@ -13,7 +13,7 @@
 
 #include "comm/watchdog/process_state.h"
 #include "common/bounded.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "common/host.h"
 
 namespace tessera::board {
@@ -83,6 +83,54 @@ struct Findings {
   std::vector<std::pair<int, std::string>> silent;  // rank, its proc/<r>
   int64_t reported = 0;
 };
+
+// In the store (bounded by the caller): this rank's report (when `report`), then, for at most
+// `window`, the cause some rank published, else the ranks that did not report and their proc entry.
+Findings readFindings(c10d::Store& s, int rank, int world, const std::string& entry, bool report,
+                      std::chrono::milliseconds window) {
+  if (report) {
+    s.set(key("error", rank), bytes(entry));
+    s.add("count", 1);
+  }
+  Findings f;
+  const auto until = Clock::now() + window;
+  for (;;) {
+    f.reported = s.add("count", 0);
+    if (s.check({"cause"})) {
+      f.cause = text(s.get("cause"));
+      break;
+    }
+    if (f.reported >= world || Clock::now() >= until) break;
+    std::this_thread::sleep_for(kPoll);
+  }
+  for (int r = 0; f.cause.empty() && r < world; ++r) {
+    if (r == rank || s.check({key("error", r)})) continue;
+    f.silent.emplace_back(r, s.check({key("proc", r)}) ? text(s.get(key("proc", r))) : "");
+  }
+  s.set(key("done", rank), bytes("1"));
+  return f;
+}
+
+// The ranks that did not report. Ranks that are gone or stopped are the cause; ranks merely alive
+// and silent are usually blocked behind them (they fail once this rank ends), so they are named
+// only without one. Remembers the certain ones in b.silent.
+std::string describeSilent(State& b, const Findings& found, std::chrono::milliseconds window) {
+  std::string certain, others;
+  for (const auto& [r, proc] : found.silent) {
+    std::string host;
+    long pid = 0;
+    const auto who = describeRank(r, proc, &host, &pid);
+    const auto st = host.empty() ? ProcessState{"dead or stalled"} : processState(host, pid);
+    auto& to = st.certain ? certain : others;
+    to += fmt::format("{}{} did not report within {:.1f} s: {}", to.empty() ? "" : "; ", who, window.count() / 1e3,
+                      st.text);
+    if (st.certain) b.silent.push_back(r);
+  }
+  return "no rank published an error; " +
+         (certain.empty() || others.empty()
+              ? certain + others
+              : fmt::format("{} (not reported yet either, probably blocked behind it: {})", certain, others));
+}
 
 }  // namespace
 
@@ -164,27 +212,7 @@ std::string explainCommFailure(const std::string& failure) {
 
   auto found = std::make_shared<Findings>();
   auto why = runBounded(bound, [s, rank, world, entry, report, window, found] {
-    if (report) {
-      s->set(key("error", rank), bytes(entry));
-      s->add("count", 1);
-    }
-    Findings f;
-    const auto until = Clock::now() + window;
-    for (;;) {
-      f.reported = s->add("count", 0);
-      if (s->check({"cause"})) {
-        f.cause = text(s->get("cause"));
-        break;
-      }
-      if (f.reported >= world || Clock::now() >= until) break;
-      std::this_thread::sleep_for(kPoll);
-    }
-    for (int r = 0; f.cause.empty() && r < world; ++r) {
-      if (r == rank || s->check({key("error", r)})) continue;
-      f.silent.emplace_back(r, s->check({key("proc", r)}) ? text(s->get(key("proc", r))) : "");
-    }
-    s->set(key("done", rank), bytes("1"));
-    *found = f;
+    *found = readFindings(*s, rank, world, entry, report, window);
   });
 
   std::string t;
@@ -200,23 +228,7 @@ std::string explainCommFailure(const std::string& failure) {
   } else if (found->silent.empty()) {
     t = "no rank published another cause: every rank reported a communication failure";
   } else {
-    // Ranks that are gone or stopped are the cause; ranks merely alive and silent are usually
-    // blocked behind them (they fail once this rank ends), so they are named only without one.
-    std::string certain, others;
-    for (const auto& [r, proc] : found->silent) {
-      std::string host;
-      long pid = 0;
-      const auto who = describeRank(r, proc, &host, &pid);
-      const auto st = host.empty() ? ProcessState{"dead or stalled"} : processState(host, pid);
-      auto& to = st.certain ? certain : others;
-      to += fmt::format("{}{} did not report within {:.1f} s: {}", to.empty() ? "" : "; ", who,
-                        window.count() / 1e3, st.text);
-      if (st.certain) b.silent.push_back(r);
-    }
-    t = "no rank published an error; " +
-        (certain.empty() || others.empty()
-             ? certain + others
-             : fmt::format("{} (not reported yet either, probably blocked behind it: {})", certain, others));
+    t = describeSilent(b, *found, window);
   }
   promise.set_value(t);
   return t;

@@ -6,7 +6,7 @@
 #include <atomic>
 #include <vector>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "common/host.h"
 
 namespace tessera::fingerprint {

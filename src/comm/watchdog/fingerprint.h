@@ -1,25 +1,18 @@
 #pragma once
 // Debug mode (setEnabled(true); Settings::debugDetail, TESSERA_DEBUG=detail): before each
-// collective, the ranks of the group compare a fingerprint of the call — op, dtype, sizes,
-// reduction/root, group and sequence number — through the rendezvous store, and fail with a
-// message naming the ranks that disagree and what each called, instead of hanging in (or
-// silently corrupting) the collective.
-//
-// Protocol, per communicator namespace `ns` (unique per group, equal on its ranks) and op
-// sequence number s: every rank sets  tessera-debug/<ns>/op/<s>/<rank> = fingerprint,  then
-// waits (up to the op's timeout) for every rank's key and compares. A rank that never posts
-// (it called a collective on another group, or nothing) is named together with the last
-// collective it did post anywhere (tessera-debug/proc/<host:pid>; membership is posted by join() when the
-// communicator is made), so a group or order
-// mismatch is reported as such. A rank deletes its key of s - 2 when posting s: every rank has
-// read it by then (it posted s - 1 only after reading all of s - 2). Point-to-point ops are not
-// checked (they are not collective). Costs a few store round trips per collective: a debugging
-// aid, not for production runs.
+// collective the ranks of its group compare a fingerprint of the call (op, sequence number and
+// detail: sizes, dtype, reduction or root) through the rendezvous store, and fail naming the ranks
+// that disagree and what each called, instead of hanging in (or silently corrupting) the collective.
+// A rank that never arrives is named with the last collective it posted on any group. Point-to-point
+// ops are not checked. Collective over the op's group; costs a few store round trips per
+// collective: a debugging aid, not for production runs.
+// Keys: tessera-debug/<ns>/op/<seq>/<rank>, tessera-debug/<ns>/who/<rank> (join()) and
+// tessera-debug/proc/<host:pid> (the last call). The protocol: docs/design/failures.md.
 #include <chrono>
 #include <string>
 
-#include "comm/store.h"
-#include "comm/types.h"
+#include "tessera/comm/store.h"
+#include "tessera/comm/types.h"
 
 namespace tessera::fingerprint {
 
@@ -27,7 +20,8 @@ namespace tessera::fingerprint {
 // group's namespace when made.
 bool enabled();
 void setEnabled(bool on);
-// Records that this process is `rank` of the group `ns` (so others can say what it did).
+// Local: records that this process is `rank` of the group `ns` (so others can say what it did).
+// `ns` is unique per group and equal on its ranks.
 void join(const StorePtr& store, const std::string& ns, int rank);
 // Runs the check for the op `i` (rank i.rank of i.groupSize). Throws tessera::Error on a
 // mismatch or when some rank does not arrive within `timeout`.

@@ -9,8 +9,8 @@
 #include <mutex>
 #include <string>
 
-#include "comm/types.h"
-#include "comm/work.h"
+#include "tessera/comm/types.h"
+#include "tessera/comm/work.h"
 
 namespace tessera {
 

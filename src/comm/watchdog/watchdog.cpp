@@ -5,10 +5,10 @@
 #include <thread>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "tessera/comm/communicator.h"
 #include "comm/watchdog/board.h"
 #include "comm/watchdog/flight_recorder.h"
-#include "common/log.h"
+#include "tessera/common/log.h"
 
 namespace tessera::watchdog {
 namespace {

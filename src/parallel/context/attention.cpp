@@ -1,5 +1,5 @@
 // Context-parallel attention by gathered K and V (contract in attention.h).
-#include "parallel/context/attention.h"
+#include "tessera/parallel/context/attention.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -7,11 +7,11 @@
 
 #include <optional>
 
-#include "common/attention.h"
-#include "common/autocast.h"
-#include "common/error.h"
-#include "parallel/context/chunks.h"
-#include "parallel/tensor/mappings.h"
+#include "tessera/common/attention.h"
+#include "tessera/common/autocast.h"
+#include "tessera/common/error.h"
+#include "tessera/parallel/context/chunks.h"
+#include "tessera/parallel/tensor/mappings.h"
 
 // The fused kernels' ATen entry points with the signatures used below (optional tensors,
 // SymInt max lengths, bottom-right causal for the flash op) date from LibTorch 2.5.

@@ -1,9 +1,9 @@
 // The load-balanced chunks of context parallelism (contract in chunks.h).
-#include "parallel/context/chunks.h"
+#include "tessera/parallel/context/chunks.h"
 
 #include <ATen/ATen.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::cp {
 namespace {

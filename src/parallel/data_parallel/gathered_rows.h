@@ -7,7 +7,7 @@
 // float32, exact below 2^24 rows (the callers refuse larger tables when they install the sinks).
 #include <ATen/core/Tensor.h>
 
-#include "comm/communicator.h"
+#include "tessera/comm/communicator.h"
 
 namespace tessera {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::dp {
 

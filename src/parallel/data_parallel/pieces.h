@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint.h"
-#include "parallel/grad_norm.h"
-#include "parallel/param.h"
+#include "tessera/checkpoint/checkpoint.h"
+#include "tessera/parallel/grad_norm.h"
+#include "tessera/parallel/param.h"
 
 namespace tessera::dp {
 

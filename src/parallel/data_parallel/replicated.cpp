@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <map>
 
-#include "common/error.h"
-#include "parallel/data_parallel/data_parallel.h"
+#include "tessera/common/error.h"
+#include "tessera/parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/pieces.h"
 
 namespace tessera {

@@ -5,9 +5,9 @@
 #include <algorithm>
 #include <map>
 
-#include "common/error.h"
-#include "parallel/data_parallel/data_parallel.h"
-#include "parallel/data_parallel/fsdp/optimizer.h"
+#include "tessera/common/error.h"
+#include "tessera/parallel/data_parallel/data_parallel.h"
+#include "tessera/parallel/data_parallel/fsdp/optimizer.h"
 #include "parallel/data_parallel/pieces.h"
 #include "parallel/data_parallel/sharded_pieces.h"
 

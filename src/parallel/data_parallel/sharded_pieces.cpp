@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "parallel/data_parallel/pieces.h"
 
 namespace tessera::dp {
@@ -52,20 +52,6 @@ class SizedStorages {
   std::vector<c10::StorageImpl*> sized_;
 };
 
-// This rank's shard of unit u's `shard` (shorter than shardNumel at the end), all-gathered into a
-// full flat buffer (collective over the shard group).
-at::Tensor gatherFlat(FullyShardedDataParallel& fsdp, size_t u, const at::Tensor& shard) {
-  const auto& lay = fsdp.layout(u);
-  auto out = at::zeros({lay.paddedNumel}, shard.options());
-  auto mine = at::zeros({lay.shardNumel}, shard.options());
-  mine.narrow(0, 0, shard.numel()).copy_(shard);
-  if (fsdp.shardGroup()->size() == 1) {
-    out.copy_(mine);
-  } else {
-    fsdp.shardGroup()->allGather(out, mine)->wait();
-  }
-  return out;
-}
 }  // namespace
 
 FlatFull flatFull(FullyShardedDataParallel& fsdp, const ShardedAdamW& adam, bool gather) {
@@ -78,7 +64,7 @@ FlatFull flatFull(FullyShardedDataParallel& fsdp, const ShardedAdamW& adam, bool
     int i = 0;
     for (const auto& shard : {fsdp.masterShard(u), sd.at(fsdp.unitName(u) + ".exp_avg"),
                               sd.at(fsdp.unitName(u) + ".exp_avg_sq")}) {
-      full[i++] = gather ? gatherFlat(fsdp, u, shard) : at::zeros({lay.paddedNumel}, fsdp.masterShard(u).options());
+      full[i++] = gather ? fsdp.gatherFull(u, shard) : at::zeros({lay.paddedNumel}, fsdp.masterShard(u).options());
     }
     f.flat.push_back(full);
   }
@@ -145,7 +131,7 @@ DataParallel::Lookup gatheringLookup(FullyShardedDataParallel& fsdp, const DataP
     for (const auto& [piece, k] : it->second) {
       const auto [u, offset] = st->where.at(params[k].name);
       if (u != st->gatheredUnit) {  // collective over the shard group: every rank asks for the same tensors
-        st->gathered = gatherFlat(fsdp, u, fsdp.masterShard(u));
+        st->gathered = fsdp.gatherFull(u, fsdp.masterShard(u));
         st->gatheredUnit = u;
       }
       out.push_back({piece.name, piece.globalShape, piece.offset,

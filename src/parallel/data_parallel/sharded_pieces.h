@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "parallel/data_parallel/data_parallel.h"
-#include "parallel/data_parallel/fsdp/optimizer.h"
+#include "tessera/parallel/data_parallel/data_parallel.h"
+#include "tessera/parallel/data_parallel/fsdp/optimizer.h"
 
 namespace tessera::dp {
 

@@ -1,9 +1,9 @@
-#include "parallel/pipeline/p2p.h"
+#include "tessera/parallel/pipeline/p2p.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::pipeline {
 

@@ -1,4 +1,4 @@
-#include "parallel/pipeline/partition.h"
+#include "tessera/parallel/pipeline/partition.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,7 +7,7 @@
 #include <limits>
 #include <numeric>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::pipeline {
 

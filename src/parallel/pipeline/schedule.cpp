@@ -1,4 +1,4 @@
-#include "parallel/pipeline/schedule.h"
+#include "tessera/parallel/pipeline/schedule.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "common/choice.h"
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::pipeline {
 

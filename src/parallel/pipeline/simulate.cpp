@@ -1,11 +1,11 @@
 // Replays schedule tables with stage costs (contract in simulate.h).
-#include "parallel/pipeline/simulate.h"
+#include "tessera/parallel/pipeline/simulate.h"
 
 #include <algorithm>
 #include <map>
 #include <tuple>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::pipeline {
 

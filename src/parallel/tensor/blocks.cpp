@@ -1,4 +1,4 @@
-#include "parallel/tensor/blocks.h"
+#include "tessera/parallel/tensor/blocks.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -8,15 +8,15 @@
 
 #include <mutex>
 
-#include "common/attention.h"
-#include "common/error.h"
-#include "nn/fused_activations.h"
-#include "nn/fused_norm.h"
-#include "nn/recompute.h"
-#include "nn/rope.h"
-#include "parallel/context/attention.h"
-#include "parallel/context/chunks.h"
-#include "parallel/tensor/mappings.h"
+#include "tessera/common/attention.h"
+#include "tessera/common/error.h"
+#include "tessera/nn/fused_activations.h"
+#include "tessera/nn/fused_norm.h"
+#include "tessera/nn/recompute.h"
+#include "tessera/nn/rope.h"
+#include "tessera/parallel/context/attention.h"
+#include "tessera/parallel/context/chunks.h"
+#include "tessera/parallel/tensor/mappings.h"
 
 namespace tessera::tp {
 namespace {

@@ -1,5 +1,5 @@
 // Checkpoint pieces of tensor-parallel layers; see checkpoint_pieces.h.
-#include "parallel/tensor/checkpoint_pieces.h"
+#include "tessera/parallel/tensor/checkpoint_pieces.h"
 
 #include <ATen/ATen.h>
 

@@ -4,12 +4,12 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "kernels/fp8.h"
 #include "kernels/gemm_accumulate.h"
-#include "nn/accum_linear.h"
-#include "nn/deferred_grads.h"
-#include "nn/stale_grads.h"
+#include "tessera/nn/accum_linear.h"
+#include "tessera/nn/deferred_grads.h"
+#include "tessera/nn/stale_grads.h"
 #include "parallel/tensor/fp8_weight_cache.h"
 
 namespace tessera::tp {

@@ -5,7 +5,7 @@
 #include <mutex>
 #include <tuple>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::tp {
 namespace {

@@ -1,20 +1,13 @@
 #pragma once
-// FP8 codes of the weights once per step (design.md's "Per step, not per micro-batch"). While an
-// Fp8WeightCacheScope is open, fp8ParallelLinear (fp8_linear.h) casts each weight once: its codes,
-// and for tensorwise their transpose for backward's input-gradient GEMM. Every later forward and
-// backward of the step reuses them instead of casting (and all-reducing the amax) again: the other
-// micro-batches, a pipeline's backwards, ZB-H1's deferred weight gradients. The codes are the same
-// values the casts would give, so results do not change.
-//
-// Cost: the kept codes, 2 bytes per weight element (tensorwise), while the scope is open. The
-// trainer therefore opens it where weights stay resident (DDP, pipelines), not under FSDP, whose
-// gathered weights it would keep alive.
-// Weights must not change while a scope is open (the trainer closes it before the optimizer). An
-// entry holds its weight tensor and is keyed by the tensor and its version: an in-place change
-// misses instead of returning stale codes, and a freed tensor's address is never reused while the
-// entry exists.
-// Process-wide, not per thread: autograd runs CUDA backwards on its own device thread. One scope at
-// a time (opening a second is a tessera::Error); a scope constructed with `on` false does nothing.
+// Fp8WeightCacheScope: FP8 codes of the weights once per step. While a scope is open,
+// fp8ParallelLinear (fp8_linear.h) casts each weight once (its codes, and for tensorwise their
+// transpose) and every later forward and backward of the step reuses them: the same values, so
+// results do not change. Costs 2 bytes per weight element (tensorwise) while open: not for FSDP.
+// Weights must not change while a scope is open (close it before the optimizer); an in-place
+// change misses (entries are keyed by tensor and version) rather than returning stale codes.
+// Process-wide, not per thread (CUDA backward runs on autograd's device thread). One scope at a
+// time (a second is a tessera::Error); a scope constructed with `on` false does nothing.
+// Why: docs/design/tensor_parallel.md.
 #include <ATen/core/Tensor.h>
 
 #include <optional>

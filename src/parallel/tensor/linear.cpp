@@ -1,15 +1,15 @@
-#include "parallel/tensor/linear.h"
+#include "tessera/parallel/tensor/linear.h"
 
 #include <ATen/ATen.h>
 #include <fmt/ranges.h>
 #include <torch/nn/modules/linear.h>
 
-#include "common/autocast.h"
-#include "common/error.h"
-#include "nn/accum_linear.h"
-#include "parallel/tensor/mappings.h"
+#include "tessera/common/autocast.h"
+#include "tessera/common/error.h"
+#include "tessera/nn/accum_linear.h"
+#include "tessera/parallel/tensor/mappings.h"
 #include "parallel/tensor/row_linear.h"
-#include "parallel/tensor/vocab.h"
+#include "tessera/parallel/tensor/vocab.h"
 
 namespace tessera::tp {
 namespace {

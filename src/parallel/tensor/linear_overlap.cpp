@@ -1,17 +1,17 @@
 // The column-parallel linear with an overlapped backward (contract in linear_overlap.h).
-#include "parallel/tensor/linear_overlap.h"
+#include "tessera/parallel/tensor/linear_overlap.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <optional>
 
-#include "common/autocast.h"
-#include "common/error.h"
-#include "common/sm_carveout.h"
-#include "fp8/fake_quant.h"
+#include "tessera/common/autocast.h"
+#include "tessera/common/error.h"
+#include "tessera/common/sm_carveout.h"
+#include "tessera/fp8/fake_quant.h"
 #include "kernels/gemm_accumulate.h"
-#include "nn/accum_linear.h"
+#include "tessera/nn/accum_linear.h"
 #include "parallel/tensor/fp8_linear.h"
 #include "parallel/tensor/seq_chunks.h"
 
@@ -93,6 +93,45 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
     return y.view(shape);
   }
 
+  // gW (and gb): summed into .grad by the GEMM where the layer says so (nn/accum_linear.h), else
+  // returned. With a gather in flight (sequence parallel), gW = Σ over row blocks gy[rows]ᵀ x[rows]:
+  // this rank's block from the local input first, the others once gathered, summed in float32.
+  static std::pair<at::Tensor, at::Tensor> weightGrads(OverlapState& st, const at::Tensor& gy, const at::Tensor& gyW,
+                                                       const at::Tensor& x, const at::Tensor& total,
+                                                       const WorkPtr& gather, c10::ScalarType wdtype, bool needW,
+                                                       bool needB) {
+    const auto& comm = st.comm;
+    const auto dt = gy.scalar_type();
+    const int64_t in = x.size(-1), outLocal = gyW.size(-1);
+    const auto gy2 = gy.reshape({-1, outLocal});
+    at::Tensor gw, gb;
+    const bool into = st.weight.defined();
+    if (needW && gather) {
+      const int64_t mLocal = x.numel() / in, me = comm->rank();
+      auto rows = [&](const at::Tensor& t, int64_t r0) { return t.narrow(0, r0, mLocal); };
+      auto xs = total.reshape({-1, in});
+      auto weightGrad = [&](const at::Tensor& g, const at::Tensor& xi) {
+        if (into) {
+          nn::accumulateWeightGrad(st.weight, g, xi);
+        } else {
+          kernels::gemmAccumulateTNInto(gw, {outLocal, in}, gy.device(), g.contiguous(), xi.contiguous());
+        }
+      };
+      weightGrad(rows(gyW, me * mLocal), x.reshape({-1, in}).to(dt));
+      gather->wait();
+      for (int64_t q = 0; q < comm->size(); ++q) {
+        if (q != me) weightGrad(rows(gyW, q * mLocal), rows(xs, q * mLocal).to(dt));
+      }
+      if (gw.defined()) gw = gw.to(wdtype);
+    } else if (needW) {
+      if (into) nn::accumulateWeightGrad(st.weight, gyW, total.reshape({-1, in}).to(dt));
+      if (!into) gw = kernels::weightGradTN(gyW, total.reshape({-1, in}).to(dt), wdtype);
+    }
+    if (needB && into) nn::accumulateBiasGrad(st.bias, gy2);
+    if (needB && !into) gb = gy2.sum(0);
+    return {gw, gb};
+  }
+
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
     const at::Tensor x = saved[0], w = saved[1];  // w: the weight in x's dtype
@@ -148,33 +187,7 @@ struct ColumnLinearAsyncGrad : torch::autograd::Function<ColumnLinearAsyncGrad> 
     }
     if (reduce && !carve) carve.emplace(st->overlap.smCarveout);
 
-    at::Tensor gw, gb;
-    const bool into = st->weight.defined();  // summed into .grad by the GEMM (nn/accum_linear.h)
-    if (needW && gather) {
-      // gW = Σ over row blocks gy[rows]ᵀ x[rows]: this rank's block from the local input now,
-      // the others once gathered, summed in float32.
-      const int64_t mLocal = x.numel() / in, me = comm->rank();
-      auto rows = [&](const at::Tensor& t, int64_t r0) { return t.narrow(0, r0, mLocal); };
-      auto xs = total.reshape({-1, in});
-      auto weightGrad = [&](const at::Tensor& g, const at::Tensor& xi) {
-        if (into) {
-          nn::accumulateWeightGrad(st->weight, g, xi);
-        } else {
-          kernels::gemmAccumulateTNInto(gw, {outLocal, in}, gy.device(), g.contiguous(), xi.contiguous());
-        }
-      };
-      weightGrad(rows(gyW, me * mLocal), x.reshape({-1, in}).to(dt));
-      gather->wait();
-      for (int64_t q = 0; q < comm->size(); ++q) {
-        if (q != me) weightGrad(rows(gyW, q * mLocal), rows(xs, q * mLocal).to(dt));
-      }
-      if (gw.defined()) gw = gw.to(wdtype);
-    } else if (needW) {
-      if (into) nn::accumulateWeightGrad(st->weight, gyW, total.reshape({-1, in}).to(dt));
-      if (!into) gw = kernels::weightGradTN(gyW, total.reshape({-1, in}).to(dt), wdtype);
-    }
-    if (needB && into) nn::accumulateBiasGrad(st->bias, gy2);
-    if (needB && !into) gb = gy2.sum(0);
+    auto [gw, gb] = weightGrads(*st, gy, gyW, x, total, gather, wdtype, needW, needB);
     if (needW || needB) st->note("grad_weight");
     carve.reset();
 

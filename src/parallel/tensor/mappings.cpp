@@ -1,11 +1,11 @@
-#include "parallel/tensor/mappings.h"
+#include "tessera/parallel/tensor/mappings.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <fmt/ranges.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::tp {
 namespace {

@@ -7,11 +7,11 @@
 #include <map>
 #include <optional>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "kernels/gemm_accumulate.h"
-#include "nn/accum_linear.h"
-#include "common/sm_carveout.h"
-#include "fp8/fake_quant.h"
+#include "tessera/nn/accum_linear.h"
+#include "tessera/common/sm_carveout.h"
+#include "tessera/fp8/fake_quant.h"
 #include "parallel/tensor/fp8_linear.h"
 #include "parallel/tensor/seq_chunks.h"
 

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <optional>
 
-#include "common/error.h"
-#include "common/sm_carveout.h"
+#include "tessera/common/error.h"
+#include "tessera/common/sm_carveout.h"
 
 namespace tessera::tp {
 

@@ -1,14 +1,14 @@
 // Vocab-parallel embedding and cross-entropy (contracts in vocab.h).
-#include "parallel/tensor/vocab.h"
+#include "tessera/parallel/tensor/vocab.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/autograd.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "kernels/cross_entropy.h"
-#include "nn/accum_embedding.h"
-#include "parallel/tensor/mappings.h"
+#include "tessera/nn/accum_embedding.h"
+#include "tessera/parallel/tensor/mappings.h"
 
 namespace tessera::tp {
 

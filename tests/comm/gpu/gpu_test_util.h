@@ -3,7 +3,7 @@
 #include <ATen/Context.h>
 #include <gtest/gtest.h>
 
-#include "comm/backends.h"
+#include "tessera/comm/backends.h"
 #include "harness/multiprocess.h"
 
 namespace tessera::testing {

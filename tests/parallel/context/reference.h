@@ -4,7 +4,7 @@
 // [T, B, Hkv, D], Hq a multiple of Hkv) → [T, B, Hq, D], through common/attention.h.
 #include <ATen/ATen.h>
 
-#include "common/attention.h"
+#include "tessera/common/attention.h"
 
 namespace tessera::testing {
 

@@ -8,11 +8,11 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
-#include "common/attention.h"
-#include "common/error.h"
+#include "tessera/common/attention.h"
+#include "tessera/common/error.h"
 #include "harness/multiprocess.h"
-#include "parallel/context/attention.h"
-#include "parallel/context/chunks.h"
+#include "tessera/parallel/context/attention.h"
+#include "tessera/parallel/context/chunks.h"
 #include "reference.h"
 
 using namespace tessera;

@@ -17,10 +17,10 @@
 #include <utility>
 
 #include "comm/gpu/gpu_test_util.h"
-#include "common/attention.h"
+#include "tessera/common/attention.h"
 #include "harness/multiprocess.h"
-#include "parallel/context/attention.h"
-#include "parallel/context/chunks.h"
+#include "tessera/parallel/context/attention.h"
+#include "tessera/parallel/context/chunks.h"
 #include "reference.h"
 
 using namespace tessera;

@@ -9,8 +9,8 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
-#include "common/error.h"
-#include "parallel/pipeline/partition.h"
+#include "tessera/common/error.h"
+#include "tessera/parallel/pipeline/partition.h"
 
 using namespace tessera::pipeline;
 

@@ -51,9 +51,9 @@
 #include "comm/gpu/gpu_test_util.h"
 #include "harness/multiprocess.h"
 #include "models/tiny_models.h"
-#include "nn/accum_linear.h"
-#include "parallel/pipeline/executor.h"
-#include "parallel/pipeline/partition.h"
+#include "tessera/nn/accum_linear.h"
+#include "tessera/parallel/pipeline/executor.h"
+#include "tessera/parallel/pipeline/partition.h"
 
 using namespace tessera;
 using namespace tessera::pipeline;

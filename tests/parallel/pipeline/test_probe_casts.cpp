@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "comm/gpu/gpu_test_util.h"
-#include "common/autocast.h"
+#include "tessera/common/autocast.h"
 #include "harness/multiprocess.h"
-#include "parallel/pipeline/executor.h"
+#include "tessera/parallel/pipeline/executor.h"
 
 using namespace tessera;
 using namespace tessera::pipeline;

@@ -14,8 +14,8 @@
 #include <set>
 #include <tuple>
 
-#include "common/error.h"
-#include "parallel/pipeline/schedule.h"
+#include "tessera/common/error.h"
+#include "tessera/parallel/pipeline/schedule.h"
 
 using namespace tessera::pipeline;
 

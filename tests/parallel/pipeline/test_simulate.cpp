@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "common/error.h"
-#include "parallel/pipeline/simulate.h"
+#include "tessera/common/error.h"
+#include "tessera/parallel/pipeline/simulate.h"
 
 using namespace tessera::pipeline;
 

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "tessera/comm/communicator.h"
 
 namespace tessera::testing {
 

@@ -21,7 +21,7 @@
 #include "comm/gpu/gpu_test_util.h"
 #include "harness/multiprocess.h"
 #include "models/tiny_models.h"
-#include "parallel/tensor/blocks.h"
+#include "tessera/parallel/tensor/blocks.h"
 
 using namespace tessera;
 using namespace tessera::testing;

@@ -21,9 +21,9 @@
 #include <string>
 
 #include "comm/fake/fake_communicator.h"
-#include "common/autocast.h"
-#include "common/error.h"
-#include "parallel/tensor/linear.h"
+#include "tessera/common/autocast.h"
+#include "tessera/common/error.h"
+#include "tessera/parallel/tensor/linear.h"
 #ifdef TESSERA_TP_FAKE_GPU_SUITE
 #include "comm/gpu/gpu_test_util.h"
 #endif

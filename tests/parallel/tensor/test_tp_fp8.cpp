@@ -13,9 +13,9 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
-#include "fp8/fake_quant.h"
+#include "tessera/fp8/fake_quant.h"
 #include "harness/multiprocess.h"
-#include "parallel/tensor/linear.h"
+#include "tessera/parallel/tensor/linear.h"
 
 using namespace tessera;
 using namespace tessera::testing;

@@ -24,12 +24,12 @@
 #ifdef TESSERA_TP_FP8_GPU_SUITE
 #include "comm/gpu/gpu_test_util.h"
 #endif
-#include "fp8/fake_quant.h"
+#include "tessera/fp8/fake_quant.h"
 #include "harness/multiprocess.h"
-#include "nn/deferred_grads.h"
+#include "tessera/nn/deferred_grads.h"
 #include "parallel/tensor/fp8_linear.h"
 #include "parallel/tensor/fp8_weight_cache.h"
-#include "parallel/tensor/linear.h"
+#include "tessera/parallel/tensor/linear.h"
 
 using namespace tessera;
 using namespace tessera::testing;

@@ -23,10 +23,10 @@
 #include <functional>
 
 #include "harness/multiprocess.h"
-#include "parallel/tensor/blocks.h"
-#include "parallel/tensor/linear.h"
-#include "parallel/tensor/mappings.h"
-#include "parallel/tensor/vocab.h"
+#include "tessera/parallel/tensor/blocks.h"
+#include "tessera/parallel/tensor/linear.h"
+#include "tessera/parallel/tensor/mappings.h"
+#include "tessera/parallel/tensor/vocab.h"
 #include "recording_comm.h"
 
 using namespace tessera;

@@ -18,8 +18,8 @@
 #ifdef TESSERA_TP_LINEAR_GPU_SUITE
 #include "comm/gpu/gpu_test_util.h"
 #endif
-#include "parallel/tensor/linear.h"
-#include "parallel/tensor/mappings.h"
+#include "tessera/parallel/tensor/linear.h"
+#include "tessera/parallel/tensor/mappings.h"
 
 using namespace tessera;
 using namespace tessera::testing;

@@ -24,7 +24,7 @@
 #include <functional>
 
 #include "harness/multiprocess.h"
-#include "parallel/tensor/mappings.h"
+#include "tessera/parallel/tensor/mappings.h"
 
 using namespace tessera;
 using namespace tessera::testing;

@@ -22,7 +22,7 @@
 
 #include "harness/multiprocess.h"
 #include "recording_comm.h"
-#include "parallel/tensor/linear.h"
+#include "tessera/parallel/tensor/linear.h"
 
 using namespace tessera;
 using namespace tessera::testing;

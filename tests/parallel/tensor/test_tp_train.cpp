@@ -45,9 +45,9 @@
 
 #include "harness/multiprocess.h"
 #include "models/tiny_models.h"
-#include "parallel/tensor/blocks.h"
-#include "parallel/tensor/mappings.h"
-#include "parallel/tensor/vocab.h"
+#include "tessera/parallel/tensor/blocks.h"
+#include "tessera/parallel/tensor/mappings.h"
+#include "tessera/parallel/tensor/vocab.h"
 
 using namespace tessera;
 using namespace tessera::testing;

@@ -16,8 +16,8 @@
 #ifdef TESSERA_TP_GPU_SUITE
 #include "comm/gpu/gpu_test_util.h"
 #endif
-#include "parallel/tensor/linear.h"
-#include "parallel/tensor/vocab.h"
+#include "tessera/parallel/tensor/linear.h"
+#include "tessera/parallel/tensor/vocab.h"
 
 using namespace tessera;
 using namespace tessera::testing;

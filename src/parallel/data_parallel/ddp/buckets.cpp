@@ -4,7 +4,7 @@
 
 #include <map>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::ddp {
 

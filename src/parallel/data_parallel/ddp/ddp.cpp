@@ -1,8 +1,8 @@
-#include "parallel/data_parallel/ddp/ddp.h"
+#include "tessera/parallel/data_parallel/ddp/ddp.h"
 
 #include <ATen/ATen.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "parallel/data_parallel/ddp/param_sync.h"
 #include "parallel/data_parallel/ddp/reducer.h"
 #include "parallel/data_parallel/ddp/validate.h"

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <map>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::ddp {
 namespace {

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "comm/communicator.h"
+#include "tessera/comm/communicator.h"
 
 namespace tessera::ddp {
 

@@ -12,10 +12,10 @@
 
 #include <algorithm>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "kernels/bucket_copy.h"
-#include "nn/recompute.h"
-#include "nn/stale_grads.h"
+#include "tessera/nn/recompute.h"
+#include "tessera/nn/stale_grads.h"
 #include "parallel/data_parallel/ddp/buckets.h"
 
 namespace tessera {

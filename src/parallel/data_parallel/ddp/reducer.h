@@ -1,31 +1,15 @@
 #pragma once
-// Reducer: DDP's engine room (internal). Owns the buckets, the autograd hooks on each
-// parameter's gradient accumulator, the end-of-backward step (reducer_end.cpp) and the gathered
-// embedding rows (reducer_rows.cpp). See ddp.h for the contract.
-//
-// Flow of one synchronised backward:
-//   hook(i) fires after param i's .grad was accumulated → mark ready; when bucket b has all
-//   its gradients, and every bucket before it has been launched, launch b: copy + scale
-//   (1/world) + cast the gradients into the flat bucket (kernels::flattenScaleCast) and
-//   all-reduce(sum) it — or, with bucket views, all-reduce(avg) the bucket in place.
-//   Buckets launch in index order on every rank, so collectives match across ranks.
-//   The first hook queues finalize() on the autograd engine: it handles parameters that got
-//   no gradient, launches what is left, waits on every bucket (CUDA: stream-ordered), copies
-//   back (kernels::unflattenCast) and, after the first iteration, rebuilds the buckets in
-//   the order rank 0 saw gradients become ready (completeIteration()). Every rank issues
-//   the same collectives however its backward went: parameters without a gradient still
-//   contribute (their .grad, or zeros), and the "got no gradient" error is raised after.
-//   A backward that raised before finalize() (a hook, onBucketReduced, the model's own
-//   backward) drops finalize's callback with its graph task, which expires the iteration's
-//   token: the next zeroGrad() or synchronised backward's first hook sees that, waits for
-//   the dropped iteration's all-reduces, issues the rest on zeros (finishAbortedIteration(),
-//   .grad untouched) and starts clean.
-//   From the first launch to finalize(), options.smCarveout SMs are kept free of GEMMs
-//   (common/sm_carveout.h), so backward's GEMMs fit beside the running all-reduces.
-//   With onBucketReduced, each launched bucket is handed to it at once (afterReduce): on CUDA
-//   on a side stream that waits for the all-reduce (and copies the bucket back into .grad
-//   first when gradients are not bucket views); finalize() makes the caller's stream wait
-//   for the side stream.
+// Reducer: DDP's engine room (internal; ddp.h has the contract, docs/design/ddp.md the flow of a
+// backward). Owns the buckets, the autograd hooks on each parameter's gradient accumulator, the
+// end-of-backward step (end_of_backward.cpp) and the gathered embedding rows (embedding_rows.cpp).
+// - hook(i) marks param i ready; a bucket whose gradients are all ready launches once every bucket
+//   before it has: flattened, scaled and cast, then all-reduced on the communicator's stream.
+//   Buckets launch in index order on every rank, so the collectives match.
+// - The first hook queues finalize() (nn::queueAtBackwardEnd): unused parameters, the rest of the
+//   launches, the waits, the copy back into .grad, and after the first iteration the rebuild.
+// - A backward that raised expires the iteration's token; the next zeroGrad() or first hook then
+//   completes that iteration's collectives on zeros (finishAbortedIteration) and starts clean.
+// Guarded by mu_ (hooks run on the autograd engine's threads); one backward at a time.
 #include <ATen/core/Tensor.h>
 #include <c10/core/Stream.h>
 
@@ -35,9 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/communicator.h"
-#include "common/sm_carveout.h"
-#include "parallel/data_parallel/ddp/ddp.h"
+#include "tessera/comm/communicator.h"
+#include "tessera/common/sm_carveout.h"
+#include "tessera/parallel/data_parallel/ddp/ddp.h"
 #include "parallel/data_parallel/gathered_rows.h"
 
 namespace torch::autograd {
@@ -54,7 +38,7 @@ class Reducer {
   void setSync(bool on) { sync_ = on; }
   bool sync() const { return sync_; }
   void zeroGrad();
-  void reduceNow();  // DistributedDataParallel::reduceGradients (reducer_end.cpp)
+  void reduceNow();  // DistributedDataParallel::reduceGradients (end_of_backward.cpp)
   std::vector<std::vector<std::string>> layout() const;
   const DdpOptions& options() const { return opts_; }
   const CommPtr& comm() const { return comm_; }
@@ -88,7 +72,7 @@ class Reducer {
   void finishAbortedIteration();
   void resetIteration();
   void beginIteration();  // with mu_ held: the first hook (or offered rows) of a synchronised backward
-  // gatherEmbeddingRows (reducer_rows.cpp): the sinks on the parameters, the rows they took this
+  // gatherEmbeddingRows (embedding_rows.cpp): the sinks on the parameters, the rows they took this
   // backward (all-gathers in flight), and their sum into .grad at the end of backward.
   struct ParamRows {
     int param;

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "comm/types.h"
+#include "tessera/comm/types.h"
 
 namespace tessera::ddp {
 namespace {

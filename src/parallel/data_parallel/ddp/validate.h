@@ -2,7 +2,7 @@
 // DDP's construction-time checks, local to one rank (no communication): what a rank brings to
 // ddp::agree() (param_sync.h), which turns any rank's problem or any difference between the
 // ranks into the same error on every rank, so no rank is left waiting in a collective.
-#include "parallel/data_parallel/ddp/ddp.h"
+#include "tessera/parallel/data_parallel/ddp/ddp.h"
 #include "parallel/data_parallel/ddp/param_sync.h"
 
 namespace tessera::ddp {

@@ -1,6 +1,6 @@
-#include "parallel/data_parallel/fsdp/unit.h"
+#include "tessera/parallel/data_parallel/fsdp/unit.h"
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 #include <algorithm>
 

@@ -1,6 +1,6 @@
 // FullyShardedDataParallel: the backward pass (pre-backward hooks, gradients reduce-scattered as
 // units complete, drained into the fp32 grad shards; contract in fsdp.h).
-#include "parallel/data_parallel/fsdp/fsdp.h"
+#include "tessera/parallel/data_parallel/fsdp/fsdp.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/engine.h>
@@ -11,11 +11,12 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 #include "kernels/bucket_copy.h"
 #include "parallel/data_parallel/fsdp/hooks.h"
 #include "parallel/data_parallel/fsdp/prefetch.h"
+#include "parallel/data_parallel/fsdp/impl.h"
 #include "parallel/data_parallel/fsdp/unit_state.h"
 
 namespace tessera {
@@ -52,7 +53,7 @@ constexpr size_t kReduceInputsInFlight = 1;
 // pre-backward hook to its last gradient anyway. Counted by pre-backward hooks of one backward,
 // so forwards of micro-batches whose backwards come later (pipelines: F0 F1 B0, interleaved
 // stages) do not count as repeats. Warned once per unit.
-void FullyShardedDataParallel::warnRepeatedRuns() {
+void FullyShardedDataParallel::Impl::warnRepeatedRuns() {
   int fewest = 0;
   for (const auto& x : units_) {
     if (x->bwdRuns > 0) fewest = fewest == 0 ? x->bwdRuns : std::min(fewest, x->bwdRuns);
@@ -69,7 +70,7 @@ void FullyShardedDataParallel::warnRepeatedRuns() {
   }
 }
 
-void FullyShardedDataParallel::beginBackward() {
+void FullyShardedDataParallel::Impl::beginBackward() {
   if (inBackward_) return;
   inBackward_ = true;
   backwardOrder_.assign(passOrder_.rbegin(), passOrder_.rend());
@@ -83,7 +84,7 @@ void FullyShardedDataParallel::beginBackward() {
   torch::autograd::Engine::get_default_engine().queue_callback([this] { finalizeBackward(); });
 }
 
-void FullyShardedDataParallel::onPreBackward(int u) {
+void FullyShardedDataParallel::Impl::onPreBackward(int u) {
   beginBackward();
   auto& x = *units_[u];
   x.ranWithGrad = true;
@@ -99,7 +100,7 @@ void FullyShardedDataParallel::onPreBackward(int u) {
   waitGathered(u);
 }
 
-void FullyShardedDataParallel::onGradReady(int u, int param) {
+void FullyShardedDataParallel::Impl::onGradReady(int u, int param) {
   beginBackward();
   auto& x = *units_[u];
   TESSERA_CHECK(!x.gotGrad[param],
@@ -114,7 +115,7 @@ void FullyShardedDataParallel::onGradReady(int u, int param) {
   }
 }
 
-void FullyShardedDataParallel::launchReady() {
+void FullyShardedDataParallel::Impl::launchReady() {
   while (nextLaunch_ < backwardOrder_.size()) {
     const int u = backwardOrder_[nextLaunch_];
     auto& x = *units_[u];
@@ -124,7 +125,7 @@ void FullyShardedDataParallel::launchReady() {
   }
 }
 
-void FullyShardedDataParallel::processGrads(int u) {
+void FullyShardedDataParallel::Impl::processGrads(int u) {
   auto& x = *units_[u];
   const auto& l = x.layout;
   x.launched = true;
@@ -183,9 +184,9 @@ void FullyShardedDataParallel::processGrads(int u) {
 // allocator then hands their blocks to later allocations on this stream. The communication stream
 // runs the all-gathers prefetched for backward in between the reduce-scatters, so waiting for the
 // newest reduce-scatter made compute wait for those gathers too (1.35 ms a step on llama3-1b over
-// 4 GPUs, bench/results/profile_llama3_1b_4gpu_h200.md); keeping one input in flight avoids that at
-// the cost of one more unit-sized float32 buffer.
-void FullyShardedDataParallel::releaseReduceInputs(size_t keep) {
+// 4 H200s: profile_llama3_1b_4gpu_h200.md, in git history); keeping one input in flight avoids that
+// at the cost of one more unit-sized float32 buffer.
+void FullyShardedDataParallel::Impl::releaseReduceInputs(size_t keep) {
   while (!reduceIns_.empty()) {
     auto& [input, work] = reduceIns_.front();
     if (reduceIns_.size() > keep) {
@@ -202,7 +203,7 @@ void FullyShardedDataParallel::releaseReduceInputs(size_t keep) {
 // kMaxUndrained, so at most that many fp32 output shards are alive at once instead of one per
 // unit until the end of backward. Plain FSDP only: hybrid sharding all-reduces the outputs
 // across replicas first, in finalizeBackward.
-void FullyShardedDataParallel::drainReduceScatters(int current) {
+void FullyShardedDataParallel::Impl::drainReduceScatters(int current) {
   constexpr int kMaxUndrained = 2;
   std::vector<int> open;
   for (int u : backwardOrder_) {
@@ -219,7 +220,7 @@ void FullyShardedDataParallel::drainReduceScatters(int current) {
   }
 }
 
-void FullyShardedDataParallel::finalizeBackward() {
+void FullyShardedDataParallel::Impl::finalizeBackward() {
   // Units whose trainable parameters did not all get a gradient: launch now (zeros for those).
   for (int u : backwardOrder_) units_[u]->gradsReady = true;
   launchReady();
@@ -244,7 +245,7 @@ void FullyShardedDataParallel::finalizeBackward() {
   resetPass();
 }
 
-void FullyShardedDataParallel::resetPass() {
+void FullyShardedDataParallel::Impl::resetPass() {
   for (auto& x : units_) {
     x->ranWithGrad = x->liveGraphs > 0;  // forwards whose backward is still to come
     x->bwdPrefetched = false;

@@ -1,10 +1,10 @@
-#include "parallel/data_parallel/fsdp/flat_param.h"
+#include "tessera/parallel/data_parallel/fsdp/flat_param.h"
 
 #include <c10/core/StorageImpl.h>
 
 #include <algorithm>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 
 namespace tessera::fsdp {
 

@@ -1,7 +1,7 @@
 // FullyShardedDataParallel: construction (agree, flatten, shard, broadcast), accessors and the
 // gradient shards' zeroing and clipping (contract in fsdp.h; forward in gather.cpp, backward in
 // backward.cpp).
-#include "parallel/data_parallel/fsdp/fsdp.h"
+#include "tessera/parallel/data_parallel/fsdp/fsdp.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/engine.h>
@@ -13,12 +13,13 @@
 #include <cmath>
 #include <unordered_map>
 
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 #include "kernels/bucket_copy.h"
 #include "parallel/data_parallel/ddp/param_sync.h"
 #include "parallel/data_parallel/fsdp/hooks.h"
 #include "parallel/data_parallel/fsdp/prefetch.h"
+#include "parallel/data_parallel/fsdp/impl.h"
 #include "parallel/data_parallel/fsdp/unit_state.h"
 
 namespace tessera {
@@ -42,20 +43,12 @@ void makeGroups(const CommPtr& world, int s, CommPtr& shard, CommPtr& replica) {
   replica = world->split(r % s, r, fmt::format("{}.fsdp_replica{}", world->name(), r % s));
 }
 
-}  // namespace
-
-FullyShardedDataParallel::FullyShardedDataParallel(std::vector<FsdpUnitSpec> specs, CommPtr comm, FsdpOptions o)
-    : world_(std::move(comm)), opts_(o) {
-  TESSERA_CHECK(world_ != nullptr, "FullyShardedDataParallel: null communicator");
-  TESSERA_CHECK(!specs.empty(), "FullyShardedDataParallel: no units (rank {})", world_->rank());
-  TESSERA_CHECK(isFloatingDtype(o.paramDtype) && isFloatingDtype(o.reduceDtype),
-                "FullyShardedDataParallel: paramDtype {} / reduceDtype {} must be float32, bfloat16 or float16",
-                dtypeName(o.paramDtype), dtypeName(o.reduceDtype));
-
-  // Ownership checks: a tensor in two units is refused; within a unit it is kept once.
+// Every unit's parameters, checked (defined, leaf, floating, one device per unit; a tensor in two
+// units refused, kept once within one; names unique); `all` gets them as "<unit>/<name>".
+std::vector<std::vector<std::pair<std::string, at::Tensor>>> checkedParams(const std::vector<FsdpUnitSpec>& specs,
+                                                                           FullyShardedDataParallel::Named& all) {
   std::unordered_map<const void*, std::pair<std::string, std::string>> owner;  // impl -> (unit, param)
   std::unordered_map<std::string, std::string> nameUnit;                        // param name -> unit
-  Named all;
   std::vector<std::vector<std::pair<std::string, at::Tensor>>> kept(specs.size());
   for (size_t u = 0; u < specs.size(); ++u) {
     const auto& s = specs[u];
@@ -89,6 +82,21 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::vector<FsdpUnitSpec> spe
       all.emplace_back(s.name + "/" + name, t);
     }
   }
+  return kept;
+}
+
+}  // namespace
+
+FullyShardedDataParallel::Impl::Impl(std::vector<FsdpUnitSpec> specs, CommPtr comm, FsdpOptions o)
+    : world_(std::move(comm)), opts_(o) {
+  TESSERA_CHECK(world_ != nullptr, "FullyShardedDataParallel: null communicator");
+  TESSERA_CHECK(!specs.empty(), "FullyShardedDataParallel: no units (rank {})", world_->rank());
+  TESSERA_CHECK(isFloatingDtype(o.paramDtype) && isFloatingDtype(o.reduceDtype),
+                "FullyShardedDataParallel: paramDtype {} / reduceDtype {} must be float32, bfloat16 or float16",
+                dtypeName(o.paramDtype), dtypeName(o.reduceDtype));
+
+  Named all;
+  const auto kept = checkedParams(specs, all);
   if (opts_.syncModuleStates) {
     torch::NoGradGuard ng;
     ddp::checkSameParameters(*world_, all, all.front().second.options());
@@ -97,88 +105,83 @@ FullyShardedDataParallel::FullyShardedDataParallel(std::vector<FsdpUnitSpec> spe
     ddp::broadcastTensors(*world_, ts, 0);
   }
   makeGroups(world_, opts_.shardGroupSize, shardComm_, replicaComm_);
-  const int shards = shardComm_->size(), srank = shardComm_->rank();
 
-  for (size_t u = 0; u < specs.size(); ++u) {
-    auto x = std::make_unique<Unit>();
-    x->name = specs[u].name;
-    x->reshardAfterForward = specs[u].reshardAfterForward.value_or(opts_.reshardAfterForward);
-    for (auto& [n, t] : kept[u]) {
-      x->names.push_back(n);
-      x->params.push_back(t);
-    }
-    x->layout = fsdp::makeLayout(x->names, x->params, shards);
-    const auto& l = x->layout;
-    const auto dev = x->params[0].device();
-    auto f32 = at::TensorOptions().dtype(at::kFloat).device(dev);
-    {
-      torch::NoGradGuard ng;
-      auto flat = at::zeros({l.paddedNumel}, f32);
-      std::vector<at::Tensor> srcs;
-      std::vector<int64_t> offs;
-      for (const auto& e : l.entries) {
-        srcs.push_back(x->params[e.index].detach().contiguous());
-        offs.push_back(e.offset);
-      }
-      kernels::flattenScaleCast(srcs, flat, offs, 1.0);
-      x->master = flat.narrow(0, static_cast<int64_t>(srank) * l.shardNumel, l.shardNumel).clone();
-      // x->grad stays undefined until a backward produces it (zeroGrad releases it again).
-      x->full = at::empty({l.paddedNumel}, f32.dtype(opts_.paramDtype));
-      // Parameters become views of the unsharded buffer (their own storage is dropped).
-      for (const auto& e : l.entries) {
-        x->params[e.index].set_data(x->full.narrow(0, e.offset, e.numel).view(e.shape));
-      }
-    }
-    x->gotGrad.assign(x->params.size(), false);
-    for (const auto& e : l.entries) {
-      if (!e.trainable) {
-        x->hasFrozen = true;
-        continue;
-      }
-      ++x->trainable;
-      x->hooks.push_back(fsdp::addGradReadyHook(*this, static_cast<int>(u), e.index, x->params[e.index], e.name));
-    }
-    fsdp::freeStorage(x->full);
-    unitBytes_.push_back(static_cast<size_t>(l.paddedNumel) * x->full.element_size());
-    units_.push_back(std::move(x));
-  }
+  for (size_t u = 0; u < specs.size(); ++u) units_.push_back(makeUnit(specs[u], kept[u], static_cast<int>(u)));
+  for (const auto& x : units_) unitBytes_.push_back(static_cast<size_t>(x->layout.paddedNumel) * x->full.element_size());
   alive_.assign(units_.size(), false);
   resetPass();
   if (opts_.gatherEmbeddingRows) installRowSinks();
 }
 
-FullyShardedDataParallel::~FullyShardedDataParallel() {
+std::unique_ptr<Unit> FullyShardedDataParallel::Impl::makeUnit(const FsdpUnitSpec& spec,
+                                                               const std::vector<std::pair<std::string, at::Tensor>>& params,
+                                                               int u) {
+  const int shards = shardComm_->size(), srank = shardComm_->rank();
+  auto x = std::make_unique<Unit>();
+  x->name = spec.name;
+  x->reshardAfterForward = spec.reshardAfterForward.value_or(opts_.reshardAfterForward);
+  for (const auto& [n, t] : params) {
+    x->names.push_back(n);
+    x->params.push_back(t);
+  }
+  x->layout = fsdp::makeLayout(x->names, x->params, shards);
+  const auto& l = x->layout;
+  const auto dev = x->params[0].device();
+  auto f32 = at::TensorOptions().dtype(at::kFloat).device(dev);
+  {
+    torch::NoGradGuard ng;
+    auto flat = at::zeros({l.paddedNumel}, f32);
+    std::vector<at::Tensor> srcs;
+    std::vector<int64_t> offs;
+    for (const auto& e : l.entries) {
+      srcs.push_back(x->params[e.index].detach().contiguous());
+      offs.push_back(e.offset);
+    }
+    kernels::flattenScaleCast(srcs, flat, offs, 1.0);
+    x->master = flat.narrow(0, static_cast<int64_t>(srank) * l.shardNumel, l.shardNumel).clone();
+    // x->grad stays undefined until a backward produces it (zeroGrad releases it again).
+    x->full = at::empty({l.paddedNumel}, f32.dtype(opts_.paramDtype));
+    // Parameters become views of the unsharded buffer (their own storage is dropped).
+    for (const auto& e : l.entries) {
+      x->params[e.index].set_data(x->full.narrow(0, e.offset, e.numel).view(e.shape));
+    }
+  }
+  x->gotGrad.assign(x->params.size(), false);
+  for (const auto& e : l.entries) {
+    if (!e.trainable) {
+      x->hasFrozen = true;
+      continue;
+    }
+    ++x->trainable;
+    x->hooks.push_back(fsdp::addGradReadyHook(*this, u, e.index, x->params[e.index], e.name));
+  }
+  fsdp::freeStorage(x->full);
+  return x;
+}
+
+FullyShardedDataParallel::Impl::~Impl() {
   removeRowSinks();
   for (auto& x : units_) {
     for (auto& [acc, key] : x->hooks) acc->del_post_hook(key);
   }
 }
 
-size_t FullyShardedDataParallel::numUnits() const { return units_.size(); }
-const std::string& FullyShardedDataParallel::unitName(size_t u) const { return units_.at(u)->name; }
-const fsdp::FlatLayout& FullyShardedDataParallel::layout(size_t u) const { return units_.at(u)->layout; }
-at::Tensor FullyShardedDataParallel::masterShard(size_t u) const { return units_.at(u)->master; }
-at::Tensor FullyShardedDataParallel::gradShard(size_t u) const {
+at::Tensor FullyShardedDataParallel::Impl::gradShard(size_t u) const {
   auto& x = *units_.at(u);
   fsdp::adoptViewGrads(x);
   return x.grad.defined() ? x.grad : at::zeros({x.layout.shardNumel}, x.master.options());
 }
-int FullyShardedDataParallel::shardRank() const { return shardComm_->rank(); }
-
-void FullyShardedDataParallel::resetStats() {
+void FullyShardedDataParallel::Impl::resetStats() {
   stats_.peakUnshardedUnits = stats_.unshardedUnits;
   stats_.peakUnshardedBytes = stats_.unshardedBytes;
   stats_.allGathers = stats_.prefetches = stats_.reduceScatters = 0;
 }
 
-bool FullyShardedDataParallel::reshardsAfterForward(int u) const { return units_[u]->reshardAfterForward; }
+bool FullyShardedDataParallel::Impl::reshardsAfterForward(int u) const { return units_[u]->reshardAfterForward; }
 
 // ---- gradients
 
-FullyShardedDataParallel::NoSync::NoSync(FullyShardedDataParallel& f) : f_(f), prev_(f.sync_) { f_.sync_ = false; }
-FullyShardedDataParallel::NoSync::~NoSync() { f_.sync_ = prev_; }
-
-void FullyShardedDataParallel::zeroGrad() {
+void FullyShardedDataParallel::Impl::zeroGrad() {
   for (auto& x : units_) {
     x->grad = at::Tensor();  // released, as zero_grad(set_to_none=True): no memory until the next backward
     x->accum = at::Tensor();
@@ -186,7 +189,7 @@ void FullyShardedDataParallel::zeroGrad() {
   }
 }
 
-at::Tensor FullyShardedDataParallel::clipGradNorm(double maxNorm) {
+at::Tensor FullyShardedDataParallel::Impl::clipGradNorm(double maxNorm) {
   TESSERA_CHECK(maxNorm >= 0, "FullyShardedDataParallel::clipGradNorm: maxNorm {} must be >= 0", maxNorm);
   torch::NoGradGuard ng;
   const int r = shardComm_->rank();

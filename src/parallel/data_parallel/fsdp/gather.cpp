@@ -1,16 +1,17 @@
 // FullyShardedDataParallel: gathering and resharding units, prefetch, and runUnit (the forward;
 // contract in fsdp.h).
-#include "parallel/data_parallel/fsdp/fsdp.h"
+#include "tessera/parallel/data_parallel/fsdp/fsdp.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
 
-#include "common/error.h"
-#include "common/log.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 #include "parallel/data_parallel/fsdp/hooks.h"
 #include "parallel/data_parallel/fsdp/prefetch.h"
+#include "parallel/data_parallel/fsdp/impl.h"
 #include "parallel/data_parallel/fsdp/unit_state.h"
 
 namespace tessera {
@@ -19,7 +20,7 @@ using fsdp::Unit;
 
 // ---- gather / reshard
 
-void FullyShardedDataParallel::gather(int u, bool prefetch) {
+void FullyShardedDataParallel::Impl::gather(int u, bool prefetch) {
   auto& x = *units_[u];
   if (x.state != Unit::State::Sharded) return;
   fsdp::allocateStorage(x.full, unitBytes_[u]);
@@ -42,7 +43,7 @@ void FullyShardedDataParallel::gather(int u, bool prefetch) {
   if (prefetch) stats_.prefetches += 1;
 }
 
-void FullyShardedDataParallel::waitGathered(int u) {
+void FullyShardedDataParallel::Impl::waitGathered(int u) {
   auto& x = *units_[u];
   if (x.state != Unit::State::Gathering) return;
   if (x.gatherWork) x.gatherWork->wait();
@@ -51,7 +52,7 @@ void FullyShardedDataParallel::waitGathered(int u) {
   x.state = Unit::State::Unsharded;
 }
 
-void FullyShardedDataParallel::reshard(int u) {
+void FullyShardedDataParallel::Impl::reshard(int u) {
   auto& x = *units_[u];
   if (x.state == Unit::State::Sharded) return;
   waitGathered(u);  // the communicator must be done writing before the memory goes
@@ -63,19 +64,19 @@ void FullyShardedDataParallel::reshard(int u) {
   stats_.unshardedBytes -= unitBytes_[u];
 }
 
-void FullyShardedDataParallel::reshardAll() {
+void FullyShardedDataParallel::Impl::reshardAll() {
   for (size_t u = 0; u < units_.size(); ++u) reshard(static_cast<int>(u));
   if (!inBackward_) passOpen_ = false;  // e.g. after an eval forward: the next run starts a pass
 }
 
-void FullyShardedDataParallel::unshardAll() {
+void FullyShardedDataParallel::Impl::unshardAll() {
   TESSERA_CHECK(!passOpen_ && !inBackward_ && running_ < 0,
                 "FullyShardedDataParallel::unshardAll: called inside a forward/backward pass");
   for (size_t u = 0; u < units_.size(); ++u) gather(static_cast<int>(u), false);
   for (size_t u = 0; u < units_.size(); ++u) waitGathered(static_cast<int>(u));
 }
 
-std::vector<int> FullyShardedDataParallel::leadingUnits() const {
+std::vector<int> FullyShardedDataParallel::Impl::leadingUnits() const {
   if (plannedOrder_.empty() || opts_.prefetchBudgetBytes == 0) return {};
   const int first = plannedOrder_.front();
   auto alive = alive_;
@@ -88,7 +89,7 @@ std::vector<int> FullyShardedDataParallel::leadingUnits() const {
   return out;
 }
 
-void FullyShardedDataParallel::gatherForNextForward(const std::vector<int>& units) {
+void FullyShardedDataParallel::Impl::gatherForNextForward(const std::vector<int>& units) {
   TESSERA_CHECK(!passOpen_ && !inBackward_ && running_ < 0,
                 "FullyShardedDataParallel::gatherForNextForward: called inside a forward/backward pass");
   for (int u : units) {
@@ -101,20 +102,14 @@ void FullyShardedDataParallel::gatherForNextForward(const std::vector<int>& unit
   }
 }
 
-void FullyShardedDataParallel::prefetchAfter(const std::vector<int>& order, int u) {
+void FullyShardedDataParallel::Impl::prefetchAfter(const std::vector<int>& order, int u) {
   fsdp::PrefetchPlanner planner(opts_.prefetchBudgetBytes);
   for (int p : planner.pick(order, u, unitBytes_, alive_, stats_.unshardedBytes)) gather(p, true);
 }
 
 // ---- forward
 
-at::Tensor FullyShardedDataParallel::runUnit(size_t unit, const at::Tensor& input, const Fn& fn) {
-  auto out = runUnit(unit, std::vector<at::Tensor>{input},
-                     [&fn](const std::vector<at::Tensor>& in) { return std::vector<at::Tensor>{fn(in[0])}; });
-  return out[0];
-}
-
-std::vector<at::Tensor> FullyShardedDataParallel::runUnit(size_t unit, const std::vector<at::Tensor>& inputs,
+std::vector<at::Tensor> FullyShardedDataParallel::Impl::runUnit(size_t unit, const std::vector<at::Tensor>& inputs,
                                                           const MultiFn& fn) {
   TESSERA_CHECK(unit < units_.size(), "FullyShardedDataParallel::runUnit: unit {} out of range (there are {} units)",
                 unit, units_.size());

@@ -3,8 +3,9 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
-#include "common/error.h"
-#include "parallel/data_parallel/fsdp/fsdp.h"
+#include "tessera/common/error.h"
+#include "tessera/parallel/data_parallel/fsdp/fsdp.h"
+#include "parallel/data_parallel/fsdp/impl.h"
 #include "parallel/data_parallel/fsdp/unit_state.h"
 
 namespace tessera {
@@ -41,7 +42,7 @@ void publishViewGrads(Unit& x) {
 
 }  // namespace fsdp
 
-void FullyShardedDataParallel::setGradViews(size_t u, std::vector<std::pair<int64_t, at::Tensor>> views) {
+void FullyShardedDataParallel::Impl::setGradViews(size_t u, std::vector<std::pair<int64_t, at::Tensor>> views) {
   TESSERA_CHECK(u < units_.size(), "FullyShardedDataParallel::setGradViews: unit {} of {}", u, units_.size());
   auto& x = *units_[u];
   const auto* base = static_cast<const char*>(x.master.data_ptr());

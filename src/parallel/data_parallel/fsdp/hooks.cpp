@@ -5,8 +5,8 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include "common/error.h"
-#include "parallel/data_parallel/fsdp/fsdp.h"
+#include "tessera/common/error.h"
+#include "parallel/data_parallel/fsdp/impl.h"
 
 namespace tessera::fsdp {
 namespace {
@@ -21,7 +21,7 @@ struct PreBackward : torch::autograd::Function<PreBackward> {
     return variable_list(outs.begin(), outs.end());
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto* f = reinterpret_cast<FullyShardedDataParallel*>(ctx->saved_data["self"].toInt());
+    auto* f = reinterpret_cast<FullyShardedDataParallel::Impl*>(ctx->saved_data["self"].toInt());
     f->onPreBackward(static_cast<int>(ctx->saved_data["unit"].toInt()));
     grads.push_back(at::Tensor());  // self
     grads.push_back(at::Tensor());  // unit
@@ -31,7 +31,7 @@ struct PreBackward : torch::autograd::Function<PreBackward> {
 
 }  // namespace
 
-std::vector<at::Tensor> attachPreBackward(FullyShardedDataParallel& fsdp, int unit, const std::vector<at::Tensor>& outs) {
+std::vector<at::Tensor> attachPreBackward(FullyShardedDataParallel::Impl& fsdp, int unit, const std::vector<at::Tensor>& outs) {
   std::vector<at::Tensor> grad;
   std::vector<size_t> where;
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -48,7 +48,7 @@ std::vector<at::Tensor> attachPreBackward(FullyShardedDataParallel& fsdp, int un
   return res;
 }
 
-std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t> addGradReadyHook(FullyShardedDataParallel& fsdp,
+std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t> addGradReadyHook(FullyShardedDataParallel::Impl& fsdp,
                                                                               int unit, int index,
                                                                               const at::Tensor& param,
                                                                               const std::string& name) {

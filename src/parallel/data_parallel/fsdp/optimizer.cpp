@@ -1,12 +1,13 @@
-#include "parallel/data_parallel/fsdp/optimizer.h"
+#include "tessera/parallel/data_parallel/fsdp/optimizer.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <algorithm>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "kernels/multi_tensor_adamw.h"
+#include "optim/adamw_step.h"
 
 namespace tessera {
 

@@ -4,13 +4,30 @@
 
 #include <fmt/ranges.h>
 
-#include "common/error.h"
-#include "parallel/data_parallel/fsdp/fsdp.h"
+#include "tessera/common/error.h"
+#include "tessera/parallel/data_parallel/fsdp/fsdp.h"
+#include "parallel/data_parallel/fsdp/impl.h"
 #include "parallel/data_parallel/fsdp/unit_state.h"
 
 namespace tessera {
 
-std::map<std::string, at::Tensor> FullyShardedDataParallel::fullStateDict() {
+at::Tensor FullyShardedDataParallel::Impl::gatherFull(size_t u, const at::Tensor& shard) const {
+  const auto& l = layout(u);
+  TESSERA_CHECK(shard.dim() == 1 && shard.numel() <= l.shardNumel,
+                "FullyShardedDataParallel::gatherFull: unit {} ('{}') takes a flat shard of at most {} elements, got [{}]",
+                u, unitName(u), l.shardNumel, c10::str(shard.sizes()));
+  auto out = at::zeros({l.paddedNumel}, shard.options());
+  auto mine = at::zeros({l.shardNumel}, shard.options());
+  mine.narrow(0, 0, shard.numel()).copy_(shard);
+  if (shardComm_->size() == 1) {
+    out.copy_(mine);
+  } else {
+    shardComm_->allGather(out, mine)->wait();
+  }
+  return out;
+}
+
+std::map<std::string, at::Tensor> FullyShardedDataParallel::Impl::fullStateDict() {
   torch::NoGradGuard ng;
   std::map<std::string, at::Tensor> out;
   for (auto& x : units_) {
@@ -29,7 +46,7 @@ std::map<std::string, at::Tensor> FullyShardedDataParallel::fullStateDict() {
 
 // Loading replaces the fp32 master shards only: a gathered unit's parameters (and the graph of a
 // forward whose backward is still to come) would go on with the old values.
-void FullyShardedDataParallel::checkLoadable(const char* fn) const {
+void FullyShardedDataParallel::Impl::checkLoadable(const char* fn) const {
   for (size_t u = 0; u < units_.size(); ++u) {
     TESSERA_CHECK(units_[u]->state == fsdp::Unit::State::Sharded,
                   "FullyShardedDataParallel::{}: unit {} ('{}') is gathered (after unshardAll, or a forward not "
@@ -44,14 +61,14 @@ void FullyShardedDataParallel::checkLoadable(const char* fn) const {
 
 // Units gathered ahead for the next forward would keep the old values once a load changes the
 // shards: released first (outside a pass; inside one, checkLoadable refuses as before).
-void FullyShardedDataParallel::dropGatheredAhead() {
+void FullyShardedDataParallel::Impl::dropGatheredAhead() {
   if (passOpen_ || inBackward_) return;
   for (size_t u = 0; u < units_.size(); ++u) {
     if (units_[u]->gatheredAhead) reshard(static_cast<int>(u));
   }
 }
 
-void FullyShardedDataParallel::loadFullStateDict(const std::map<std::string, at::Tensor>& sd) {
+void FullyShardedDataParallel::Impl::loadFullStateDict(const std::map<std::string, at::Tensor>& sd) {
   dropGatheredAhead();
   checkLoadable("loadFullStateDict");
   torch::NoGradGuard ng;
@@ -82,7 +99,7 @@ at::Tensor layoutTensor(const fsdp::FlatLayout& l, int rank) {
 }
 }  // namespace
 
-std::map<std::string, at::Tensor> FullyShardedDataParallel::shardedStateDict() const {
+std::map<std::string, at::Tensor> FullyShardedDataParallel::Impl::shardedStateDict() const {
   std::map<std::string, at::Tensor> out;
   for (const auto& x : units_) {
     out[x->name + ".flat_shard"] = x->master.detach().clone();
@@ -91,7 +108,7 @@ std::map<std::string, at::Tensor> FullyShardedDataParallel::shardedStateDict() c
   return out;
 }
 
-void FullyShardedDataParallel::loadShardedStateDict(const std::map<std::string, at::Tensor>& sd) {
+void FullyShardedDataParallel::Impl::loadShardedStateDict(const std::map<std::string, at::Tensor>& sd) {
   dropGatheredAhead();
   checkLoadable("loadShardedStateDict");
   torch::NoGradGuard ng;

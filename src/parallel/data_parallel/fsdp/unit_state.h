@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "comm/work.h"
-#include "parallel/data_parallel/fsdp/flat_param.h"
+#include "tessera/comm/work.h"
+#include "tessera/parallel/data_parallel/fsdp/flat_param.h"
 
 namespace tessera::fsdp {
 

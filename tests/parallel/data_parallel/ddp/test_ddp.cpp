@@ -23,11 +23,11 @@
 #include "comm/gpu/gpu_test_util.h"
 #endif
 #include "models/tiny_models.h"
-#include "nn/accum_linear.h"
-#include "nn/deferred_grads.h"
-#include "nn/recompute.h"
-#include "nn/stale_grads.h"
-#include "parallel/data_parallel/ddp/ddp.h"
+#include "tessera/nn/accum_linear.h"
+#include "tessera/nn/deferred_grads.h"
+#include "tessera/nn/recompute.h"
+#include "tessera/nn/stale_grads.h"
+#include "tessera/parallel/data_parallel/ddp/ddp.h"
 
 using namespace tessera;
 using namespace tessera::testing;

@@ -6,7 +6,7 @@
 
 #include "harness/multiprocess.h"
 #include "models/tiny_models.h"
-#include "parallel/data_parallel/ddp/ddp.h"
+#include "tessera/parallel/data_parallel/ddp/ddp.h"
 
 using namespace tessera;
 using namespace tessera::testing;

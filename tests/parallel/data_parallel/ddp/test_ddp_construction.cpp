@@ -14,7 +14,7 @@
 
 #include "harness/multiprocess.h"
 #include "models/tiny_models.h"
-#include "parallel/data_parallel/ddp/ddp.h"
+#include "tessera/parallel/data_parallel/ddp/ddp.h"
 #include "parallel/data_parallel/ddp/param_sync.h"
 
 using namespace tessera;

@@ -15,9 +15,9 @@
 
 #include "harness/args.h"
 #include "harness/multiprocess.h"
-#include "nn/accum_embedding.h"
-#include "nn/accum_linear.h"
-#include "parallel/data_parallel/ddp/ddp.h"
+#include "tessera/nn/accum_embedding.h"
+#include "tessera/nn/accum_linear.h"
+#include "tessera/parallel/data_parallel/ddp/ddp.h"
 
 using namespace tessera;
 using namespace tessera::testing;

@@ -10,9 +10,9 @@
 #include "harness/args.h"
 #include "harness/multiprocess.h"
 #include "models/tiny_models.h"
-#include "nn/accum_embedding.h"
-#include "parallel/data_parallel/fsdp/fsdp.h"
-#include "parallel/data_parallel/fsdp/optimizer.h"
+#include "tessera/nn/accum_embedding.h"
+#include "tessera/parallel/data_parallel/fsdp/fsdp.h"
+#include "tessera/parallel/data_parallel/fsdp/optimizer.h"
 
 namespace tessera::testing {
 constexpr int kSteps = 5;

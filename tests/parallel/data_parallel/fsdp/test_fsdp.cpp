@@ -46,8 +46,8 @@
 #endif
 #include "parallel/data_parallel/fsdp/fsdp_task.h"
 #include "models/tiny_models.h"
-#include "parallel/data_parallel/fsdp/fsdp.h"
-#include "parallel/data_parallel/fsdp/optimizer.h"
+#include "tessera/parallel/data_parallel/fsdp/fsdp.h"
+#include "tessera/parallel/data_parallel/fsdp/optimizer.h"
 
 using namespace tessera;
 using namespace tessera::testing;

@@ -7,12 +7,12 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
-#include "common/error.h"
+#include "tessera/common/error.h"
 #include "kernels/adamw.h"
 #include "models/tiny_models.h"
-#include "parallel/data_parallel/fsdp/flat_param.h"
+#include "tessera/parallel/data_parallel/fsdp/flat_param.h"
 #include "parallel/data_parallel/fsdp/prefetch.h"
-#include "parallel/data_parallel/fsdp/unit.h"
+#include "tessera/parallel/data_parallel/fsdp/unit.h"
 
 using namespace tessera;
 

@@ -6,9 +6,9 @@
 #include <torch/optim/adamw.h>
 
 #include "harness/multiprocess.h"
-#include "nn/accum_embedding.h"
-#include "parallel/data_parallel/fsdp/fsdp.h"
-#include "parallel/data_parallel/fsdp/optimizer.h"
+#include "tessera/nn/accum_embedding.h"
+#include "tessera/parallel/data_parallel/fsdp/fsdp.h"
+#include "tessera/parallel/data_parallel/fsdp/optimizer.h"
 
 using namespace tessera;
 using namespace tessera::testing;

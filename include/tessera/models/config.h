@@ -1,0 +1,67 @@
+#pragma once
+// The decoder-only language models tessera trains (train_gpt --model): the GPT (pre-LayerNorm
+// blocks with biases, GELU MLP, learned or rotary positions or none) and the Llama family
+// (RMSNorm, rotary positions with optional Llama-3 frequency scaling, grouped-query attention,
+// SwiGLU MLP, no biases, optional tied input/output embeddings). Presets name the shapes people
+// train; every dimension can be overridden after the preset. Local; pure data.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tessera/nn/rope.h"
+
+namespace tessera::models {
+
+enum class Arch { Gpt, Llama };
+enum class Positions { None, Learned, Rope };
+const char* toString(Arch a);
+const char* toString(Positions p);
+Positions parsePositions(const std::string& s);  // "none" | "learned" | "rope"
+
+using nn::RopeScaling;
+
+struct ModelConfig {
+  Arch arch = Arch::Gpt;
+  int64_t d = 64, layers = 4, heads = 4;
+  int64_t kvHeads = 0;  // Llama: key/value heads (grouped-query attention); 0: = heads
+  int64_t ffn = 0;      // MLP width; 0: 4 d (GPT), required for Llama presets
+  int64_t vocab = 256, seqLen = 32;
+  Positions positions = Positions::Learned;
+  double ropeTheta = 10000;
+  RopeScaling ropeScaling;
+  bool tiedEmbeddings = false;  // the head's weight is the embedding table
+  double normEps = 1e-5;
+
+  int64_t kvH() const { return kvHeads > 0 ? kvHeads : heads; }
+  int64_t ffnSize() const { return ffn > 0 ? ffn : 4 * d; }
+  int64_t headDim() const { return d / heads; }
+  // One line: architecture, shape and parameter count.
+  std::string describe() const;
+  // "gpt d 64 layers 4 ...": every field that shapes the parameters, to refuse a checkpoint of
+  // another architecture by comparing two of them.
+  std::string signature() const;
+};
+
+// Presets: GPT "tiny" (CPU tests; vocab 512, so tessera-prep's byte tokenizer's ids fit), "small",
+// "735m" (the anchors' GPT-735M, no positions, as the anchor); Llama "llama-tiny" (CPU tests and
+// the CPU main job), "llama3-1b" (Llama 3.2 1B: d 2048, 16 layers, 32 heads, 8 kv heads, FFN 8192,
+// vocab 128256, tied, rope theta 500000 with Llama-3 scaling x32, seq 2048), "llama3-8b" (Llama 3
+// 8B: d 4096, 32 layers, 32 heads, 8 kv heads, FFN 14336, vocab 128256, untied, rope theta
+// 500000, seq 8192). Unknown → tessera::Error.
+ModelConfig presetConfig(const std::string& name);
+std::vector<std::string> presetNames();
+// Checks the shape (d divisible by heads, heads by kv heads, a Llama FFN, positions the
+// architecture takes, ...); an error names the field and the numbers.
+void validate(const ModelConfig& c);
+
+// Parameters of one block, of the whole model (the tied table counted once).
+int64_t blockParamCount(const ModelConfig& c);
+int64_t paramCount(const ModelConfig& c);
+// Training FLOPs per token (forward + backward): 6 x the parameters every token multiplies
+// (blocks, and the head's V x d once, tied or not; not the embedding lookup) + 12 L d T for the
+// attention scores and their use (the anchors' GPT count keeps its 6 N with the embedding, as
+// its PyTorch twin counts). GQA's smaller k/v projections and SwiGLU's three matrices enter
+// through the block's parameters.
+double flopsPerToken(const ModelConfig& c);
+
+}  // namespace tessera::models
