@@ -37,6 +37,7 @@ class Sharded : public DataParallel {
  public:
   Sharded(const ModelChunks& chunks, CommPtr group, DataParallelOptions o)
       : chunks_(chunks), params_(dp::allParams(chunks)) {
+    for (const auto& p : params_) byName_[p.name] = &p;
     auto units = unitsOf(chunks, o);
     unitOf_ = std::move(units.ofPart);
     if (o.autoPrefetchBudget) {
@@ -58,8 +59,6 @@ class Sharded : public DataParallel {
   }
 
   std::vector<GradPiece> gradPieces(int tp) const override {
-    std::map<std::string, const NamedParam*> byName;
-    for (const auto& p : params_) byName[p.name] = &p;
     std::vector<GradPiece> out;
     const int r = fsdp_->shardRank();
     for (size_t u = 0; u < fsdp_->numUnits(); ++u) {
@@ -69,7 +68,7 @@ class Sharded : public DataParallel {
       for (const auto& e : lay.entries) {
         const int64_t a = std::max(lo, e.offset), b = std::min(hi, e.offset + e.numel);
         if (!e.trainable || a >= b) continue;
-        dp::addGradPieces(out, g.narrow(0, a - lo, b - a), a - e.offset, *byName.at(e.name), tp);
+        dp::addGradPieces(out, g.narrow(0, a - lo, b - a), a - e.offset, *byName_.at(e.name), tp);
       }
     }
     return out;
@@ -115,6 +114,7 @@ class Sharded : public DataParallel {
  private:
   ModelChunks chunks_;
   std::vector<NamedParam> params_;
+  std::map<std::string, const NamedParam*> byName_;  // into params_, for the units' entries
   std::vector<std::vector<size_t>> unitOf_;
   std::unique_ptr<FullyShardedDataParallel> fsdp_;
   std::unique_ptr<ShardedAdamW> adam_;

@@ -12,18 +12,6 @@
 namespace tessera::dp {
 
 namespace {
-// While alive: every unit gathered, so the parameters have storage to take the pieces' views of
-// (their values are not read: the pieces are re-aimed at the full buffers).
-class Unsharded {
- public:
-  explicit Unsharded(FullyShardedDataParallel& f) : f_(f) { f_.unshardAll(); }
-  ~Unsharded() { f_.reshardAll(); }
-  Unsharded(const Unsharded&) = delete;
-
- private:
-  FullyShardedDataParallel& f_;
-};
-
 // FSDP's resharded parameters keep their sizes over a storage of 0 bytes, and LibTorch checks
 // views against their storage: while alive, each such storage says the bytes its parameters
 // span (the data pointer stays null: nothing is allocated or touched), so the model's pieces can
@@ -54,12 +42,20 @@ class SizedStorages {
 
 }  // namespace
 
+Places placesInUnits(const FullyShardedDataParallel& fsdp) {
+  Places where;
+  for (size_t u = 0; u < fsdp.numUnits(); ++u) {
+    for (const auto& e : fsdp.layout(u).entries) where[e.name] = {u, e.offset};
+  }
+  return where;
+}
+
 FlatFull flatFull(FullyShardedDataParallel& fsdp, const ShardedAdamW& adam, bool gather) {
   FlatFull f;
+  f.where = placesInUnits(fsdp);
   const auto sd = adam.stateDict();
   for (size_t u = 0; u < fsdp.numUnits(); ++u) {
     const auto& lay = fsdp.layout(u);
-    for (const auto& e : lay.entries) f.where[e.name] = {u, e.offset};
     std::array<at::Tensor, 3> full;
     int i = 0;
     for (const auto& shard : {fsdp.masterShard(u), sd.at(fsdp.unitName(u) + ".exp_avg"),
@@ -77,7 +73,7 @@ std::vector<checkpoint::Piece> fsdpTrainingPieces(FullyShardedDataParallel& fsdp
                                                   const std::shared_ptr<FlatFull>& full) {
   std::vector<checkpoint::Piece> pieces;
   {
-    Unsharded gathered(fsdp);
+    SizedStorages sized(params);
     pieces = modelPieces();
   }
   return trainingPieces(pieces, params, [&](const checkpoint::Piece& piece, size_t k, int what) {
@@ -109,7 +105,7 @@ DataParallel::Lookup gatheringLookup(FullyShardedDataParallel& fsdp, const DataP
   // unit's flat shard, gathered when a tensor of the unit is asked for.
   struct State {
     std::map<std::string, std::vector<std::pair<checkpoint::Piece, size_t>>> byName;
-    std::map<std::string, std::pair<size_t, int64_t>> where;  // parameter -> (unit, offset in its flat buffer)
+    Places where;
     size_t gatheredUnit = SIZE_MAX;
     at::Tensor gathered;  // that unit's full fp32 flat buffer
   };
@@ -121,9 +117,7 @@ DataParallel::Lookup gatheringLookup(FullyShardedDataParallel& fsdp, const DataP
       st->byName[p.name].emplace_back(p, k);
     }
   }
-  for (size_t u = 0; u < fsdp.numUnits(); ++u) {
-    for (const auto& e : fsdp.layout(u).entries) st->where[e.name] = {u, e.offset};
-  }
+  st->where = placesInUnits(fsdp);
   return [&fsdp, &params, st](const std::string& name) {
     std::vector<checkpoint::Piece> out;
     const auto it = st->byName.find(name);

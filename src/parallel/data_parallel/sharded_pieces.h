@@ -2,8 +2,8 @@
 // Internal to data_parallel/: checkpoint and export pieces of FSDP's flat shards. Each unit's
 // master / exp_avg / exp_avg_sq shards are all-gathered over the shard group into full fp32 flat
 // buffers (collective), and every piece is a view of those in the box its parameter's piece has
-// (worked out while the units are gathered); on load the pieces fill fresh full buffers and each
-// rank keeps its shard (keepShards).
+// (worked out from the parameters' sizes, no values read); on load the pieces fill fresh full
+// buffers and each rank keeps its shard (keepShards).
 #include <array>
 #include <map>
 #include <memory>
@@ -15,16 +15,20 @@
 
 namespace tessera::dp {
 
+// Where each parameter lies: name -> (its unit, its offset in the unit's flat buffer).
+using Places = std::map<std::string, std::pair<size_t, int64_t>>;
+Places placesInUnits(const FullyShardedDataParallel& fsdp);
+
 // Per unit, full flat buffers [paddedNumel] of master, exp_avg, exp_avg_sq, and where each
 // parameter starts in them.
 struct FlatFull {
-  std::vector<std::array<at::Tensor, 3>> flat;              // per unit
-  std::map<std::string, std::pair<size_t, int64_t>> where;  // param name -> (unit, offset)
+  std::vector<std::array<at::Tensor, 3>> flat;  // per unit
+  Places where;
 };
 // gather: all-gathered over the shard group (collective); else zeros to load into (local).
 FlatFull flatFull(FullyShardedDataParallel& fsdp, const ShardedAdamW& adam, bool gather);
-// The training pieces (data_parallel.h) as views of `full`; every unit gathered meanwhile, so the
-// model pieces can be taken (collective over the shard group).
+// The training pieces (data_parallel.h) as views of `full`. Local: the model pieces are taken as
+// views of the resharded parameters over storages sized for the occasion (no unit is gathered).
 std::vector<checkpoint::Piece> fsdpTrainingPieces(FullyShardedDataParallel& fsdp,
                                                   const DataParallel::PieceSource& modelPieces,
                                                   const std::vector<NamedParam>& params,
