@@ -10,7 +10,6 @@
 // error (printed with the rank, and published to the other ranks: comm/watchdog/board.h); 3 when
 // the watchdog ends a stuck rank.
 #include <fmt/format.h>
-#include <torch/cuda.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -40,10 +39,7 @@ int main(int argc, char** argv) {
   tessera::InitOptions init;
   try {
     init.settings = tessera::Settings::fromEnvironment();  // the one read of TESSERA_* (comm/settings.h)
-    // GPU defaults where a GPU is visible and the backend is not forced to Gloo.
-    train::Machine machine{torch::cuda::is_available() &&
-                               init.settings->backend.value_or(tessera::Backend::Nccl) == tessera::Backend::Nccl,
-                           *init.settings};
+    const auto machine = train::Machine::detect(*init.settings);  // GPU defaults where one is visible
     cfg = train::Config::parse(argc, argv, machine);
     if (cfg.help) {
       std::cout << train::usage(machine);

@@ -3,7 +3,6 @@
 #include <pybind11/functional.h>
 #include <pybind11/stl.h>
 #include <fmt/format.h>
-#include <torch/cuda.h>
 
 #include <optional>
 
@@ -13,16 +12,6 @@
 #include "tessera/train/trainer.h"
 
 namespace tessera::py {
-
-namespace {
-
-// The defaults of this process: GPU when one is visible and TESSERA_BACKEND does not say gloo.
-train::Machine machine() {
-  const auto env = Settings::fromEnvironment();
-  return {torch::cuda::is_available() && env.backend.value_or(Backend::Nccl) == Backend::Nccl, env};
-}
-
-}  // namespace
 
 void bindTrain(pb::module_& m) {
   auto t = m.def_submodule("train", "tessera's trainer (src/train): see tessera.train");
@@ -48,13 +37,14 @@ void bindTrain(pb::module_& m) {
       });
   pb::class_<train::Config>(t, "Config", "A run's configuration (src/train/config.h)")
       .def_static(
-          "parse", [](const std::vector<std::string>& args) { return train::Config::parse(args, machine()); },
+          "parse",
+          [](const std::vector<std::string>& args) { return train::Config::parse(args, train::Machine::detect()); },
           pb::arg("args"), "train_gpt's flags (and the --config file they name) on this machine's defaults")
       .def("to_toml", &train::Config::toToml)
       .def("describe", &train::Config::describe)
       .def("resolve", &train::Config::resolve, pb::arg("world"))
       .def_property_readonly("help", [](const train::Config& c) { return c.help; });
-  t.def("usage", [] { return train::usage(machine()); }, "train_gpt --help's text on this machine");
+  t.def("usage", [] { return train::usage(train::Machine::detect()); }, "train_gpt --help's text on this machine");
   pb::class_<train::Trainer>(t, "Trainer", "The C++ Trainer (src/train/trainer.h); collective over the world")
       .def(pb::init([](const train::Config& c, const std::shared_ptr<Context>& ctx) {
              pb::gil_scoped_release nogil;

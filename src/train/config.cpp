@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <torch/cuda.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -15,6 +16,11 @@
 
 namespace tessera::train {
 
+Machine Machine::detect(Settings env) {
+  const bool gpu = torch::cuda::is_available() && env.backend.value_or(Backend::Nccl) == Backend::Nccl;
+  return {gpu, std::move(env)};
+}
+Machine Machine::detect() { return detect(Settings::fromEnvironment()); }
 
 // The options before any flag: this machine's defaults (GPU or CPU) and the environment's.
 Config Config::defaults(const Machine& m) {

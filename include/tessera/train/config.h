@@ -37,6 +37,10 @@ const char* toString(Precision p);  // "fp32" | "bf16"
 struct Machine {
   bool gpu = false;
   Settings env;
+  // This process's: a GPU run where a CUDA device is visible and env does not force Gloo. The
+  // overload without settings reads them (Settings::fromEnvironment): call it at the top.
+  static Machine detect(Settings env);
+  static Machine detect();
 };
 
 struct ModelSection {

@@ -5,7 +5,7 @@
 // import/export. Every method is collective over ctx.world: every rank constructs it and calls the
 // same methods in the same order. Errors are tessera::Error (UsageError for a config that cannot run).
 // Example:
-//   auto cfg = tessera::train::Config::parse(argc, argv);  // train_gpt's flags
+//   auto cfg = tessera::train::Config::parse(argc, argv, tessera::train::Machine::detect());
 //   tessera::train::Trainer trainer(cfg, ctx);
 //   trainer.fit();  // or: restore(), then log(step()) in a loop of one's own, then save()
 #include <functional>
