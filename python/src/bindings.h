@@ -27,6 +27,7 @@ std::vector<checkpoint::Piece> toPieces(const std::vector<PieceArg>& in);
 pb::dict configDict(const models::ModelConfig& c);
 
 void bindComm(pb::module_& m);
+void bindMesh(pb::module_& m);
 void bindDdp(pb::module_& m);
 void bindTp(pb::module_& m);
 void bindPipeline(pb::module_& m);

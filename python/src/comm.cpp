@@ -1,4 +1,4 @@
-// tessera._C: Communicator, Work, init()/Context and ProcessMesh.
+// tessera._C: Communicator, Work, init()/Context (ProcessMesh: mesh.cpp).
 #include <pybind11/chrono.h>
 #include <pybind11/stl.h>
 
@@ -12,7 +12,6 @@
 #include "bindings.h"
 #include "tessera/comm/bootstrap/init.h"
 #include "comm/watchdog/board.h"
-#include "tessera/parallel/process_mesh.h"
 
 namespace tessera::py {
 
@@ -248,56 +247,12 @@ void bindInit(pb::module_& m) {
       "Whether a torch.distributed Store object can be handed to tessera.init(store=...) by this build");
 }
 
-void bindMesh(pb::module_& m) {
-  pb::class_<ProcessMesh, std::shared_ptr<ProcessMesh>>(m, "ProcessMesh",
-                                                        "dp x pp x tp, tp fastest-varying (see process_mesh.h)")
-      .def(pb::init([](CommPtr world, int dp, int pp, int tp) {
-             pb::gil_scoped_release nogil;
-             return std::make_shared<ProcessMesh>(std::move(world), dp, pp, tp);
-           }),
-           pb::arg("world"), pb::arg("dp"), pb::arg("pp"), pb::arg("tp"))
-      .def_property_readonly("dp_size", &ProcessMesh::dpSize)
-      .def_property_readonly("pp_size", &ProcessMesh::ppSize)
-      .def_property_readonly("tp_size", &ProcessMesh::tpSize)
-      .def_property_readonly("rank", &ProcessMesh::rank)
-      .def_property_readonly("coord",
-                             [](const ProcessMesh& m) {
-                               auto c = m.coord();
-                               return pb::make_tuple(c.dp, c.pp, c.tp);
-                             })
-      .def(
-          "coord_of",
-          [](const ProcessMesh& m, int r) {
-            auto c = m.coordOf(r);
-            return pb::make_tuple(c.dp, c.pp, c.tp);
-          },
-          pb::arg("rank"))
-      .def(
-          "rank_of", [](const ProcessMesh& m, int dp, int pp, int tp) { return m.rankOf(MeshCoord{dp, pp, tp}); },
-          pb::arg("dp"), pb::arg("pp"), pb::arg("tp"))
-      .def(
-          "group_ranks",
-          [](const ProcessMesh& m, const std::string& axis) {
-            if (axis == "dp") return m.groupRanks(MeshAxis::Data);
-            if (axis == "pp") return m.groupRanks(MeshAxis::Pipeline);
-            if (axis == "tp") return m.groupRanks(MeshAxis::Tensor);
-            throw Error("ProcessMesh.group_ranks: axis '" + axis + "' is not one of dp, pp, tp");
-          },
-          pb::arg("axis"))
-      .def_property_readonly("world", &ProcessMesh::world)
-      .def_property_readonly("dp", &ProcessMesh::dpGroup)
-      .def_property_readonly("pp", &ProcessMesh::ppGroup)
-      .def_property_readonly("tp", &ProcessMesh::tpGroup)
-      .def("__repr__", [](const ProcessMesh& m) { return "<tessera.ProcessMesh " + m.describe() + ">"; });
-}
-
 }  // namespace
 
 void bindComm(pb::module_& m) {
   bindWork(m);
   bindCommunicator(m);
   bindInit(m);
-  bindMesh(m);
 }
 
 }  // namespace tessera::py

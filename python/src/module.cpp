@@ -64,6 +64,7 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("build_info", &buildInfo, "What this build of tessera contains (see tessera.build_info)");
   bindComm(m);
+  bindMesh(m);
   bindDdp(m);
   bindTp(m);
   bindPipeline(m);

@@ -36,7 +36,8 @@ void checkPaths(const Config& o) {
 }  // namespace
 
 void checkConfig(Config& o, bool onGpu) {
-  USAGE_CHECK(o.precision.precision == Precision::Fp32 || onGpu, "train_gpt: --precision bf16 needs GPUs (CPU runs are fp32)");
+  USAGE_CHECK(o.precision.precision == Precision::Fp32 || onGpu,
+              "train_gpt: --precision bf16 needs GPUs (CPU runs are fp32)");
   USAGE_CHECK(o.parallel.extraWarmup == 0 || o.parallel.schedule == pipeline::ScheduleKind::OneFOneB,
               "train_gpt: --extra-warmup {} needs --schedule 1f1b (schedule: {})", o.parallel.extraWarmup,
               pipeline::scheduleName(o.parallel.schedule));
@@ -47,14 +48,18 @@ void checkConfig(Config& o, bool onGpu) {
               "train_gpt: --valid-data needs --data PATH (not synthetic)");
   checkPaths(o);
   USAGE_CHECK(o.checkpoint.saveHfEvery == 0 || !o.checkpoint.saveHfDir.empty(),
-              "train_gpt: --save-hf-every {} needs --save-hf-dir DIR (each export goes to DIR/step-<s>)", o.checkpoint.saveHfEvery);
+              "train_gpt: --save-hf-every {} needs --save-hf-dir DIR (each export goes to DIR/step-<s>)",
+              o.checkpoint.saveHfEvery);
   const bool hf = o.checkpoint.saveHfEvery > 0 || !o.checkpoint.saveHfAtEnd.empty() || !o.checkpoint.initFromHf.empty();
   USAGE_CHECK(!hf || modelSpec(o.model.cfg.arch).huggingFace,
-              "train_gpt: --init-from-hf and --save-hf-* take a Llama (--model llama-*), not {}", o.model.cfg.describe());
-  USAGE_CHECK(o.precision.fp8SkipBlocks.empty() || o.precision.fp8 != fp8::Recipe::Off, "train_gpt: --fp8-skip-blocks needs --fp8");
+              "train_gpt: --init-from-hf and --save-hf-* take a Llama (--model llama-*), not {}",
+              o.model.cfg.describe());
+  USAGE_CHECK(o.precision.fp8SkipBlocks.empty() || o.precision.fp8 != fp8::Recipe::Off,
+              "train_gpt: --fp8-skip-blocks needs --fp8");
   USAGE_CHECK(o.logging.syncDebug != SyncDebug::Error || !o.logging.breakdown,
               "train_gpt: --sync-debug error cannot go with --breakdown, whose timings synchronize the device");
-  USAGE_CHECK(o.logging.syncDebug == SyncDebug::Off || onGpu, "train_gpt: --sync-debug checks GPU runs (a CPU run has no device to wait for)");
+  USAGE_CHECK(o.logging.syncDebug == SyncDebug::Off || onGpu,
+              "train_gpt: --sync-debug checks GPU runs (a CPU run has no device to wait for)");
   for (const int b : o.precision.fp8SkipBlocks)
     USAGE_CHECK(b >= -o.model.cfg.layers && b < o.model.cfg.layers,
                 "train_gpt: --fp8-skip-blocks {}: the model has blocks 0..{} (or -{}..-1 from the end)", b,

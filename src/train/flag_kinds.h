@@ -138,4 +138,10 @@ Flag autoFlag(Flag f, std::string shown, int64_t unset, Ref ref) {
   return f;
 }
 
+// The flags whose value is more than one field of one kind (compound_flags.cpp).
+Flag layoutFlag();                    // --layout DPxPPxTP | DPxPPxCPxTP
+Flag modelFlag();                     // --model PRESET
+Flag fsdpPrefetchFlag();              // --fsdp-prefetch-mib N|auto
+Flag fusedKernelsFlag(bool onGpu);    // --fused-kernels on|off|auto
+
 }  // namespace tessera::train

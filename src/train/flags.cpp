@@ -5,11 +5,7 @@
 #include "train/flags.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
-#include <algorithm>
-#include <cmath>
-#include <sstream>
 #include <utility>
 
 #include "common/choice.h"
@@ -20,8 +16,6 @@ namespace tessera::train {
 namespace {
 constexpr Choices<DpMode, 2> kDpMode{"dp mode", {{{DpMode::Ddp, "ddp"}, {DpMode::Fsdp, "fsdp"}}}};
 constexpr Choices<Precision, 2> kPrecision{"precision", {{{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}}}};
-enum class Switch { On, Off, Auto };
-constexpr Choices<Switch, 3> kAuto{"value", {{{Switch::On, "on"}, {Switch::Off, "off"}, {Switch::Auto, "auto"}}}};
 
 struct Table {
   std::vector<Flag> flags;
@@ -31,26 +25,6 @@ struct Table {
     flags.push_back(std::move(f));
   }
 };
-
-Flag layoutFlag() {
-  Flag f = make("--layout", "DPxPPxTP", "dp, pp and tp at once, e.g. 2x2x2 (DPxPPxCPxTP with context parallel)");
-  f.set = [](Config& o, const std::string& v) {
-    std::vector<int> n;
-    std::stringstream ss(v);
-    for (std::string item; std::getline(ss, item, 'x');) {
-      try {
-        n.push_back(static_cast<int>(integer("--layout", item, 1, INT_MAX)));
-      } catch (const UsageError&) {
-        n.clear();
-        break;
-      }
-    }
-    if (n.size() != 3 && n.size() != 4) refuse("--layout", v, "DPxPPxTP or DPxPPxCPxTP with each >= 1 (e.g. 2x2x2)");
-    o.parallel.dp = n[0], o.parallel.pp = n[1], o.parallel.tp = n.back();
-    o.parallel.cp = n.size() == 4 ? n[2] : 1;
-  };
-  return f;  // no get: the config gives dp, pp, cp and tp
-}
 
 Flag layersPerStageFlag() {
   return intListFlag("--layers-per-stage", "A,B,...", "blocks of each stage (pp * chunks entries)",
@@ -64,55 +38,14 @@ Flag fp8SkipFlag() {
                      FIELD(precision.fp8SkipBlocks));
 }
 
-Flag modelFlag() {
-  Flag f = make("--model", "PRESET", "model preset (listed below)");
-  f.set = [](Config& o, const std::string& v) {
-    const auto names = models::presetNames();
-    if (std::find(names.begin(), names.end(), v) == names.end()) {
-      throw UsageError(fmt::format("train_gpt: --model: unknown preset '{}'; allowed: {}", v, fmt::join(names, ", ")));
-    }
-    o.model.preset = v;
-    o.model.cfg = models::presetConfig(v);
-  };
-  // A model from --init-from-hf or the checkpoint (no preset): left out, those flags carry it.
-  f.get = [](const Config& o) {
-    const auto names = models::presetNames();
-    return std::find(names.begin(), names.end(), o.model.preset) == names.end() ? std::string() : quoted(o.model.preset);
-  };
-  return f;
-}
-
-// "auto" (stored as -1): the trainer sizes the budget from the units (trainer.cpp).
-Flag fsdpPrefetchFlag() {
-  Flag f = make("--fsdp-prefetch-mib", "N|auto",
-                "FSDP: MiB of unsharded parameters alive at once (0: no prefetch; auto: at least one unit ahead)");
-  f.shown = "auto";
-  f.set = [flag = f.flag()](Config& o, const std::string& v) {
-    o.parallel.fsdpPrefetchMiB = v == "auto" ? -1 : integer(flag, v, 0, kNoMax);
-  };
-  f.get = [](const Config& o) {
-    return o.parallel.fsdpPrefetchMiB < 0 ? quoted("auto") : fmt::format("{}", o.parallel.fsdpPrefetchMiB);
-  };
-  return f;
-}
-
-Flag fusedKernelsFlag(bool onGpu) {
-  Flag f = make("--fused-kernels", "on|off|auto", "tessera's fused kernels and multi-tensor AdamW (auto: on GPUs)");
-  f.shown = "auto";
-  f.set = [onGpu](Config& o, const std::string& v) {
-    const auto s = choice("--fused-kernels", v, [](auto& x) { return kAuto.parse(x); });
-    o.precision.fusedKernels = s == Switch::On || (s == Switch::Auto && onGpu);
-  };
-  f.get = [](const Config& o) { return quoted(o.precision.fusedKernels ? "on" : "off"); };
-  return f;
-}
 void layoutFlags(Table& t) {
   t.group = "Layout";
   t.add(layoutFlag());
-  t.add(autoFlag(integerFlag("--dp", "N", "data-parallel size", 1, INT_MAX, FIELD(parallel.dp)), "world / (pp * cp * tp)", 0,
-                 FIELD(parallel.dp)));
+  t.add(autoFlag(integerFlag("--dp", "N", "data-parallel size", 1, INT_MAX, FIELD(parallel.dp)),
+                 "world / (pp * cp * tp)", 0, FIELD(parallel.dp)));
   t.add(integerFlag("--pp", "N", "pipeline stages (layers >= pp * chunks)", 1, INT_MAX, FIELD(parallel.pp)));
-  t.add(integerFlag("--tp", "N", "tensor-parallel size (divides heads, FFN, vocabulary)", 1, INT_MAX, FIELD(parallel.tp)));
+  t.add(integerFlag("--tp", "N", "tensor-parallel size (divides heads, FFN, vocabulary)", 1, INT_MAX,
+                    FIELD(parallel.tp)));
   t.add(integerFlag("--cp", "N", "context-parallel size: each sequence split over N ranks (T divisible by 2N)", 1,
                     INT_MAX, FIELD(parallel.cp)));
   t.add(choiceFlag(
@@ -124,13 +57,15 @@ void layoutFlags(Table& t) {
   t.add(choiceFlag(
       "--schedule", "1f1b|gpipe|interleaved|zb-h1", "pipeline schedule", pipeline::parseScheduleKind,
       [](pipeline::ScheduleKind k) { return pipeline::scheduleName(k); }, FIELD(parallel.schedule)));
-  Flag chunks = integerFlag("--chunks", "V", "virtual stages per rank (interleaved only)", 1, INT_MAX, FIELD(parallel.chunks));
+  Flag chunks =
+      integerFlag("--chunks", "V", "virtual stages per rank (interleaved only)", 1, INT_MAX, FIELD(parallel.chunks));
   chunks.shown = "2 with interleaved, else 1";
   t.add(chunks);
-  t.add(
-      integerFlag("--extra-warmup", "K", "1F1B's extra warm-up forwards (1f1b only)", 0, INT_MAX, FIELD(parallel.extraWarmup)));
+  t.add(integerFlag("--extra-warmup", "K", "1F1B's extra warm-up forwards (1f1b only)", 0, INT_MAX,
+                    FIELD(parallel.extraWarmup)));
   t.add(layersPerStageFlag());
-  t.add(switchFlag("--sp", "sequence parallel: norms and residuals on T / tp tokens", false, FIELD(parallel.sequenceParallel)));
+  t.add(switchFlag("--sp", "sequence parallel: norms and residuals on T / tp tokens", false,
+                   FIELD(parallel.sequenceParallel)));
 }
 
 void modelFlags(Table& t) {
@@ -144,7 +79,8 @@ void modelFlags(Table& t) {
                  "the preset's (GPT: = heads)", 0, FIELD(model.cfg.kvHeads)));
   t.add(autoFlag(integerFlag("--ffn-hidden-size,--ffn", "F", "MLP width", 1, kNoMax, FIELD(model.cfg.ffn)),
                  "the preset's (GPT: 4 * D)", 0, FIELD(model.cfg.ffn)));
-  t.add(integerFlag("--vocab-size,--vocab", "V", "vocabulary (every data token < V)", 1, kNoMax, FIELD(model.cfg.vocab)));
+  t.add(
+      integerFlag("--vocab-size,--vocab", "V", "vocabulary (every data token < V)", 1, kNoMax, FIELD(model.cfg.vocab)));
   t.add(integerFlag("--seq-length,--seq-len", "T", "sequence length", 1, kNoMax, FIELD(model.cfg.seqLen)));
   t.add(choiceFlag(
       "--positions", "none|learned|rope", "position encoding (Llama: rope)", models::parsePositions,
@@ -190,12 +126,14 @@ void optimFlags(Table& t) {
       [](optim::LrKind k) { return optim::toString(k); }, FIELD(optim.lr.kind)));
   t.add(numberFlag("--min-lr", "X", "final learning rate (<= lr)", 0, false, FIELD(optim.lr.minLr)));
   t.add(integerFlag("--warmup", "N", "linear warm-up steps (<= steps)", 0, kNoMax, FIELD(optim.lr.warmup)));
-  t.add(integerFlag("--decay-steps", "N", "WSD: steps of the final decay (0: steps / 5)", 0, kNoMax, FIELD(optim.lr.decay)));
+  t.add(integerFlag("--decay-steps", "N", "WSD: steps of the final decay (0: steps / 5)", 0, kNoMax,
+                    FIELD(optim.lr.decay)));
   t.add(numberFlag("--clip", "X", "gradient-norm clip over dp, pp and tp (<= 0: none)", std::nan(""), false,
                    FIELD(optim.clip)));
   t.add(numberFlag("--weight-decay", "X", "AdamW weight decay (never on norms and biases)", 0, false,
                    FIELD(optim.weightDecay)));
-  t.add(switchFlag("--no-decay-embeddings", "no weight decay on the embedding tables", true, FIELD(optim.decayEmbeddings)));
+  t.add(switchFlag("--no-decay-embeddings", "no weight decay on the embedding tables", true,
+                   FIELD(optim.decayEmbeddings)));
   t.add(choiceFlag(
       "--recompute", "none|selective|full", "activation recomputation", nn::parseRecompute,
       [](nn::Recompute r) { return nn::toString(r); }, FIELD(precision.recompute)));
@@ -210,8 +148,8 @@ void precisionFlags(Table& t, bool onGpu) {
       "--precision", "fp32|bf16", "compute precision (bf16: GPUs)", [](auto& v) { return kPrecision.parse(v); },
       [](Precision p) { return toString(p); }, FIELD(precision.precision)));
   t.add(choiceFlag(
-      "--fp8", "off|tensorwise|rowwise", "FP8 GEMMs in the blocks' linears (CPU: exact emulation)",
-      fp8::parseRecipe, [](fp8::Recipe r) { return fp8::name(r); }, FIELD(precision.fp8)));
+      "--fp8", "off|tensorwise|rowwise", "FP8 GEMMs in the blocks' linears (CPU: exact emulation)", fp8::parseRecipe,
+      [](fp8::Recipe r) { return fp8::name(r); }, FIELD(precision.fp8)));
   t.add(fp8SkipFlag());
   t.add(twoWordFlag("--gqa", "native|repeat", "native", "repeat",
                     "grouped-query attention: the fused kernel reads the kv heads as they are (LibTorch >= 2.5), or "
@@ -264,12 +202,14 @@ void checkpointFlags(Table& t) {
 
 void hfFlags(Table& t) {
   t.group = "Hugging Face (Llama; without --model the model is --init-from-hf's, else the checkpoint's)";
-  t.add(textFlag("--init-from-hf", "HF_DIR", "weights from an HF Llama directory; fresh optimizer and data (fine-tuning)",
+  t.add(textFlag("--init-from-hf", "HF_DIR",
+                 "weights from an HF Llama directory; fresh optimizer and data (fine-tuning)",
                  FIELD(checkpoint.initFromHf)));
   t.add(integerFlag("--save-hf-every", "N", "export the model every N steps to --save-hf-dir/step-<s> (0: never)", 0,
                     INT_MAX, FIELD(checkpoint.saveHfEvery)));
   t.add(textFlag("--save-hf-dir", "DIR", "where --save-hf-every's exports go", FIELD(checkpoint.saveHfDir)));
-  t.add(textFlag("--save-hf-at-end", "DIR", "export the trained model there at the end", FIELD(checkpoint.saveHfAtEnd)));
+  t.add(
+      textFlag("--save-hf-at-end", "DIR", "export the trained model there at the end", FIELD(checkpoint.saveHfAtEnd)));
   t.add(choiceFlag(
       "--save-hf-dtype", "bf16|fp32", "the exports' dtype",
       [](const std::string& v) {
@@ -287,8 +227,8 @@ void overlapFlags(Table& t) {
                     FIELD(parallel.overlap.smCarveout)));
   t.add(switchFlag("--tp-ring", "row-parallel forward reduced by a ring of point-to-point transfers", false,
                    FIELD(parallel.overlap.ring)));
-  t.add(
-      textFlag("--profile", "PATH[:FIRST[:COUNT]]", "Kineto trace of COUNT (2) steps from FIRST (3)", FIELD(logging.profile)));
+  t.add(textFlag("--profile", "PATH[:FIRST[:COUNT]]", "Kineto trace of COUNT (2) steps from FIRST (3)",
+                 FIELD(logging.profile)));
 }
 }  // namespace
 

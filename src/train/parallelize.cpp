@@ -121,17 +121,9 @@ std::unique_ptr<pipeline::PipelineExecutor> makePipeline(const Config& c, Parall
 
 }  // namespace
 
-std::vector<NamedParam> Parallel::params() const {
-  std::vector<NamedParam> out;
-  for (auto c : chunks) {  // a holder copy: params() is not const
-    for (auto& p : c->params()) out.push_back(std::move(p));
-  }
-  return out;
-}
-
 std::vector<checkpoint::Piece> Parallel::pieces() const {
   std::vector<checkpoint::Piece> out;
-  for (auto c : chunks) {
+  for (auto c : chunks) {  // a holder copy: pieces() is not const
     for (auto& p : c->pieces()) out.push_back(std::move(p));
   }
   return out;

@@ -102,10 +102,13 @@ void Trainer::State::openLog() {
                "\"layers\": {}, \"heads\": {}, \"vocab\": {}, \"seq_len\": {}, \"batch\": {}, \"precision\": \"{}\", "
                "\"seed\": {}, \"params\": {}, \"device\": \"{}\", \"data\": {}, \"model\": {}, \"lr\": {}, "
                "\"recompute\": \"{}\"}}",
-               ctx.world->size(), o.parallel.dp, o.parallel.pp, o.parallel.tp, toString(o.parallel.dpMode), o.parallel.microBatches, pipeline::scheduleName(o.parallel.schedule), o.parallel.chunks,
-               o.parallel.sequenceParallel, o.model.cfg.d, o.model.cfg.layers, o.model.cfg.heads, o.model.cfg.vocab, o.model.cfg.seqLen, o.optim.batch,
-               toString(o.precision.precision), o.seed, models::paramCount(o.model.cfg), ctx.deviceDescription, jsonString(o.data.data),
-               jsonString(o.model.cfg.describe()), jsonString(optim::describe(o.optim.lr)), nn::toString(o.precision.recompute))
+               ctx.world->size(), o.parallel.dp, o.parallel.pp, o.parallel.tp, toString(o.parallel.dpMode),
+               o.parallel.microBatches, pipeline::scheduleName(o.parallel.schedule), o.parallel.chunks,
+               o.parallel.sequenceParallel, o.model.cfg.d, o.model.cfg.layers, o.model.cfg.heads, o.model.cfg.vocab,
+               o.model.cfg.seqLen, o.optim.batch, toString(o.precision.precision), o.seed,
+               models::paramCount(o.model.cfg), ctx.deviceDescription, jsonString(o.data.data),
+               jsonString(o.model.cfg.describe()), jsonString(optim::describe(o.optim.lr)),
+               nn::toString(o.precision.recompute))
         << std::endl;
 }
 
@@ -119,18 +122,17 @@ void Trainer::State::logStep(const StepReport& r) {
       "step {}/{} loss {:.6f}{} | lr {:.3g} | grad norm {:.4f} | {:.0f} tok/s{} | step {:.1f} ms: compute ~{:.1f}, "
       "exposed dp comm ~{}, bubble ~{:.1f}, optimizer {:.1f} | peak {:.2f} GiB{}{}",
       r.step, o.optim.steps, r.loss, r.validLoss >= 0 ? fmt::format(" | valid loss {:.6f}", r.validLoss) : "", r.lr,
-      r.gradNorm, r.tokensPerS, r.mfu >= 0 ? fmt::format(" | MFU {:.1f}%", 100 * r.mfu) : "", r.stepMs,
-      r.computeMsEst, r.dpSyncMsEst >= 0 ? fmt::format("{:.1f}", r.dpSyncMsEst) : "n/a", r.bubbleMsEst,
-      r.optimizerMs, r.peakMemGiB,
+      r.gradNorm, r.tokensPerS, r.mfu >= 0 ? fmt::format(" | MFU {:.1f}%", 100 * r.mfu) : "", r.stepMs, r.computeMsEst,
+      r.dpSyncMsEst >= 0 ? fmt::format("{:.1f}", r.dpSyncMsEst) : "n/a", r.bubbleMsEst, r.optimizerMs, r.peakMemGiB,
       r.memStepStartGiB >= 0
           ? fmt::format(" (allocated {:.2f} at start, {:.2f} before backward; peaks: forward {:.2f}, backward "
                         "{:.2f}, optimizer {:.2f})",
                         r.memStepStartGiB, r.memBeforeBackwardGiB, r.memPeakForwardGiB, r.memPeakBackwardGiB,
                         r.memPeakOptimizerGiB)
           : "",
-      r.fp8Values >= 0 ? fmt::format(" | fp8: {} values, {} underflowed, {} saturated", r.fp8Values, r.fp8Underflows,
-                                     r.fp8Saturated)
-                       : "");
+      r.fp8Values >= 0
+          ? fmt::format(" | fp8: {} values, {} underflowed, {} saturated", r.fp8Values, r.fp8Underflows, r.fp8Saturated)
+          : "");
   if (!jsonl.is_open()) return;
   jsonl << fmt::format(
                "{{\"event\": \"step\", \"step\": {}, \"loss\": {:.9g}, \"valid_loss\": {}, \"lr\": {:.9g}, "
@@ -139,8 +141,8 @@ void Trainer::State::logStep(const StepReport& r) {
                "\"optimizer_ms\": {:.3f}, \"compute_ms_est\": {:.3f}, \"dp_sync_ms_est\": {}, "
                "\"bubble_ms_est\": {:.3f}, \"wall_s\": {:.3f}{}{}}}",
                r.step, r.loss, r.validLoss >= 0 ? fmt::format("{:.9g}", r.validLoss) : "null", r.lr, r.gradNorm,
-               r.stepMs, r.tokensPerS, jsonNumber(r.mfu), r.peakMemGiB, r.pipelineMs,
-               r.optimizerMs, r.computeMsEst, jsonNumber(r.dpSyncMsEst), r.bubbleMsEst,
+               r.stepMs, r.tokensPerS, jsonNumber(r.mfu), r.peakMemGiB, r.pipelineMs, r.optimizerMs, r.computeMsEst,
+               jsonNumber(r.dpSyncMsEst), r.bubbleMsEst,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - runStart).count(),
                r.fp8Values >= 0 ? fmt::format(", \"fp8_values\": {}, \"fp8_underflows\": {}, \"fp8_saturated\": {}",
                                               r.fp8Values, r.fp8Underflows, r.fp8Saturated)
@@ -149,8 +151,8 @@ void Trainer::State::logStep(const StepReport& r) {
                    ? fmt::format(", \"mem_step_start_gib\": {:.4f}, \"mem_before_backward_gib\": {:.4f}, "
                                  "\"mem_peak_forward_gib\": {:.4f}, \"mem_peak_backward_gib\": {:.4f}, "
                                  "\"mem_peak_optimizer_gib\": {:.4f}",
-                                 r.memStepStartGiB, r.memBeforeBackwardGiB, r.memPeakForwardGiB,
-                                 r.memPeakBackwardGiB, r.memPeakOptimizerGiB)
+                                 r.memStepStartGiB, r.memBeforeBackwardGiB, r.memPeakForwardGiB, r.memPeakBackwardGiB,
+                                 r.memPeakOptimizerGiB)
                    : "")
         << std::endl;
 }
@@ -161,8 +163,9 @@ void Trainer::State::startTrainingMemory() {
   // that peak (about 60 GiB) was all the steps reported before this reset.
   auto built = at::full({1}, peakMemoryGiB(device), at::TensorOptions().dtype(at::kFloat).device(device));
   ctx.world->allReduce(built, ReduceOp::Max)->wait();
-  if (isLogger()) log::info("train_gpt: building the model peaked at {:.2f} GiB (fullest rank); the steps' peak starts now",
-                            built.item<double>());
+  if (isLogger())
+    log::info("train_gpt: building the model peaked at {:.2f} GiB (fullest rank); the steps' peak starts now",
+              built.item<double>());
   resetPeakMemory(device);
   runPeakGiB = 0;
 }

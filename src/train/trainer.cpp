@@ -79,8 +79,7 @@ void Trainer::exportHf(const std::string& dir) {
 std::vector<StepReport> Trainer::fit(const std::function<void(const StepReport&)>& onStep) {
   auto& s = *s_;
   const auto& o = s.o;
-  restore();
-  if (!s.batches->started()) s.batches->start(nullptr, s.stepsDone);
+  restore();  // starts the data too: at the checkpoint's position, or the beginning
   s.openLog();
   s.startTrainingMemory();
   std::vector<StepReport> out;

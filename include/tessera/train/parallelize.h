@@ -30,8 +30,7 @@ struct Parallel {
 
   bool firstStage() const { return mesh->coord().pp == 0; }
   bool lastStage() const { return mesh->coord().pp == mesh->ppSize() - 1; }
-  std::vector<NamedParam> params() const;           // every chunk's
-  std::vector<checkpoint::Piece> pieces() const;    // every chunk's checkpoint pieces
+  std::vector<checkpoint::Piece> pieces() const;  // every chunk's checkpoint pieces
   // The tied table's gradient summed over the embedding group (pp > 1), before clipping. Collective.
   void syncTiedEmbeddings();
 };
