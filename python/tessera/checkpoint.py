@@ -17,14 +17,14 @@ need a prefix to become the unsharded model's names (e.g. ``{"blocks.4.": stage_
 
 Every tensor is saved under the unsharded model's parameter name, as the box this rank holds:
 tensor-parallel shards (:mod:`tessera.nn` layers mark their parameters) are boxes of the full
-weight, pipeline stages hold different names, data-parallel replicas the same box (written
-once), and FSDP's flat shards are all-gathered over the shard group into the parameters'
-full values first (with the C++ FSDP's gather, as train_gpt's checkpoints). Optimizer state is saved as ``optim.<key>.<name>``
-in the same boxes (``exp_avg``, ``exp_avg_sq``, ``momentum_buffer``, ... and scalars such as
-``step``), so a checkpoint loads into any dp × pp × tp layout, with DDP or FSDP, any world size
-(train_gpt's checkpoints use the same names for ``exp_avg``/``exp_avg_sq``). The optimizer's
-hyperparameters per group, the LR scheduler's state, the step and ``data_state`` are saved
-beside them (metadata ``extra``, JSON).
+weight, pipeline stages hold different names, data-parallel replicas the same box (written once),
+and FSDP's flat shards are all-gathered over the shard group into the parameters' full values first
+(with the C++ FSDP's gather, as train_gpt's checkpoints). Optimizer state is saved as
+``optim.<key>.<name>`` in the same boxes (``exp_avg``, ``exp_avg_sq``, ``momentum_buffer``, ... and
+scalars such as ``step``), so a checkpoint loads into any dp × pp × tp layout, with DDP or FSDP, any
+world size (train_gpt's checkpoints use the same names for ``exp_avg``/``exp_avg_sq``). The
+optimizer's hyperparameters per group, the LR scheduler's state, the step and ``data_state`` are
+saved beside them (metadata ``extra``, JSON).
 
 :func:`save` and :func:`full_state_dict` are collective over ``world`` (default: the world of
 :func:`tessera.init`); :func:`load` only reads (every rank reads what it needs). Errors (a

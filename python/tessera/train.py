@@ -118,6 +118,10 @@ class Trainer:
         """One step on the next batch of the configured data, or on this rank's ``tokens``/``targets``."""
         if tokens is None and targets is None:
             return self._t.step()
+        if tokens is None or targets is None:
+            given, missing = ("tokens", "targets") if targets is None else ("targets", "tokens")
+            raise ValueError(f"tessera.train.Trainer.step: {given} without {missing}: pass both (this rank's rows "
+                             "of a global batch) or neither (the next batch of the configured data)")
         return self._t.step_on(tokens, targets)
 
     def log(self, report):

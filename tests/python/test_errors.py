@@ -48,6 +48,17 @@ def test_python_side_errors_are_tessera_errors(world):
         tessera.init()
 
 
+def test_trainer_step_takes_tokens_and_targets_together(ctx):
+    from tessera import train
+    # Collective: every rank builds one. CPU settings whatever the machine (the context is Gloo's).
+    trainer = train.Trainer(train.Config(model="tiny", steps=1, precision="fp32", fused_kernels=False), ctx)
+    with pytest.raises(ValueError, match=r"Trainer.step: tokens without targets: pass both"):
+        trainer.step(tokens=torch.zeros(8, 16, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"Trainer.step: targets without tokens: pass both"):
+        trainer.step(targets=torch.zeros(8, 16, dtype=torch.long))
+    assert trainer.steps_done == 0
+
+
 def test_timeout_is_a_comm_error(world, monkeypatch):
     # Last in this file, because a communication failure aborts every communicator of the
     # process (src/comm/watchdog/watchdog.h). TESSERA_EXIT_ON_ERROR=0 keeps the process alive
