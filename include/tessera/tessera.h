@@ -7,6 +7,7 @@
 // with its contract.
 #include "tessera/checkpoint/async_save.h"
 #include "tessera/checkpoint/checkpoint.h"
+#include "tessera/checkpoint/series.h"
 #include "tessera/checkpoint/stream_writer.h"
 #include "tessera/comm/backends.h"
 #include "tessera/comm/bootstrap/init.h"

@@ -61,6 +61,11 @@ void bindCheckpoint(pb::module_& m) {
   c.def(
       "read_metadata", [](const std::string& dir) { return metaDict(checkpoint::readMetadata(dir)); },
       pb::arg("dir"));
+  c.def(
+      "locate", [](const std::string& dir) { return checkpoint::locate(dir); }, pb::arg("dir"),
+      "The directory holding the checkpoint to read for dir (the newest complete step-<N> of a run's "
+      "directory, dir itself, or dir.old), None when there is none; an error when dir holds checkpoint files "
+      "but nothing complete");
 }
 
 }  // namespace tessera::py

@@ -281,17 +281,17 @@ def save(path, model, optimizer=None, *, step, world=None, scheduler=None, data_
 
 
 def _metadata_path(d):
-    """``d/metadata.pt``, or ``d.old/metadata.pt`` after a save interrupted between its renames (as
-    the C++ checkpoint::locate); None when neither exists."""
-    for mp in (os.path.join(d, "metadata.pt"), os.path.join(d + ".old", "metadata.pt")):
-        if os.path.exists(mp):
-            return mp
-    return None
+    """The metadata.pt of the checkpoint to read for ``d`` (C++ checkpoint::locate): ``d`` itself,
+    the newest complete ``d/step-<N>`` of a run's directory (train_gpt's, tessera.train's), or
+    ``d.old`` after a save interrupted between its renames; None when there is none. Raises
+    :class:`tessera.Error` when ``d`` holds checkpoint files but nothing complete."""
+    found = _ck.locate(d)
+    return None if found is None else os.path.join(found, "metadata.pt")
 
 
 def exists(path):
-    """Whether ``path`` holds a checkpoint: ``path/metadata.pt``, or ``path.old/metadata.pt`` when a
-    save was interrupted between its renames (:func:`load` then reads that one)."""
+    """Whether ``path`` holds a checkpoint (as :func:`load` finds it: ``path``, its newest complete
+    ``step-<N>``, or ``path.old``); :class:`tessera.Error` when it holds only an incomplete one."""
     return _metadata_path(os.fspath(path)) is not None
 
 

@@ -35,7 +35,8 @@ AsyncSaver::~AsyncSaver() {
 }
 
 void AsyncSaver::save(const std::string& dir, const std::vector<Piece>& pieces, int64_t step,
-                      const std::map<std::string, std::string>& extra, const std::map<std::string, std::string>& files) {
+                      const std::map<std::string, std::string>& extra, const std::map<std::string, std::string>& files,
+                      std::function<void()> published) {
   wait();  // one save in flight; rank 0's previous publication is done before its next plan
   auto pending = std::make_unique<Pending>();
   pending->plan = detail::plan(dir, pieces, *comm_);
@@ -48,11 +49,11 @@ void AsyncSaver::save(const std::string& dir, const std::vector<Piece>& pieces, 
   for (size_t k = 0; k < pending->host.size(); ++k) pending->plan.owned[k].local = pending->host[k];
   pending_ = std::move(pending);
   done_ = std::make_shared<std::atomic<bool>>(false);
-  writer_ = std::thread(&AsyncSaver::write, this, dir, step, extra, files, seq_++);
+  writer_ = std::thread(&AsyncSaver::write, this, dir, step, extra, files, std::move(published), seq_++);
 }
 
 void AsyncSaver::write(std::string dir, int64_t step, std::map<std::string, std::string> extra,
-                       std::map<std::string, std::string> files, uint64_t seq) {
+                       std::map<std::string, std::string> files, std::function<void()> published, uint64_t seq) {
   auto done = done_;
   try {
     stage_->waitCopies();
@@ -70,17 +71,20 @@ void AsyncSaver::write(std::string dir, int64_t step, std::map<std::string, std:
           for (int r = 0; r < world; ++r) {
             if (!store_->check({keys[r]})) missing.push_back(r);
           }
-          throw Error(fmt::format("checkpoint: the asynchronous save of step {} to {}: ranks [{}] did not write their "
-                                  "shards within {} s; the previous checkpoint is kept",
-                                  step, dir, fmt::join(missing, ","), timeout_.count() / 1000.0));
+          throw Error(
+              fmt::format("checkpoint: the asynchronous save of step {} to {}: ranks [{}] did not write their "
+                          "shards within {} s; the previous checkpoint is kept",
+                          step, dir, fmt::join(missing, ","), timeout_.count() / 1000.0));
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       detail::publish(dir, world, step, extra, files);
       for (const auto& k : keys) store_->deleteKey(k);
+      if (published) published();
     }
   } catch (...) {
     error_ = std::current_exception();
+    detail::discard(dir);  // what this save wrote is no checkpoint: a failed save keeps no partial <dir>.tmp
   }
   done->store(true);
 }

@@ -7,7 +7,9 @@
 #include <filesystem>
 
 #include "checkpoint/files.h"
+#include "checkpoint/opened.h"
 #include "checkpoint/save_steps.h"
+#include "tessera/checkpoint/series.h"
 #include "tessera/common/error.h"
 #include "tessera/common/log.h"
 
@@ -32,32 +34,33 @@ void save(const std::string& dir, const std::vector<Piece>& pieces, Communicator
   auto p = detail::plan(dir, pieces, comm);
   std::vector<at::Tensor> host;
   for (const auto& piece : p.owned) host.push_back(piece.local.detach().to(at::kCPU).contiguous().clone());
-  detail::writeShard(p, host);
+  try {
+    detail::writeShard(p, host);
+  } catch (...) {
+    detail::discard(dir);  // a full disk keeps no partial <dir>.tmp
+    throw;
+  }
   comm.barrier()->synchronize();
-  if (comm.rank() == 0) detail::publish(dir, comm.size(), step, extra, files);
+  if (comm.rank() == 0) {
+    try {
+      detail::publish(dir, comm.size(), step, extra, files);
+    } catch (...) {
+      detail::discard(dir);
+      throw;
+    }
+  }
   comm.barrier()->synchronize();
 }
 
 std::optional<std::string> locate(const std::string& dir) {
-  if (fs::exists(fs::path(dir) / "metadata.pt")) return dir;
-  if (fs::exists(fs::path(dir + ".old") / "metadata.pt")) return dir + ".old";
-  return std::nullopt;
+  const auto found = find(dir);
+  return found ? std::optional<std::string>(found->dir) : std::nullopt;
 }
 
-namespace {
+namespace detail {
 
-struct Opened {
-  fs::path dir;
-  c10::impl::GenericDict meta = c10::impl::GenericDict(c10::StringType::get(), c10::AnyType::get());
-};
-
-Opened openDir(const std::string& dirName) {
-  const auto found = locate(dirName);
-  TESSERA_CHECK(found, "checkpoint: no checkpoint at {} (no metadata.pt there nor in {}.old)", dirName, dirName);
-  if (*found != dirName) {
-    log::warn("checkpoint: {} is missing (a save was interrupted between its renames); using {}", dirName, *found);
-  }
-  const fs::path dir(*found), mp = dir / "metadata.pt", sp = dir / "metadata.sum";
+Opened openExact(const fs::path& dir) {
+  const fs::path mp = dir / "metadata.pt", sp = dir / "metadata.sum";
   const auto bytes = readAll(mp);
   const bool hasSum = fs::exists(sp);
   if (hasSum) {
@@ -68,12 +71,26 @@ Opened openDir(const std::string& dirName) {
   TESSERA_CHECK(o.meta.contains("version") && o.meta.at("version").isInt() && o.meta.at("version").toInt() == 1,
                 "checkpoint: {} has an unknown format version", mp.string());
   // Saved with a checksum: its sum file must be there (checkpoints of older tessera have neither).
-  TESSERA_CHECK(hasSum || !o.meta.contains("checksummed"), "checkpoint: {} is missing (it holds metadata.pt's checksum)",
-                sp.string());
+  TESSERA_CHECK(hasSum || !o.meta.contains("checksummed"),
+                "checkpoint: {} is missing (it holds metadata.pt's checksum)", sp.string());
   for (const char* key : {"step", "world", "tensors", "files", "extra"}) {
     TESSERA_CHECK(o.meta.contains(key), "checkpoint: {} is corrupted: it has no '{}'", mp.string(), key);
   }
   return o;
+}
+
+}  // namespace detail
+
+namespace {
+using detail::Opened;
+
+// The checkpoint to read for `dirName` (series.h's find), said when it is not the newest.
+Opened openDir(const std::string& dirName) {
+  const auto found = find(dirName);
+  TESSERA_CHECK(found, "checkpoint: no checkpoint at {} (no metadata.pt there, in a step-<N> directory, nor in {}.old)",
+                dirName, dirName);
+  if (!found->note.empty()) log::warn("checkpoint: {}", found->note);
+  return detail::openExact(found->dir);
 }
 
 Metadata summarize(const Opened& o) {
@@ -102,8 +119,8 @@ struct Reader::Impl {
   c10::Dict<std::string, at::Tensor>& fileTensors(const std::string& file) {
     auto it = mapped.find(file);
     if (it != mapped.end()) return it->second;
-    TESSERA_CHECK(files.contains(file), "checkpoint: {} names a file {} it does not list", (o.dir / "metadata.pt").string(),
-                  file);
+    TESSERA_CHECK(files.contains(file), "checkpoint: {} names a file {} it does not list",
+                  (o.dir / "metadata.pt").string(), file);
     auto f = files.at(file).toGenericDict();
     auto d = mapShard(o.dir / file, f.at("bytes").toInt(), f.at("fnv1a64").toInt());
     return mapped.emplace(file, c10::impl::toTypedDict<std::string, at::Tensor>(d.toGenericDict())).first->second;

@@ -192,4 +192,9 @@ void publish(const std::string& dirName, int world, int64_t step, const std::map
             shardFiles > 0 ? fmt::format(", {} files", shardFiles) : "");
 }
 
+void discard(const std::string& dir) {
+  std::error_code ec;
+  fs::remove_all(dir + ".tmp", ec);
+}
+
 }  // namespace tessera::checkpoint::detail

@@ -35,5 +35,8 @@ void writeShard(const ShardPlan& p, const std::vector<at::Tensor>& host);
 // writes several).
 void publish(const std::string& dir, int world, int64_t step, const std::map<std::string, std::string>& extra,
              const std::map<std::string, std::string>& files, int shardFiles = 0);
+// After a failed writeShard or publish (a full or read-only disk): <dir>.tmp removed, best effort
+// and silently (the save's own error is the one to report). Any rank may call it.
+void discard(const std::string& dir);
 
 }  // namespace tessera::checkpoint::detail

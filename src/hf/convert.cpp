@@ -8,6 +8,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "tessera/checkpoint/series.h"
 #include "tessera/checkpoint/stream_writer.h"
 #include "tessera/common/error.h"
 #include "tessera/common/log.h"
@@ -87,6 +88,12 @@ void writeHfSideFiles(const ModelConfig& c, const std::optional<ConfigJson>& bas
 }
 
 void importLlama(const std::string& hfDir, const std::string& ckptDir, const ConvertOptions& o) {
+  // Never over a checkpoint (another model's, or a run's progress): find() also refuses a damaged one.
+  if (const auto held = checkpoint::find(ckptDir)) {
+    throw Error(fmt::format("tessera hf: {} already holds a checkpoint ({}, step {}): import-hf does not replace it; "
+                            "give a new directory, or remove that one first",
+                            ckptDir, held->dir, held->step));
+  }
   const ConfigJson cfgJson = ConfigJson::read(hfDir);
   const ModelConfig c = llamaConfigFromHf(cfgJson);
   const SafetensorsCheckpoint ck(hfDir);
@@ -95,7 +102,9 @@ void importLlama(const std::string& hfDir, const std::string& ckptDir, const Con
             ck.tensorBytes() / 1e6, ck.files().size(), ckptDir);
   checkpoint::StreamWriterOptions wo;
   wo.maxFileBytes = o.checkpointFileBytes;
-  checkpoint::StreamWriter w(ckptDir, wo);
+  // As a run's checkpoints are laid out (checkpoint/series.h): <ckptDir>/step-0 and `latest`.
+  const std::string stepDir = checkpoint::stepDir(ckptDir, 0);
+  checkpoint::StreamWriter w(stepDir, wo);
   const auto names = llamaTensorNames(c);
   Progress progress("tessera-convert: import", names.size(), o.progressEvery);
   for (const auto& n : names) {
@@ -113,7 +122,8 @@ void importLlama(const std::string& hfDir, const std::string& ckptDir, const Con
                {"hf_source", ec ? hfDir : abs.lexically_normal().string()},
                {"weights_only", "true"},
                {"layout", "tessera-convert import-hf (whole tensors)"}});
-  log::info("tessera-convert: wrote {} (step 0, {} tensors in {} files)", ckptDir, names.size(), w.files());
+  checkpoint::commitStep(ckptDir, 0, 0);
+  log::info("tessera-convert: wrote {} (step 0, {} tensors in {} files)", stepDir, names.size(), w.files());
 }
 
 void exportLlama(const std::string& ckptDir, const std::string& hfDir, const ConvertOptions& o) {

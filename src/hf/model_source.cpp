@@ -5,6 +5,7 @@
 
 #include <filesystem>
 
+#include "tessera/checkpoint/series.h"
 #include "tessera/common/error.h"
 #include "hf/llama.h"
 #include "tessera/hf/safetensors.h"
@@ -73,9 +74,8 @@ ModelSource openHf(const std::string& dir, const std::optional<ModelConfig>& fla
 
 ModelSource openModel(const std::string& dir, const std::optional<ModelConfig>& flags) {
   const fs::path p(dir);
-  if (fs::exists(p / "metadata.pt") || fs::exists(fs::path(dir + ".old") / "metadata.pt")) {
-    return openTessera(dir, flags);
-  }
+  // A tessera checkpoint: a run's directory (its newest complete step-<N>), one checkpoint, or .old.
+  if (const auto found = checkpoint::find(dir)) return openTessera(found->dir, flags);
   TESSERA_CHECK(fs::is_directory(p), "model {}: no such directory", dir);
   if (fs::exists(p / "config.json")) return openHf(dir, flags);
   throw Error(fmt::format(

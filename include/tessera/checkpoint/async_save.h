@@ -12,6 +12,7 @@
 // arrive within `timeout`. Not thread-safe: one caller thread. Design: docs/design/checkpoints.md.
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -46,9 +47,11 @@ class AsyncSaver {
 
   // Collective over `comm`: waits for this rank's previous save (throwing its error), agrees with the
   // other ranks who writes each replicated box, stages this rank's pieces in host memory and returns.
-  // `extra` and `files` as checkpoint::save.
+  // `extra` and `files` as checkpoint::save. `published`: run by rank 0's writer once the
+  // checkpoint is published (series.h's commitStep, say); what it throws is the save's error.
   void save(const std::string& dir, const std::vector<Piece>& pieces, int64_t step,
-            const std::map<std::string, std::string>& extra = {}, const std::map<std::string, std::string>& files = {});
+            const std::map<std::string, std::string>& extra = {}, const std::map<std::string, std::string>& files = {},
+            std::function<void()> published = {});
   // Local, no host wait: orders the current CUDA stream after the copies. Call it before anything
   // overwrites the saved tensors (the next optimizer step).
   void beforeUpdate();
@@ -60,7 +63,7 @@ class AsyncSaver {
 
  private:
   void write(std::string dir, int64_t step, std::map<std::string, std::string> extra,
-             std::map<std::string, std::string> files, uint64_t seq);
+             std::map<std::string, std::string> files, std::function<void()> published, uint64_t seq);
 
   CommPtr comm_;
   StorePtr store_;

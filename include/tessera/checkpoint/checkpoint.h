@@ -10,6 +10,8 @@
 // sees (a shared file system across nodes). Reading is local. Pieces' tensors stay the caller's.
 // Errors: tessera::Error naming the tensor or file: a requested box the saved pieces do not cover,
 // a dtype or global-shape mismatch, a missing tensor, a truncated, corrupted or missing file.
+// Readers (load, Reader, readMetadata) resolve <dir> as locate() does, so a run's root (series.h:
+// step-<N> directories and `latest`) reads as its newest complete checkpoint.
 // The format, the publication protocol and async saves (async_save.h): docs/design/checkpoints.md.
 #include <ATen/core/Tensor.h>
 
@@ -82,8 +84,9 @@ class Reader {
 };
 // Local: reads and checks the metadata only (at <dir>, or <dir>.old as load() falls back).
 Metadata readMetadata(const std::string& dir);
-// Local: the directory that holds the checkpoint saved to <dir>: <dir>, or <dir>.old when a save
-// was interrupted between its renames; nullopt when there is none.
+// Local: the directory holding the checkpoint to read for <dir>, as series.h's find() chooses it
+// (the newest complete <dir>/step-<N>, else <dir>, else <dir>.old after a save interrupted between
+// its renames); nullopt when <dir> holds no checkpoint. Error: checkpoint files but none complete.
 std::optional<std::string> locate(const std::string& dir);
 
 }  // namespace tessera::checkpoint
