@@ -103,6 +103,14 @@ MegatronIndex parseMegatronIndex(const uint8_t* data, size_t size, uint64_t binB
   TESSERA_CHECK(ix.docIndex(ix.docIndices - 1) == ix.sequences,
                 "tessera data: '{}': the last document index is {}, not the sequence count {}", file,
                 ix.docIndex(ix.docIndices - 1), ix.sequences);
+  // Every sequence inside the .bin is not enough: a .bin of another, larger dataset passes that. The
+  // tokens the index describes fill the .bin exactly (Megatron's writers and tessera-prep's do).
+  uint64_t described = 0;
+  for (int64_t i = 0; i < ix.sequences; ++i) described += static_cast<uint64_t>(ix.length(i)) * bytes;
+  TESSERA_CHECK(described == binBytes,
+                "tessera data: '{}' describes {} bytes of tokens, but its .bin has {} (the .bin and .idx of different "
+                "datasets? tessera-prep inspect PREFIX checks a pair)",
+                file, described, binBytes);
   return ix;
 }
 

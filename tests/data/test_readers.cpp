@@ -96,6 +96,18 @@ TEST_F(Readers, MegatronTruncatedOrMissingBin) {
   expectError([&] { IndexedDataset ds(path("nothing")); }, {path("nothing.idx"), "cannot open"});
 }
 
+// A .bin of another, larger dataset beside this .idx: every sequence lies inside it, yet the pair
+// is refused (it trained on 1 % of the file before, issue 52).
+TEST_F(Readers, MegatronBinOfAnotherDataset) {
+  writeMegatron(path("m"), kSeqs);
+  Docs more = kSeqs;
+  for (int k = 0; k < 3; ++k) more.insert(more.end(), kSeqs.begin(), kSeqs.end());
+  writeMegatron(path("other"), more);
+  fs::copy_file(path("other.bin"), path("m.bin"), fs::copy_options::overwrite_existing);
+  expectError([&] { IndexedDataset ds(path("m")); },
+              {path("m.idx"), "describes 20 bytes of tokens, but its .bin has 80", "different datasets"});
+}
+
 TEST_F(Readers, LlmcShardsReadAsOneStream) {
   // Shard 1 empty; documents end at 0 and one spans shards 2 and 3.
   writeLlmc(path("s_000.bin"), {0, 11, 12, 0});
