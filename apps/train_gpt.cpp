@@ -5,7 +5,8 @@
 //   mpirun -np 8 build/bin/train_gpt --pp 2 --tp 2 --dp-mode fsdp
 //   srun --mpi=pmix -n 8 build/bin/train_gpt --pp 2 --tp 2 --config run.toml
 // Flags: train_gpt --help. Rank 0 prints the resolved config (a TOML file that --config reads back;
-// also written into each checkpoint as config.toml), then a line per step, and writes the JSONL log.
+// also written into each checkpoint as config.toml; --print-config prints it alone and exits), then
+// a line per step and a summary, and writes the JSONL log.
 // Exit status: 0 on success, 2 on bad flags, config files and layouts (UsageError), 1 on any other
 // error (printed with the rank, and published to the other ranks: comm/watchdog/board.h); 3 when
 // the watchdog ends a stuck rank.
@@ -45,6 +46,14 @@ int main(int argc, char** argv) {
       std::cout << train::usage(machine);
       return 0;
     }
+    if (cfg.printConfig) {  // a dry run: the config resolved for the launcher's world, nothing started
+      const char* world = std::getenv("WORLD_SIZE");
+      const char* rank = std::getenv("RANK");
+      cfg.resolve(world ? std::atoi(world) : 1);
+      if (!rank || std::atoi(rank) == 0) std::cout << cfg.toToml();
+      return 0;
+    }
+    if (cfg.timeoutS > 0) init.timeout = std::chrono::seconds(cfg.timeoutS);
   } catch (const std::exception& e) {
     fmt::print(stderr, "{}\n", e.what());
     return 2;

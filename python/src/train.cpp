@@ -16,6 +16,7 @@ namespace tessera::py {
 void bindTrain(pb::module_& m) {
   auto t = m.def_submodule("train", "tessera's trainer (src/train): see tessera.train");
   pb::register_exception<train::UsageError>(t, "UsageError", m.attr("Error").ptr());
+  pb::register_exception<train::NonFiniteError>(t, "NonFiniteError", m.attr("Error").ptr());
   using R = train::StepReport;
   pb::class_<R>(t, "StepReport", "One step's results (src/train/trainer.h); times in ms, memory in GiB")
       .def_readonly("step", &R::step)
@@ -30,6 +31,8 @@ void bindTrain(pb::module_& m) {
           "valid_loss", [](const R& r) { return r.validLoss >= 0 ? std::optional<double>(r.validLoss) : std::nullopt; })
       .def_readonly("pipeline_ms", &R::pipelineMs)
       .def_readonly("optimizer_ms", &R::optimizerMs)
+      .def_readonly("non_finite", &R::nonFinite)
+      .def_readonly("skipped", &R::skipped)
       .def_readonly("fp8_values", &R::fp8Values)
       .def("__repr__", [](const R& r) {
         return fmt::format("StepReport(step={}, loss={:.6f}, grad_norm={:.4f}, step_ms={:.1f})", r.step, r.loss,

@@ -27,6 +27,8 @@ import tomllib
 from . import _C
 
 UsageError = _C.train.UsageError
+# A NaN or infinite loss or gradient norm ended the run (nan_policy="stop"; "skip-step" skips them).
+NonFiniteError = _C.train.NonFiniteError
 StepReport = _C.train.StepReport
 
 

@@ -86,16 +86,19 @@ Settings Settings::fromEnvironment() {
     const auto colon = s.faultInject.find(':');
     const auto point = s.faultInject.substr(0, colon);
     const auto rank = colon == std::string::npos ? std::string() : s.faultInject.substr(colon + 1);
-    const std::string afterStep = "kill-after-step-";
-    const bool stepPoint = point.rfind(afterStep, 0) == 0 && point.size() > afterStep.size() &&
-                           point.find_first_not_of("0123456789", afterStep.size()) == std::string::npos;
+    auto atStep = [&](const std::string& prefix) {
+      return point.rfind(prefix, 0) == 0 && point.size() > prefix.size() &&
+             point.find_first_not_of("0123456789", prefix.size()) == std::string::npos;
+    };
+    const bool stepPoint = atStep("kill-after-step-") || atStep("nan-loss-at-step-");
     const bool named = point == "bootstrap-after-store" || point == "checkpoint-after-write" ||
                        point == "checkpoint-after-metadata" || point == "checkpoint-between-renames" ||
-                       point == "checkpoint-before-cleanup";
+                       point == "checkpoint-before-cleanup" || point == "checkpoint-before-latest";
     TESSERA_CHECK((named || stepPoint) && !rank.empty() && rank.find_first_not_of("0123456789") == std::string::npos,
                   "TESSERA_FAULT_INJECT='{}' is not POINT:RANK with POINT one of bootstrap-after-store, "
                   "checkpoint-after-write, checkpoint-after-metadata, checkpoint-between-renames, "
-                  "checkpoint-before-cleanup, kill-after-step-STEP (train_gpt)",
+                  "checkpoint-before-cleanup, checkpoint-before-latest, kill-after-step-STEP, "
+                  "nan-loss-at-step-STEP (train_gpt)",
                   s.faultInject);
   }
   readInt("TESSERA_OVERLAP_SM_CARVEOUT", s.smCarveout, 0, 1023, "a number of SMs");

@@ -10,11 +10,9 @@
 namespace tessera::optim {
 
 namespace {
-constexpr Choices<LrKind, 4> kLrKind{"lr schedule",
-                                     {{{LrKind::Constant, "constant"},
-                                       {LrKind::Cosine, "cosine"},
-                                       {LrKind::Linear, "linear"},
-                                       {LrKind::Wsd, "wsd"}}}};
+constexpr Choices<LrKind, 4> kLrKind{
+    "lr schedule",
+    {{{LrKind::Constant, "constant"}, {LrKind::Cosine, "cosine"}, {LrKind::Linear, "linear"}, {LrKind::Wsd, "wsd"}}}};
 }  // namespace
 
 LrKind parseLrKind(const std::string& s) { return kLrKind.parse(s); }
@@ -48,12 +46,12 @@ double lrAt(const LrSchedule& s, int64_t step) {
 }
 
 std::string describe(const LrSchedule& s) {
-  return fmt::format("lr {:g} {}{}{}{}", s.lr, toString(s.kind),
-                     s.warmup ? fmt::format(", warm-up {} steps", s.warmup) : "",
-                     s.kind != LrKind::Constant ? fmt::format(" to {:g} at step {}", s.minLr, s.total) : "",
-                     s.kind == LrKind::Wsd ? fmt::format(" (decay over the last {} steps)",
-                                                         s.decay > 0 ? s.decay : s.total / 5)
-                                           : "");
+  // "lr 0.0003: warm-up over 5 steps, then cosine to 0 at step 40"
+  return fmt::format(
+      "lr {:g}: {}{}{}{}", s.lr,
+      s.warmup ? fmt::format("warm-up over {} step{}, then ", s.warmup, s.warmup == 1 ? "" : "s") : "",
+      toString(s.kind), s.kind != LrKind::Constant ? fmt::format(" to {:g} at step {}", s.minLr, s.total) : "",
+      s.kind == LrKind::Wsd ? fmt::format(" (decay over the last {} steps)", s.decay > 0 ? s.decay : s.total / 5) : "");
 }
 
 }  // namespace tessera::optim

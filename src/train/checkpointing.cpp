@@ -9,10 +9,12 @@
 #include <torch/utils.h>
 
 #include "tessera/checkpoint/checkpoint.h"
+#include "tessera/checkpoint/series.h"
 #include "tessera/common/device.h"
 #include "tessera/common/error.h"
 #include "tessera/common/log.h"
 #include "tessera/models/config_json.h"
+#include "train/flags.h"
 #include "train/trainer_state.h"
 
 namespace tessera::train {
@@ -21,36 +23,62 @@ void Trainer::State::saveCheckpoint() {
   const int64_t step = stepsDone;
   const auto pieces = par.dp->savePieces([this] { return par.pieces(); });
   std::map<std::string, std::string> extra{{"layout", o.describe()},
-                                                 {"model", o.model.cfg.signature()},
-                                                 {"model_config", models::configToJson(o.model.cfg)},
-                                                 {"global_batch", std::to_string(o.optim.batch)},
-                                                 {"data_state", data::encodeDataState(batches->state())}};
+                                           {"model", o.model.cfg.signature()},
+                                           {"model_config", models::configToJson(o.model.cfg)},
+                                           {"global_batch", std::to_string(o.optim.batch)},
+                                           {"steps", std::to_string(o.optim.steps)},
+                                           {"data_state", data::encodeDataState(batches->state())}};
   if (!hfConfig.empty()) {  // an HF export of this checkpoint keeps the imported model's other fields
     extra.emplace("hf_config", hfConfig);
     extra.emplace("hf_source", hfSource);
   }
-  // The run's resolved config beside the tensors: `train_gpt --config <dir>/config.toml` runs it again.
-  const std::map<std::string, std::string> files{{"config.toml", o.toToml()}};
-  if (saver) {  // staged to host memory here; written and published on the saver's thread
-    saver->save(o.checkpoint.dir, pieces, step, extra, files);
-    if (isLogger()) log::info("train_gpt: checkpoint of step {} staged; writing it to {}", step, o.checkpoint.dir);
+  // The run's resolved config beside the tensors: `train_gpt --config <dir>/config.toml` runs it
+  // again; the root keeps a copy of the newest one's (written once that checkpoint is committed).
+  const std::string toml = o.toToml();
+  const std::map<std::string, std::string> files{{"config.toml", toml}};
+  const std::string root = o.checkpoint.dir, dir = checkpoint::stepDir(root, step);
+  const int keep = o.checkpoint.keepLast;
+  lastCheckpoint = dir;
+  savedThisRun = true;
+  auto commit = [root, step, keep, files] { checkpoint::commitStep(root, step, keep, files); };  // rank 0
+  if (saver) {  // staged to host memory here; written, published and committed on the saver's thread
+    saver->save(dir, pieces, step, extra, files, commit);
+    if (isLogger()) log::info("train_gpt: checkpoint of step {} staged; writing it to {}", step, dir);
     return;
   }
   synchronizeDevice(device);
-  checkpoint::save(o.checkpoint.dir, pieces, *ctx.world, step, extra, files);
-  if (isLogger()) log::info("train_gpt: checkpoint of step {} saved to {}", step, o.checkpoint.dir);
+  checkpoint::save(dir, pieces, *ctx.world, step, extra, files);
+  if (isLogger()) {
+    commit();
+    log::info("train_gpt: checkpoint of step {} saved to {}", step, dir);
+  }
+}
+
+std::optional<int64_t> savedGlobalBatch(const std::string& checkpointDir) {
+  const auto found = checkpointDir.empty() ? std::nullopt : checkpoint::find(checkpointDir);
+  if (!found) return std::nullopt;
+  const auto meta = checkpoint::readMetadata(found->dir);
+  const auto it = meta.extra.find("global_batch");
+  if (meta.extra.count("weights_only") || it == meta.extra.end()) return std::nullopt;
+  return std::stoll(it->second);
 }
 
 void Trainer::State::adoptCheckpointBatch(const std::map<std::string, std::string>& extra, const std::string& dir) {
   const auto it = extra.find("global_batch");
   if (it == extra.end()) return;  // saved by an older train_gpt: this run's batch
   const int64_t saved = std::stoll(it->second);
-  if (saved == o.optim.batch) return;
+  if (saved == o.optim.batch) {
+    if (o.optim.batchFromCheckpoint && isLogger()) {
+      log::info("train_gpt: keeping the checkpoint's global batch of {} sequences (--batch changes it)", saved);
+    }
+    return;
+  }
   if (o.optim.batchGiven) {
     if (isLogger()) {
-      log::warn("train_gpt: THE GLOBAL BATCH CHANGES on resume: the checkpoint in {} was trained with {} sequences a "
-                "step, this run takes {} (--batch). Steps from here on see {} sequences each.",
-                dir, saved, o.optim.batch, o.optim.batch);
+      log::warn(
+          "train_gpt: THE GLOBAL BATCH CHANGES on resume: the checkpoint in {} was trained with {} sequences a "
+          "step, this run takes {} (--batch). Steps from here on see {} sequences each.",
+          dir, saved, o.optim.batch, o.optim.batch);
     }
     return;
   }
@@ -61,32 +89,44 @@ void Trainer::State::adoptCheckpointBatch(const std::map<std::string, std::strin
                 dir, saved, o.parallel.dp, o.parallel.microBatches);
   o.optim.batch = saved;
   if (isLogger()) {
-    log::info("train_gpt: keeping the checkpoint's global batch of {} sequences (this layout's default would be {}; "
-              "--batch changes it)",
-              saved, layoutDefault);
+    log::info(
+        "train_gpt: keeping the checkpoint's global batch of {} sequences (this layout's default would be {}; "
+        "--batch changes it)",
+        saved, layoutDefault);
   }
 }
 
+void Trainer::State::warnScheduleChange(const std::map<std::string, std::string>& extra) const {
+  const auto it = extra.find("steps");  // saved since issue 52
+  if (it == extra.end() || o.optim.lr.kind == optim::LrKind::Constant || !isLogger()) return;
+  auto before = o.optim.lr;
+  before.total = std::stoll(it->second);
+  if (before.total == o.optim.lr.total) return;
+  log::warn(
+      "train_gpt: THE LR SCHEDULE CHANGES on resume: the checkpoint was trained toward {} steps, this run's {} "
+      "schedule spans {}: the lr of step {} is {:.3g} (it was going to be {:.3g})",
+      before.total, optim::toString(o.optim.lr.kind), o.optim.lr.total, startStep + 1,
+      optim::lrAt(o.optim.lr, startStep), optim::lrAt(before, startStep));
+}
+
 bool Trainer::State::loadCheckpoint() {
-  const auto found = o.checkpoint.dir.empty() ? std::nullopt : checkpoint::locate(o.checkpoint.dir);
+  // The newest complete checkpoint under the directory; an incomplete or damaged one is refused
+  // (checkpoint::find throws naming what is missing), never taken for "no checkpoint".
+  const auto found = o.checkpoint.dir.empty() ? std::nullopt : checkpoint::find(o.checkpoint.dir);
   if (!found) {
     batches->start(nullptr, 0);
     return false;
   }
-  // Read from where locate() found it: one look for the .old fallback, said once.
-  if (*found != o.checkpoint.dir && isLogger()) {
-    log::warn("train_gpt: {} is missing (a save was interrupted between its renames); resuming from {}",
-              o.checkpoint.dir, *found);
-  }
+  if (!found->note.empty() && isLogger()) log::warn("train_gpt: CHECKPOINT FALLBACK: {}", found->note);
   at::NoGradGuard ng;
   bool weightsOnly = false;
   {  // the architecture first: a checkpoint of another model is refused before any tensor is read
-    const auto saved = checkpoint::readMetadata(*found);
+    const auto saved = checkpoint::readMetadata(found->dir);
     const auto it = saved.extra.find("model");
     TESSERA_CHECK(it == saved.extra.end() || it->second == o.model.cfg.signature(),
                   "train_gpt: the checkpoint in {} is of another model:\n  checkpoint: {}\n  this run:   {}",
-                  *found, it->second, o.model.cfg.signature());
-    adoptCheckpointBatch(saved.extra, *found);
+                  found->dir, it->second, o.model.cfg.signature());
+    adoptCheckpointBatch(saved.extra, found->dir);
     if (saved.extra.count("hf_config")) {
       hfConfig = saved.extra.at("hf_config");
       hfSource = saved.extra.count("hf_source") ? saved.extra.at("hf_source") : "";
@@ -105,26 +145,29 @@ bool Trainer::State::loadCheckpoint() {
   };
   auto target = par.dp->loadPieces([this] { return par.pieces(); });
   auto pieces = onlyWeights(std::move(target.pieces));
-  const auto meta = checkpoint::load(*found, pieces);
+  const auto meta = checkpoint::load(found->dir, pieces);
   target.commit(meta.step);
   startStep = stepsDone = meta.step;
   if (weightsOnly) {
-    TESSERA_CHECK(meta.step == 0, "train_gpt: the weights-only checkpoint in {} is at step {}, not 0", *found, meta.step);
+    TESSERA_CHECK(meta.step == 0, "train_gpt: the weights-only checkpoint in {} is at step {}, not 0", found->dir,
+                  meta.step);
     batches->start(nullptr, 0);
     if (isLogger()) {
-      log::info("train_gpt: weights from {} (a weights-only checkpoint at step 0, {}): fresh optimizer and schedule, "
-                "data from the start",
-                *found, meta.extra.count("layout") ? meta.extra.at("layout") : "?");
+      log::info(
+          "train_gpt: weights from {} (a weights-only checkpoint at step 0, {}): fresh optimizer and schedule, "
+          "data from the start",
+          found->dir, meta.extra.count("layout") ? meta.extra.at("layout") : "?");
     }
     return true;
   }
-  resumedFrom = *found;
+  resumedFrom = lastCheckpoint = found->dir;
   const auto it = meta.extra.find("data_state");
   TESSERA_CHECK(it != meta.extra.end(), "train_gpt: the checkpoint in {} holds no data position", o.checkpoint.dir);
   const auto saved = data::decodeDataState(it->second);
   batches->start(&saved, startStep);
+  warnScheduleChange(meta.extra);
   if (isLogger()) {
-    log::info("train_gpt: resumed from {} at step {} (saved as: {})", *found, meta.step,
+    log::info("train_gpt: resumed from {} at step {} (saved as: {})", found->dir, meta.step,
               meta.extra.count("layout") ? meta.extra.at("layout") : "?");
   }
   return true;

@@ -2,15 +2,16 @@
 // flags.cpp's table, the checks across them checks.cpp's.
 #include "tessera/train/config.h"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
-#include <torch/cuda.h>
 #include <fmt/ranges.h>
+#include <torch/cuda.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "train/flags.h"
 
@@ -79,8 +80,10 @@ std::unique_ptr<Cli> makeCli(bool onGpu, const Settings& env) {
   cli->flags = flagTable(onGpu);
   for (const auto& f : cli->flags) {
     std::string shown = f.shown;
-    if (shown.empty() && f.get) shown = f.get(dflt);
-    if (f.value.empty() && !shown.empty()) shown = shown == "true" ? "on" : "off";
+    if (shown.empty() && f.get) {
+      shown = f.get(dflt);
+      if (f.value.empty() && !shown.empty()) shown = shown == "true" ? "on" : "off";
+    }
     if (shown.size() >= 2 && (shown.front() == '"' || shown.front() == '\'')) shown = shown.substr(1, shown.size() - 2);
     const std::string help =
         f.help + (f.get || !f.shown.empty() ? fmt::format(" [{}]", shown.empty() ? "none" : shown) : "");
@@ -114,9 +117,76 @@ std::string message(const Cli& cli, const CLI::ParseError& e) {
     return fmt::format("train_gpt: --config '{}': {}", file, what);
   }
   if (e.get_name() == "ArgumentMismatch" && what.size() > 7 && what.compare(what.size() - 7, 7, "missing") == 0) {
-    return fmt::format("train_gpt: {} needs a value", what.substr(0, what.find(": ")));  // "--batch: 1 required B missing"
+    return fmt::format("train_gpt: {} needs a value",
+                       what.substr(0, what.find(": ")));  // "--batch: 1 required B missing"
   }
   return fmt::format("train_gpt: {} (train_gpt --help lists the flags)", what);
+}
+
+// Whether `f` is among the arguments themselves (not only in the --config file): "--name", "--name=v".
+bool onCommandLine(const Flag& f, const std::vector<std::string>& argv) {
+  std::stringstream names(f.names);
+  for (std::string n; std::getline(names, n, ',');) {
+    for (const auto& a : argv) {
+      if (a == n || a.rfind(n + "=", 0) == 0) return true;
+    }
+  }
+  return false;
+}
+
+// The parsed values into `o`: the saved model and batch a run resumes (or starts from), the --config
+// file's values, then the command line's.
+void fill(const Cli& cli, const std::vector<std::string>& argv, Config& o) {
+  // Without --model: the model of --init-from-hf's directory or of the checkpoint (the shape flags
+  // below still apply).
+  auto given = [&](const std::string& flag) -> std::optional<std::string> {
+    for (size_t i = 0; i < cli.flags.size(); ++i) {
+      if (cli.flags[i].flag() == flag && cli.options[i]->count() > 0) return cli.options[i]->results().back();
+    }
+    return std::nullopt;
+  };
+  if (!given("--model")) {
+    const auto hf = given("--init-from-hf").value_or(""), ckpt = given("--checkpoint-dir").value_or("");
+    try {
+      if (auto saved = savedModelConfig(hf, ckpt)) {
+        o.model.cfg = *saved;
+        o.model.preset = hf.empty() ? "checkpoint" : "hf";
+      }
+    } catch (const UsageError&) {
+      throw;
+    } catch (const Error& e) {
+      throw UsageError(fmt::format("train_gpt: {}", e.what()));
+    }
+  }
+  // The --config file's values first, then the command line's: a flag given here wins over every
+  // key of the file it overlaps (--layout over the file's dp, pp, cp and tp).
+  for (const bool commandLine : {false, true}) {
+    for (size_t i = 0; i < cli.flags.size(); ++i) {
+      if (cli.options[i]->count() > 0 && onCommandLine(cli.flags[i], argv) == commandLine) {
+        cli.flags[i].set(o, cli.options[i]->results().back());
+      }
+    }
+  }
+  // A layout changed on the command line over a file's: dp follows the world again unless given.
+  auto here = [&](const char* name) {
+    for (const auto& f : cli.flags)
+      if (f.flag() == name) return onCommandLine(f, argv);
+    return false;
+  };
+  if (!cli.config->empty() && !here("--dp") && !here("--layout") && (here("--pp") || here("--tp") || here("--cp"))) {
+    o.parallel.dp = 0;
+  }
+  // Without --batch: a resumed run keeps its checkpoint's global batch (said by the trainer).
+  if (!given("--batch")) {
+    try {
+      if (const auto b = savedGlobalBatch(given("--checkpoint-dir").value_or(""))) {
+        o.optim.batch = *b;
+        o.optim.batchFromCheckpoint = true;
+      }
+    } catch (const Error& e) {
+      throw UsageError(fmt::format("train_gpt: {}", e.what()));
+    }
+  }
 }
 
 }  // namespace
@@ -163,30 +233,7 @@ Config Config::parse(const std::vector<std::string>& argv, const Machine& m) {
                     "switches take no value, or --name=on|off)",
                     a));
   }
-  // Without --model: the model of --init-from-hf's directory or of the checkpoint (the shape flags
-  // below still apply).
-  auto given = [&](const std::string& flag) -> std::optional<std::string> {
-    for (size_t i = 0; i < cli->flags.size(); ++i) {
-      if (cli->flags[i].flag() == flag && cli->options[i]->count() > 0) return cli->options[i]->results().back();
-    }
-    return std::nullopt;
-  };
-  if (!given("--model")) {
-    const auto hf = given("--init-from-hf").value_or(""), ckpt = given("--checkpoint-dir").value_or("");
-    try {
-      if (auto saved = savedModelConfig(hf, ckpt)) {
-        o.model.cfg = *saved;
-        o.model.preset = hf.empty() ? "checkpoint" : "hf";
-      }
-    } catch (const UsageError&) {
-      throw;
-    } catch (const Error& e) {
-      throw UsageError(fmt::format("train_gpt: {}", e.what()));
-    }
-  }
-  for (size_t i = 0; i < cli->flags.size(); ++i) {
-    if (cli->options[i]->count() > 0) cli->flags[i].set(o, cli->options[i]->results().back());
-  }
+  fill(*cli, argv, o);
   checkConfig(o, m.gpu);
   return o;
 }

@@ -16,6 +16,8 @@ namespace tessera::train {
 namespace {
 constexpr Choices<DpMode, 2> kDpMode{"dp mode", {{{DpMode::Ddp, "ddp"}, {DpMode::Fsdp, "fsdp"}}}};
 constexpr Choices<Precision, 2> kPrecision{"precision", {{{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}}}};
+constexpr Choices<NanPolicy, 2> kNanPolicy{"nan policy",
+                                           {{{NanPolicy::Stop, "stop"}, {NanPolicy::SkipStep, "skip-step"}}}};
 
 struct Table {
   std::vector<Flag> flags;
@@ -68,25 +70,34 @@ void layoutFlags(Table& t) {
                    FIELD(parallel.sequenceParallel)));
 }
 
+// A shape flag: its default is the --model preset's (listed at the end of --help), not a number.
+Flag ofPreset(Flag f) {
+  f.shown = "the preset's";
+  return f;
+}
+
 void modelFlags(Table& t) {
   t.group = "Model (the preset, then any dimension)";
   t.add(modelFlag());
-  t.add(integerFlag("--hidden-size", "D", "model width (divisible by the heads)", 1, kNoMax, FIELD(model.cfg.d)));
-  t.add(integerFlag("--num-layers,--layers", "L", "transformer blocks", 1, kNoMax, FIELD(model.cfg.layers)));
-  t.add(integerFlag("--num-attention-heads,--heads", "H", "attention heads", 1, kNoMax, FIELD(model.cfg.heads)));
+  t.add(ofPreset(
+      integerFlag("--hidden-size", "D", "model width (divisible by the heads)", 1, kNoMax, FIELD(model.cfg.d))));
+  t.add(ofPreset(integerFlag("--num-layers,--layers", "L", "transformer blocks", 1, kNoMax, FIELD(model.cfg.layers))));
+  t.add(ofPreset(
+      integerFlag("--num-attention-heads,--heads", "H", "attention heads", 1, kNoMax, FIELD(model.cfg.heads))));
   t.add(autoFlag(integerFlag("--num-query-groups,--kv-heads", "K", "key/value heads (grouped-query attention; Llama)",
                              1, kNoMax, FIELD(model.cfg.kvHeads)),
                  "the preset's (GPT: = heads)", 0, FIELD(model.cfg.kvHeads)));
   t.add(autoFlag(integerFlag("--ffn-hidden-size,--ffn", "F", "MLP width", 1, kNoMax, FIELD(model.cfg.ffn)),
                  "the preset's (GPT: 4 * D)", 0, FIELD(model.cfg.ffn)));
-  t.add(
-      integerFlag("--vocab-size,--vocab", "V", "vocabulary (every data token < V)", 1, kNoMax, FIELD(model.cfg.vocab)));
-  t.add(integerFlag("--seq-length,--seq-len", "T", "sequence length", 1, kNoMax, FIELD(model.cfg.seqLen)));
-  t.add(choiceFlag(
+  t.add(ofPreset(integerFlag("--vocab-size,--vocab", "V", "vocabulary (every data token < V)", 1, kNoMax,
+                             FIELD(model.cfg.vocab))));
+  t.add(ofPreset(integerFlag("--seq-length,--seq-len", "T", "sequence length", 1, kNoMax, FIELD(model.cfg.seqLen))));
+  t.add(ofPreset(choiceFlag(
       "--positions", "none|learned|rope", "position encoding (Llama: rope)", models::parsePositions,
-      [](models::Positions p) { return models::toString(p); }, FIELD(model.cfg.positions)));
-  t.add(numberFlag("--rope-theta", "X", "rotary base", 0, true, FIELD(model.cfg.ropeTheta)));
-  t.add(switchFlag("--tie-embeddings", "the head shares the embedding table", false, FIELD(model.cfg.tiedEmbeddings)));
+      [](models::Positions p) { return models::toString(p); }, FIELD(model.cfg.positions))));
+  t.add(ofPreset(numberFlag("--rope-theta", "X", "rotary base", 0, true, FIELD(model.cfg.ropeTheta))));
+  t.add(ofPreset(
+      switchFlag("--tie-embeddings", "the head shares the embedding table", false, FIELD(model.cfg.tiedEmbeddings))));
   Flag untie = switchFlag("--untie-embeddings", "the head has its own table", true, FIELD(model.cfg.tiedEmbeddings));
   untie.get = nullptr;  // --tie-embeddings carries it
   t.add(untie);
@@ -135,6 +146,11 @@ void optimFlags(Table& t) {
   t.add(switchFlag("--no-decay-embeddings", "no weight decay on the embedding tables", true,
                    FIELD(optim.decayEmbeddings)));
   t.add(choiceFlag(
+      "--nan-policy", "stop|skip-step",
+      "a NaN or infinite loss or gradient norm: stop the run before any save, or skip that update (a host wait "
+      "a step)",
+      [](auto& v) { return kNanPolicy.parse(v); }, [](NanPolicy p) { return toString(p); }, FIELD(optim.nanPolicy)));
+  t.add(choiceFlag(
       "--recompute", "none|selective|full", "activation recomputation", nn::parseRecompute,
       [](nn::Recompute r) { return nn::toString(r); }, FIELD(precision.recompute)));
   t.add(integerFlag("--eval-every", "N", "validation loss every N steps and at the end (0: never; needs real data)", 0,
@@ -181,10 +197,13 @@ void precisionFlags(Table& t, bool onGpu) {
 
 void checkpointFlags(Table& t) {
   t.group = "Checkpoints and logging";
-  t.add(textFlag("--checkpoint-dir", "DIR", "save there; resume from it when it holds a checkpoint",
+  t.add(textFlag("--checkpoint-dir", "DIR",
+                 "save to DIR/step-<N> (DIR/latest names the newest); resume from the newest complete one",
                  FIELD(checkpoint.dir)));
   t.add(integerFlag("--checkpoint-every", "K", "save every K steps and at the end (0: only at the end)", 0, INT_MAX,
                     FIELD(checkpoint.every)));
+  t.add(integerFlag("--keep-last", "K", "checkpoints kept under --checkpoint-dir, the newest (0: all)", 0, INT_MAX,
+                    FIELD(checkpoint.keepLast)));
   t.add(twoWordFlag("--async-checkpoint", "on|off", "off", "on",
                     "save from host copies on a writer thread while training goes on", FIELD(checkpoint.async)));
   t.add(textFlag("--log-jsonl", "FILE", "rank 0's JSONL log (empty: none)", FIELD(logging.jsonl)));
@@ -219,6 +238,18 @@ void hfFlags(Table& t) {
       [](const std::string& v) { return v; }, FIELD(checkpoint.saveHfDtype)));
 }
 
+void generalFlags(Table& t) {
+  t.group = "General";
+  t.add(integerFlag("--timeout", "S",
+                    "seconds any collective or store wait may take before the run ends naming it (0: "
+                    "TESSERA_TIMEOUT_S, else 600)",
+                    0, INT_MAX, FIELD(timeoutS)));
+  Flag print = switchFlag("--print-config", "print the resolved config (what --config reads) and exit", false,
+                          FIELD(printConfig));
+  print.get = nullptr;  // never in a config file
+  t.add(print);
+}
+
 void overlapFlags(Table& t) {
   t.group = "Overlap and profiling (defaults: TESSERA_* variables)";
   t.add(integerFlag("--tp-forward-chunks", "N", "TP layers' forward in N pieces beside their collectives", 1, 64,
@@ -234,6 +265,7 @@ void overlapFlags(Table& t) {
 
 const char* toString(DpMode m) { return kDpMode.name(m); }
 const char* toString(Precision p) { return kPrecision.name(p); }
+const char* toString(NanPolicy p) { return kNanPolicy.name(p); }
 
 std::vector<Flag> flagTable(bool onGpu) {
   Table t;
@@ -245,6 +277,7 @@ std::vector<Flag> flagTable(bool onGpu) {
   checkpointFlags(t);
   hfFlags(t);
   overlapFlags(t);
+  generalFlags(t);
   return t.flags;
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,10 @@ std::vector<Flag> flagTable(bool gpu);
 // The checks across flags once every value is in (UsageError naming the flags); sets the LR
 // schedule's total to the steps and chunks to 1 unless interleaved.
 void checkConfig(Config& c, bool gpu);
+
+// The global batch of the checkpoint a run in `checkpointDir` resumes (nullopt: none there, a
+// weights-only one, or one saved before the batch was recorded). Error: a damaged checkpoint.
+std::optional<int64_t> savedGlobalBatch(const std::string& checkpointDir);
 
 // A switch's value: "true" / "on" / "yes" / "1" or "false" / "off" / "no" / "0"; else UsageError.
 bool switchValue(const std::string& flag, const std::string& v);

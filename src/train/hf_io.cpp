@@ -10,13 +10,14 @@
 #include <filesystem>
 #include <map>
 
-#include "tessera/checkpoint/checkpoint.h"
-#include "tessera/common/error.h"
-#include "tessera/common/log.h"
 #include "hf/config.h"
 #include "hf/convert.h"
 #include "hf/json_io.h"
 #include "hf/llama.h"
+#include "tessera/checkpoint/checkpoint.h"
+#include "tessera/checkpoint/series.h"
+#include "tessera/common/error.h"
+#include "tessera/common/log.h"
 #include "tessera/hf/safetensors.h"
 #include "tessera/models/config_json.h"
 #include "train/trainer_state.h"
@@ -25,8 +26,8 @@ namespace tessera::train {
 
 std::optional<models::ModelConfig> savedModelConfig(const std::string& initFromHf, const std::string& checkpointDir) {
   // A checkpoint to resume wins over the HF directory it was started from.
-  if (!checkpointDir.empty() && checkpoint::locate(checkpointDir)) {
-    const auto meta = checkpoint::readMetadata(checkpointDir);
+  if (const auto found = checkpointDir.empty() ? std::nullopt : checkpoint::find(checkpointDir)) {
+    const auto meta = checkpoint::readMetadata(found->dir);
     if (auto it = meta.extra.find("model_config"); it != meta.extra.end()) return models::configFromJson(it->second);
   }
   if (!initFromHf.empty()) return hf::readLlamaConfig(initFromHf);
@@ -56,9 +57,10 @@ void Trainer::State::initFromHf(std::vector<models::LmChunk>& chunks) {
   hfConfig = cfgJson.json().dump();
   hfSource = std::filesystem::absolute(o.checkpoint.initFromHf).lexically_normal().string();
   if (isLogger()) {
-    log::info("train_gpt: weights from the Hugging Face model {} ({} files): fresh optimizer and schedule, data from "
-              "the start",
-              o.checkpoint.initFromHf, ck.files().size());
+    log::info(
+        "train_gpt: weights from the Hugging Face model {} ({} files): fresh optimizer and schedule, data from "
+        "the start",
+        o.checkpoint.initFromHf, ck.files().size());
   }
 }
 
@@ -66,7 +68,8 @@ void Trainer::State::saveHf(const std::string& dir) {
   at::NoGradGuard ng;
   const auto mine = par.dp->exportLookup([this] { return par.pieces(); });
   std::optional<hf::ConfigJson> base;
-  if (!hfConfig.empty()) base = hf::ConfigJson(hf::parseJson(hfConfig.data(), hfConfig.size(), "hf_config"), "hf_config");
+  if (!hfConfig.empty())
+    base = hf::ConfigJson(hf::parseJson(hfConfig.data(), hfConfig.size(), "hf_config"), "hf_config");
   hf::ConvertOptions co;
   co.dtype = o.checkpoint.saveHfDtype;
   hf::exportLlamaLive(*ctx.world, o.model.cfg, base, hfSource, mine, dir, co);

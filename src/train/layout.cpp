@@ -34,10 +34,13 @@ void Config::resolve(int world) {
               o.model.cfg.seqLen / p.cp, p.tp);
   if (p.microBatches == 0) p.microBatches = p.pp > 1 ? 2 * p.pp : 1;
   if (o.optim.batch == 0) o.optim.batch = 8 * p.dp;
-  USAGE_CHECK(o.optim.batch % p.dp == 0, "train_gpt: --batch {} is not divisible by dp {}", o.optim.batch, p.dp);
+  const std::string batch = o.optim.batchFromCheckpoint
+                                ? fmt::format("the checkpoint's global batch {} (--batch changes it)", o.optim.batch)
+                                : fmt::format("--batch {}", o.optim.batch);
+  USAGE_CHECK(o.optim.batch % p.dp == 0, "train_gpt: {} is not divisible by dp {}", batch, p.dp);
   USAGE_CHECK((o.optim.batch / p.dp) % p.microBatches == 0,
-              "train_gpt: the per-replica batch {} (batch {} / dp {}) is not divisible into {} micro-batches",
-              o.optim.batch / p.dp, o.optim.batch, p.dp, p.microBatches);
+              "train_gpt: the per-replica batch {} ({} / dp {}) is not divisible into {} micro-batches",
+              o.optim.batch / p.dp, batch, p.dp, p.microBatches);
   const auto& c = o.model.cfg;
   USAGE_CHECK(c.heads % p.tp == 0, "train_gpt: heads = {} is not divisible by tp = {}", c.heads, p.tp);
   USAGE_CHECK(c.arch != models::Arch::Llama || c.kvH() % p.tp == 0 || p.tp % c.kvH() == 0,
@@ -93,9 +96,10 @@ std::string Config::describe() const {
   const auto& ov = p.overlap;
   const bool overlapSet = ov.forwardChunks > 1 || ov.smCarveout > 0 || ov.ring;
   return fmt::format(
-      "dp {} ({}) x pp {}{} x tp {}{}; {} micro-batches, schedule {}{}; batch {} x T {}; {}{}{}; {} steps; {}{}{}",
-      p.dp, toString(p.dpMode), p.pp, cpFactor(o), p.tp, p.sequenceParallel ? " +sp" : "", p.microBatches,
-      pipeline::scheduleName(p.schedule),
+      "dp {} ({}) x pp {}{} x tp {}{}; {} micro-batch{}{}{}{}; batch {} x T {}; {}{}{}; {} steps; {}{}{}", p.dp,
+      toString(p.dpMode), p.pp, cpFactor(o), p.tp, p.sequenceParallel && p.tp > 1 ? " +sp" : "", p.microBatches,
+      p.microBatches == 1 ? "" : "es", p.pp > 1 ? ", schedule " : "",
+      p.pp > 1 ? pipeline::scheduleName(p.schedule) : "",
       p.chunks > 1        ? fmt::format(" ({} chunks)", p.chunks)
       : p.extraWarmup > 0 ? fmt::format(" (+{} warm-up forwards)", p.extraWarmup)
                           : "",

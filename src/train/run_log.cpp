@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -58,7 +60,27 @@ int64_t keepLogUpTo(const std::string& path, int64_t step) {
   return dropped;
 }
 
+// A fresh run whose log path holds an earlier run's records: they move to <stem>.<k><ext> (the
+// first free k) instead of being overwritten.
+void keepEarlierLog(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(path, ec) || fs::file_size(path, ec) == 0) return;
+  const fs::path p(path);
+  fs::path kept;
+  for (int k = 1;; ++k) {
+    kept = p.parent_path() / fmt::format("{}.{}{}", p.stem().string(), k, p.extension().string());
+    if (!fs::exists(kept, ec)) break;
+  }
+  fs::rename(p, kept, ec);
+  TESSERA_CHECK(!ec, "train_gpt: the log '{}' holds an earlier run's records and cannot be moved to '{}': {}", path,
+                kept.string(), ec.message());
+  log::info("train_gpt: the log {} held an earlier run's records: kept as {}", path, kept.string());
+}
+
 std::string jsonNumber(double x) { return x < 0 ? "null" : fmt::format("{:.6g}", x); }
+// A value that may be NaN or infinite: JSON has no such numbers, so null (the record says why).
+std::string jsonFinite(double x) { return std::isfinite(x) ? fmt::format("{:.9g}", x) : "null"; }
 // `s` as a JSON string literal.
 std::string jsonString(const std::string& s) {
   std::string out = "\"";
@@ -79,11 +101,12 @@ std::string jsonString(const std::string& s) {
 void Trainer::State::openLog() {
   logOpened = true;
   if (!isLogger()) return;
-  log::info("train_gpt: {} on {} ranks ({}); model {}; {}", o.describe(), ctx.world->size(), ctx.deviceDescription,
-            o.model.cfg.describe(), par.partition.describe());
+  log::info("train_gpt: {} on {} rank{} ({}); model {}; {}", o.describe(), ctx.world->size(),
+            ctx.world->size() == 1 ? "" : "s", ctx.deviceDescription, o.model.cfg.describe(), par.partition.describe());
   std::istringstream lines(batches->describe());
   for (std::string line; std::getline(lines, line);) log::info("train_gpt: data: {}", line);
   if (o.logging.jsonl.empty()) return;
+  if (startStep == 0) keepEarlierLog(o.logging.jsonl);
   const int64_t dropped = startStep > 0 ? keepLogUpTo(o.logging.jsonl, startStep) : -1;
   jsonl.open(o.logging.jsonl, std::ios::out | (startStep > 0 ? std::ios::app : std::ios::trunc));
   TESSERA_CHECK(jsonl.good(), "train_gpt: cannot write the log '{}'", o.logging.jsonl);
@@ -120,7 +143,7 @@ void Trainer::State::logStep(const StepReport& r) {
   }
   log::info(
       "step {}/{} loss {:.6f}{} | lr {:.3g} | grad norm {:.4f} | {:.0f} tok/s{} | step {:.1f} ms: compute ~{:.1f}, "
-      "exposed dp comm ~{}, bubble ~{:.1f}, optimizer {:.1f} | peak {:.2f} GiB{}{}",
+      "exposed dp comm ~{}, bubble ~{:.1f}, optimizer {:.1f} | peak {:.2f} GiB{}{}{}",
       r.step, o.optim.steps, r.loss, r.validLoss >= 0 ? fmt::format(" | valid loss {:.6f}", r.validLoss) : "", r.lr,
       r.gradNorm, r.tokensPerS, r.mfu >= 0 ? fmt::format(" | MFU {:.1f}%", 100 * r.mfu) : "", r.stepMs, r.computeMsEst,
       r.dpSyncMsEst >= 0 ? fmt::format("{:.1f}", r.dpSyncMsEst) : "n/a", r.bubbleMsEst, r.optimizerMs, r.peakMemGiB,
@@ -132,17 +155,20 @@ void Trainer::State::logStep(const StepReport& r) {
           : "",
       r.fp8Values >= 0
           ? fmt::format(" | fp8: {} values, {} underflowed, {} saturated", r.fp8Values, r.fp8Underflows, r.fp8Saturated)
-          : "");
+          : "",
+      r.skipped     ? " | NOT FINITE: update skipped"
+      : r.nonFinite ? " | NOT FINITE"
+                    : "");
   if (!jsonl.is_open()) return;
   jsonl << fmt::format(
-               "{{\"event\": \"step\", \"step\": {}, \"loss\": {:.9g}, \"valid_loss\": {}, \"lr\": {:.9g}, "
-               "\"grad_norm\": {:.9g}, \"step_ms\": {:.3f}, "
+               "{{\"event\": \"step\", \"step\": {}, \"loss\": {}, \"valid_loss\": {}, \"lr\": {:.9g}, "
+               "\"grad_norm\": {}, \"step_ms\": {:.3f}, "
                "\"tokens_per_s\": {:.1f}, \"mfu\": {}, \"peak_mem_gib\": {:.4f}, \"pipeline_ms\": {:.3f}, "
                "\"optimizer_ms\": {:.3f}, \"compute_ms_est\": {:.3f}, \"dp_sync_ms_est\": {}, "
-               "\"bubble_ms_est\": {:.3f}, \"wall_s\": {:.3f}{}{}}}",
-               r.step, r.loss, r.validLoss >= 0 ? fmt::format("{:.9g}", r.validLoss) : "null", r.lr, r.gradNorm,
-               r.stepMs, r.tokensPerS, jsonNumber(r.mfu), r.peakMemGiB, r.pipelineMs, r.optimizerMs, r.computeMsEst,
-               jsonNumber(r.dpSyncMsEst), r.bubbleMsEst,
+               "\"bubble_ms_est\": {:.3f}, \"wall_s\": {:.3f}{}{}{}}}",
+               r.step, jsonFinite(r.loss), r.validLoss >= 0 ? jsonFinite(r.validLoss) : "null", r.lr,
+               jsonFinite(r.gradNorm), r.stepMs, r.tokensPerS, jsonNumber(r.mfu), r.peakMemGiB, r.pipelineMs,
+               r.optimizerMs, r.computeMsEst, jsonNumber(r.dpSyncMsEst), r.bubbleMsEst,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - runStart).count(),
                r.fp8Values >= 0 ? fmt::format(", \"fp8_values\": {}, \"fp8_underflows\": {}, \"fp8_saturated\": {}",
                                               r.fp8Values, r.fp8Underflows, r.fp8Saturated)
@@ -153,7 +179,46 @@ void Trainer::State::logStep(const StepReport& r) {
                                  "\"mem_peak_optimizer_gib\": {:.4f}",
                                  r.memStepStartGiB, r.memBeforeBackwardGiB, r.memPeakForwardGiB, r.memPeakBackwardGiB,
                                  r.memPeakOptimizerGiB)
-                   : "")
+                   : "",
+               r.nonFinite ? fmt::format(", \"nonfinite\": true, \"skipped\": {}", r.skipped) : "")
+        << std::endl;
+}
+
+void Trainer::State::logSummary(const std::vector<StepReport>& steps) {
+  if (!isLogger() || steps.empty()) return;
+  double ms = 0, mfu = 0, valid = -1;
+  int withMfu = 0, skipped = 0;
+  for (const auto& r : steps) {
+    ms += r.stepMs;
+    if (r.mfu >= 0) mfu += r.mfu, ++withMfu;
+    if (r.validLoss >= 0) valid = r.validLoss;
+    skipped += r.skipped ? 1 : 0;
+  }
+  const auto& last = steps.back();
+  const double tokens = static_cast<double>(steps.size()) * o.optim.batch * o.model.cfg.seqLen;
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - runStart).count();
+  const double tps = ms > 0 ? tokens / (ms / 1e3) : 0;
+  const std::string saved = savedThisRun ? lastCheckpoint : "";
+  log::info("train_gpt: done: steps {}..{} of {} in {:.1f} s; final loss {:.4f}{}; {:.0f} tokens at {:.0f} tok/s{}{}",
+            steps.front().step, last.step, o.optim.steps, wall, last.loss,
+            valid >= 0 ? fmt::format(", validation loss {:.4f}", valid) : "", tokens, tps,
+            withMfu ? fmt::format(", MFU {:.1f}%", 100 * mfu / withMfu) : "",
+            skipped ? fmt::format("; {} update(s) skipped (not finite)", skipped) : "");
+  log::info("train_gpt: files: log {}; checkpoint {}{}", o.logging.jsonl.empty() ? "none" : o.logging.jsonl,
+            saved.empty() ? "none" : saved,
+            o.checkpoint.saveHfAtEnd.empty() ? "" : fmt::format("; Hugging Face export {}", o.checkpoint.saveHfAtEnd));
+  if (!o.logging.jsonl.empty()) {
+    log::info("train_gpt: plot: tools/plot_run.py {} -o {}.png", o.logging.jsonl,
+              std::filesystem::path(o.logging.jsonl).replace_extension().string());
+  }
+  if (!jsonl.is_open()) return;
+  jsonl << fmt::format(
+               "{{\"event\": \"summary\", \"first_step\": {}, \"last_step\": {}, \"steps\": {}, \"loss\": {}, "
+               "\"valid_loss\": {}, \"tokens\": {:.0f}, \"tokens_per_s\": {:.1f}, \"mfu\": {}, \"wall_s\": {:.3f}, "
+               "\"skipped\": {}, \"checkpoint\": {}}}",
+               steps.front().step, last.step, o.optim.steps, jsonFinite(last.loss),
+               valid >= 0 ? jsonFinite(valid) : "null", tokens, tps, withMfu ? jsonNumber(mfu / withMfu) : "null", wall,
+               skipped, saved.empty() ? "null" : jsonString(saved))
         << std::endl;
 }
 

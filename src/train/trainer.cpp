@@ -12,6 +12,10 @@ namespace tessera::train {
 
 Trainer::State::State(Config c, const Context& context) : o(std::move(c)), ctx(context), device(context.device) {
   o.resolve(ctx.world->size());
+  if (o.timeoutS > 0) {  // --timeout: the world's ops and the groups split from it below
+    ctx.settings.timeout = std::chrono::seconds(o.timeoutS);
+    ctx.world->setTimeout(ctx.settings.timeout);
+  }
   ParallelizeHooks hooks;
   if (!o.checkpoint.initFromHf.empty()) hooks.onModel = [this](std::vector<models::LmChunk>& m) { initFromHf(m); };
   hooks.beforeBackward = [this](int, int, bool) {
@@ -53,7 +57,9 @@ StepReport Trainer::step() {
 
 StepReport Trainer::step(const data::TokenBatch& batch) {
   auto p = s_->queueStep(batch);
-  return s_->finishStep(p);
+  auto r = s_->finishStep(p);
+  s_->stopIfNonFinite(r);
+  return r;
 }
 
 void Trainer::log(const StepReport& report) {
@@ -80,6 +86,15 @@ std::vector<StepReport> Trainer::fit(const std::function<void(const StepReport&)
   auto& s = *s_;
   const auto& o = s.o;
   restore();  // starts the data too: at the checkpoint's position, or the beginning
+  if (s.stepsDone >= o.optim.steps) {
+    if (s.isLogger()) {
+      log::warn(
+          "train_gpt: nothing to train: the checkpoint in {} is at step {} and --steps is {} (a larger --steps "
+          "goes on from it)",
+          s.resumedFrom, s.stepsDone, o.optim.steps);
+    }
+    return {};
+  }
   s.openLog();
   s.startTrainingMemory();
   std::vector<StepReport> out;
@@ -89,8 +104,9 @@ std::vector<StepReport> Trainer::fit(const std::function<void(const StepReport&)
   std::optional<State::Pending> pending;
   auto report = [&](State::Pending& p, bool eval) {
     out.push_back(s.finishStep(p));
-    if (eval) out.back().validLoss = evaluate();
+    if (eval && !out.back().nonFinite) out.back().validLoss = evaluate();
     log(out.back());
+    s.stopIfNonFinite(out.back());  // before any save: NaN weights never replace a checkpoint
     if (onStep) onStep(out.back());
   };
   for (int64_t i = s.stepsDone; i < o.optim.steps; ++i) {
@@ -117,7 +133,21 @@ std::vector<StepReport> Trainer::fit(const std::function<void(const StepReport&)
   if (pending) report(*pending, false);
   if (!o.checkpoint.saveHfAtEnd.empty()) exportHf(o.checkpoint.saveHfAtEnd);
   if (s.saver) s.saver->wait();  // the last checkpoint is published before the run ends
+  s.logSummary(out);
   return out;
+}
+
+void Trainer::State::stopIfNonFinite(const StepReport& r) const {
+  if (!r.nonFinite || o.optim.nanPolicy != NanPolicy::Stop) return;
+  throw NonFiniteError(fmt::format(
+      "train_gpt: step {}: the loss is {} and the gradient norm {}: not finite, so the run stops (--nan-policy "
+      "stop) without saving; {}. Lower --lr (now {:.3g}) or --clip, or give --nan-policy skip-step to skip such steps",
+      r.step, r.loss, r.gradNorm, keptCheckpoint(), o.optim.lr.lr));
+}
+
+std::string Trainer::State::keptCheckpoint() const {
+  return lastCheckpoint.empty() ? "no checkpoint was written"
+                                : fmt::format("the last checkpoint, {}, is kept as it was", lastCheckpoint);
 }
 
 double Trainer::State::validationLoss() {
@@ -125,8 +155,8 @@ double Trainer::State::validationLoss() {
   auto sum = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(device));
   for (int k = 0; k < o.data.evalBatches; ++k) {
     auto b = batches->validBatch(k);
-    sum += par.pipeline->evaluate(par.firstStage() ? b.tokens : at::Tensor(),
-                                  par.lastStage() ? b.targets : at::Tensor());
+    sum +=
+        par.pipeline->evaluate(par.firstStage() ? b.tokens : at::Tensor(), par.lastStage() ? b.targets : at::Tensor());
   }
   for (auto& c : par.chunks) c->train();
   par.dp->endForwardOnly();

@@ -9,6 +9,7 @@
 
 #include "tessera/checkpoint/async_save.h"
 #include "tessera/common/host_sync.h"
+#include "tessera/parallel/grad_norm.h"
 #include "train/batches.h"
 #include "tessera/train/parallelize.h"
 #include "tessera/train/trainer.h"
@@ -29,6 +30,9 @@ struct Trainer::State {
   std::unique_ptr<checkpoint::AsyncSaver> saver;  // --async-checkpoint
   int64_t startStep = 0, stepsDone = 0;
   std::string resumedFrom;  // the checkpoint directory a resumed run loaded (else empty)
+  std::string lastCheckpoint;  // the newest checkpoint this run loaded or saved (else empty)
+  bool savedThisRun = false;
+  int skippedInARow = 0;       // --nan-policy skip-step: updates skipped since the last finite step
   bool dpDescribed = false;
   // The Hugging Face model this run descends from (--init-from-hf, or the checkpoint's extra): its
   // config.json text and directory, kept in checkpoints and used by the HF exports.
@@ -63,6 +67,13 @@ struct Trainer::State {
   };
   Pending queueStep(const data::TokenBatch& batch);
   StepReport finishStep(Pending& p);
+  // --nan-policy stop: a report with a non-finite loss or norm ends the run (NonFiniteError, the same
+  // on every rank: the flag is the world's). Called once the report is logged.
+  void stopIfNonFinite(const StepReport& r) const;
+  // The optimizer step, or with --nan-policy skip-step and a non-finite flag anywhere (`nonFinite`:
+  // this rank's), the gradients dropped; too many skips in a row end the run (NonFiniteError).
+  void update(Pending& p, const at::Tensor& nonFinite, const GradNormClip& clip);
+  std::string keptCheckpoint() const;  // what a stopped run says of its last checkpoint
   // The last finished step's marks when the device went on from its end to the next step (no
   // validation, checkpoint or export between): a step's time runs from that end to its own.
   std::shared_ptr<StreamMarks> previousEnd;
@@ -79,9 +90,14 @@ struct Trainer::State {
   // drops the later ones (a run killed after its last checkpoint) and appends a "resume" record.
   void openLog();
   void logStep(const StepReport& r);
+  // Rank 0, at the end of fit(): what the run did (steps, losses, tokens, speed) and where its files
+  // are, as log lines and a "summary" record.
+  void logSummary(const std::vector<StepReport>& steps);
   // checkpointing.cpp
   void saveCheckpoint();
   bool loadCheckpoint();
+  // A resume whose --steps stretches or shrinks a decaying LR schedule: said loudly (rank 0).
+  void warnScheduleChange(const std::map<std::string, std::string>& extra) const;
   void adoptCheckpointBatch(const std::map<std::string, std::string>& extra, const std::string& dir);
   // hf_io.cpp: --init-from-hf, before the wrappers take the parameters; HF exports (collective).
   void initFromHf(std::vector<models::LmChunk>& chunks);

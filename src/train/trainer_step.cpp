@@ -5,16 +5,18 @@
 #include <torch/utils.h>
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
+#include "kernels/fp8.h"
+#include "parallel/tensor/fp8_weight_cache.h"
 #include "tessera/common/autocast.h"
 #include "tessera/common/device.h"
 #include "tessera/common/error.h"
 #include "tessera/common/host_sync.h"
+#include "tessera/common/log.h"
 #include "tessera/common/profiler.h"
-#include "kernels/fp8.h"
 #include "tessera/parallel/grad_norm.h"
-#include "parallel/tensor/fp8_weight_cache.h"
 #include "train/trainer_state.h"
 
 namespace tessera::train {
@@ -25,6 +27,9 @@ at::Tensor toDevice(const std::vector<float>& v, const at::Device& device) {
   auto host = at::tensor(v);
   return device.is_cuda() ? host.pin_memory().to(device, /*non_blocking=*/true) : host;
 }
+
+// --nan-policy skip-step gives up after this many skipped updates in a row: the run is not training.
+constexpr int kMaxSkippedInARow = 10;
 }  // namespace
 
 bool Trainer::State::deferReports() const { return device.is_cuda() && !o.logging.breakdown; }
@@ -72,6 +77,10 @@ Trainer::State::Pending Trainer::State::queueStep(const data::TokenBatch& batch)
   // with gatherAfterStep, it would queue on the shard group's stream behind the next forward's
   // leading all-gathers, and its wait would hold the compute stream until they finished.
   auto l = loss.reshape({1}).to(at::kFloat).clone();
+  if (!ctx.settings.faultInject.empty() &&  // tests: TESSERA_FAULT_INJECT=nan-loss-at-step-N:R
+      ctx.settings.faultInject == fmt::format("nan-loss-at-step-{}:{}", s + 1, ctx.world->rank())) {
+    l.fill_(std::numeric_limits<float>::quiet_NaN());
+  }
   const auto& data = par.mesh->dataGroup();
   if (data->size() > 1) data->allReduce(l, ReduceOp::Avg)->wait();
   std::vector<CommPtr> sumOver{par.mesh->tpGroup(), par.mesh->ppGroup()};
@@ -80,24 +89,55 @@ Trainer::State::Pending Trainer::State::queueStep(const data::TokenBatch& batch)
   // Clipping's coefficient goes to AdamW, which scales the gradients as it reads them (one pass
   // over them less); the norm is read back with the loss, after the update is queued.
   const auto clip = globalGradNorm(dp.gradPieces(o.parallel.tp), sumOver, o.optim.clip, device);
+  // 1 where this rank's loss or the (global) gradient norm is not finite; the world's maximum is
+  // read back with the step's values (--nan-policy stop) or, to skip the update, before it.
+  auto nonFinite =
+      (at::logical_not(at::isfinite(l)) | at::logical_not(at::isfinite(clip.norm.reshape({1})))).to(at::kFloat);
   if (saver) saver->beforeUpdate();  // a save's host copies read the parameters: update after them
-  dp.step(p.rep.lr, o.optim.clip > 0 ? clip.coef : at::Tensor());
+  update(p, nonFinite, clip);
   p.marks->mark();
-  if (o.precision.fp8 != fp8::Recipe::Off) {  // validation's casts are counted in the next step
+  if (o.precision.fp8 != fp8::Recipe::Off) {                          // validation's casts are counted in the next step
     auto sums = kernels::takeFp8CountsOn(device, fp8::takeCounts());  // the GPU casts' and the CPU emulation's
     ctx.world->allReduce(sums, ReduceOp::Sum)->wait();
     p.fp8.queue(sums);
   }
   if (measureMemory()) mem.peakOptimizer = endMemoryPhase();
   const double runPeak = measureMemory() ? runPeakGiB : peakMemoryGiB(device);
-  auto peak = toDevice({static_cast<float>(runPeak), static_cast<float>(mem.stepStart),
-                        static_cast<float>(mem.beforeBackward), static_cast<float>(mem.peakForward),
-                        static_cast<float>(mem.peakBackward), static_cast<float>(mem.peakOptimizer)},
-                       device);
-  ctx.world->allReduce(peak, ReduceOp::Max)->wait();  // the fullest rank's
+  auto peak = at::cat({toDevice({static_cast<float>(runPeak), static_cast<float>(mem.stepStart),
+                                 static_cast<float>(mem.beforeBackward), static_cast<float>(mem.peakForward),
+                                 static_cast<float>(mem.peakBackward), static_cast<float>(mem.peakOptimizer)},
+                                device),
+                       nonFinite});
+  ctx.world->allReduce(peak, ReduceOp::Max)->wait();  // the fullest rank's; any rank's non-finite flag
   p.values.queue(at::cat({l, clip.norm.reshape({1}).to(at::kFloat), peak}));
   p.marks->mark();  // the step's end: its last kernel queued
   return p;
+}
+
+void Trainer::State::update(Pending& p, const at::Tensor& nonFinite, const GradNormClip& clip) {
+  if (o.optim.nanPolicy == NanPolicy::SkipStep) {
+    auto any = nonFinite.clone();
+    ctx.world->allReduce(any, ReduceOp::Max)->wait();
+    p.rep.skipped = any.item<float>() > 0;  // a host wait each step: the price of skipping
+  }
+  skippedInARow = p.rep.skipped ? skippedInARow + 1 : 0;
+  if (!p.rep.skipped) {
+    par.dp->step(p.rep.lr, o.optim.clip > 0 ? clip.coef : at::Tensor());
+    return;
+  }
+  par.dp->skipStep();
+  if (isLogger()) {
+    log::warn(
+        "train_gpt: step {}: the loss or the gradient norm is not finite: update skipped (--nan-policy "
+        "skip-step; {} in a row)",
+        p.rep.step, skippedInARow);
+  }
+  if (skippedInARow >= kMaxSkippedInARow) {
+    throw NonFiniteError(
+        fmt::format("train_gpt: step {}: {} steps in a row had a non-finite loss or gradient norm and were skipped "
+                    "(--nan-policy skip-step): the run stops without saving; {}. Lower --lr (now {:.3g}) or --clip",
+                    p.rep.step, skippedInARow, keptCheckpoint(), o.optim.lr.lr));
+  }
 }
 
 StepReport Trainer::State::finishStep(Pending& p) {
@@ -107,6 +147,7 @@ StepReport Trainer::State::finishStep(Pending& p) {
   rep.loss = v[0], rep.gradNorm = v[1], rep.peakMemGiB = v[2];
   rep.memStepStartGiB = v[3], rep.memBeforeBackwardGiB = v[4], rep.memPeakForwardGiB = v[5];
   rep.memPeakBackwardGiB = v[6], rep.memPeakOptimizerGiB = v[7];
+  rep.nonFinite = v[8] > 0;
   if (p.fp8.queued()) {
     const auto c = p.fp8.get();
     const int64_t* n = c.data_ptr<int64_t>();

@@ -58,7 +58,7 @@ case $CASE in
     example cut --dp 2 --tp 2 --dp-mode fsdp --checkpoint-dir "$WORK/ckpt" --checkpoint-every 3 --stop-after 3
     same ref cut --steps 1-3
     gpt resumed --dp 2 --tp 2 --dp-mode fsdp --checkpoint-dir "$WORK/ckpt"
-    grep -q "resumed from $WORK/ckpt at step 3" "$OUT" || fail "train_gpt did not resume Python's checkpoint at step 3"
+    grep -q "resumed from $WORK/ckpt/step-3 at step 3" "$OUT" || fail "train_gpt did not resume Python's checkpoint at step 3"
     same ref resumed --steps 4-5
     ;;
   cp2_fp8)

@@ -83,7 +83,13 @@ mkdir -p "$WORK/hf" && echo '{}' >"$WORK/hf/config.json"
 expect_error 1 "field 'hidden_size' is missing" "$GEN" "$WORK/hf" --prompt-ids 1,2
 expect_error 1 "prompt id 4096 is outside the vocabulary \[0, 4096\)" "$GEN" "$CKPT" --prompt-ids 1,4096
 expect_error 2 "top-p must be in \(0, 1\], got 1.5" "$GEN" "$CKPT" --prompt-ids 1,2 --top-p 1.5
-expect_error 2 "--prompt TEXT needs --tokenizer" "$FRONT" "$CKPT" --prompt "The jury"
+expect_error 2 "--prompt TEXT needs a tokenizer: --tokenizer FILE .*, or one of those in $CKPT" "$FRONT" "$CKPT" \
+  --prompt "The jury"
+# A tokenizer in the model directory is taken without --tokenizer (as Hugging Face directories carry one).
+mkdir -p "$WORK/withtok" && cp -r "$CKPT"/. "$WORK/withtok/" && cp "$TOKENIZER" "$WORK/withtok/tokenizer.model"
+launch "$FRONT" "$WORK/withtok" --prompt "The Fulton County Grand Jury said" --max-new-tokens 4
+((RC == 0)) && grep -q '^text: ' "$OUT" || fail "the model directory's tokenizer.model was not used"
+"$FRONT" --help | grep -q -- "--max-new-tokens" || fail "--help does not show --max-new-tokens"
 # A GPT with learned positions (T 32): 30 prompt + new tokens fit, 33 do not.
 on_ranks 1 "$TRAIN" --model tiny --seq-len 32 --steps 1 --checkpoint-dir "$WORK/gpt" --log-jsonl ""
 ((RC == 0)) || fail "train_gpt (GPT) exited with $RC"

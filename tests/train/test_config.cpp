@@ -228,6 +228,12 @@ TEST(ConfigTest, HelpListsEveryFlagWithItsDefault) {
   EXPECT_NE(cpu.find("model preset (listed below) [tiny]"), std::string::npos);
   EXPECT_NE(gpu.find("model preset (listed below) [735m]"), std::string::npos);
   EXPECT_NE(gpu.find("(0: no MFU) [989]"), std::string::npos);
+  // The shape flags' default is the preset's, whatever --model says (issue 52: tiny's numbers were shown).
+  EXPECT_NE(cpu.find("model width (divisible by the heads) [the preset's]"), std::string::npos);
+  EXPECT_EQ(cpu.find("model width (divisible by the heads) [64]"), std::string::npos);
+  for (const char* f : {"--nan-policy stop|skip-step", "--keep-last K", "--timeout S", "--print-config"}) {
+    EXPECT_NE(cpu.find(f), std::string::npos) << f;
+  }
 }
 
 }  // namespace

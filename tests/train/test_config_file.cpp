@@ -38,6 +38,34 @@ TEST_F(Options, ConfigFileUnderTheFlags) {
   EXPECT_NE(e.find("missing.toml"), std::string::npos) << e;
 }
 
+// Every flag given on the command line wins over the file, also one that sets several of its keys:
+// --layout over the file's dp, pp and tp (issue 52: it was silently ignored); --pp/--tp alone give
+// dp back to the world.
+TEST_F(Options, LayoutFlagsBesideAConfigFileWin) {
+  const auto file = write("saved.toml", "dp = 1\npp = 2\ntp = 2\nmicro-batches = 4\nbatch = 16\n");
+  auto o = parse({"--config", file});
+  EXPECT_EQ(std::vector<int>({o.parallel.dp, o.parallel.pp, o.parallel.tp}), std::vector<int>({1, 2, 2}));
+  o = parse({"--config", file, "--layout", "4x1x1"});
+  EXPECT_EQ(std::vector<int>({o.parallel.dp, o.parallel.pp, o.parallel.tp}), std::vector<int>({4, 1, 1}));
+  o.resolve(4);
+  EXPECT_EQ(o.parallel.dp, 4);
+  o = parse({"--config", file, "--pp", "1", "--tp", "1"});
+  EXPECT_EQ(o.parallel.dp, 0);  // auto: the world's
+  o.resolve(2);
+  EXPECT_EQ(std::vector<int>({o.parallel.dp, o.parallel.pp, o.parallel.tp}), std::vector<int>({2, 1, 1}));
+  o = parse({"--config", file, "--dp", "2", "--pp", "1"});
+  EXPECT_EQ(std::vector<int>({o.parallel.dp, o.parallel.pp, o.parallel.tp}), std::vector<int>({2, 1, 2}));
+  // The new keys of issue 52 read back.
+  o = parse({"--nan-policy", "skip-step", "--keep-last", "5", "--timeout", "30"});
+  const auto back = parse({"--config", write("new.toml", o.toToml())});
+  EXPECT_EQ(back.optim.nanPolicy, NanPolicy::SkipStep);
+  EXPECT_EQ(back.checkpoint.keepLast, 5);
+  EXPECT_EQ(back.timeoutS, 30);
+  EXPECT_EQ(o.toToml().find("print-config"), std::string::npos);
+  const std::string e = refusal({"--nan-policy", "ignore"});
+  EXPECT_NE(e.find("--nan-policy: unknown nan policy 'ignore'; allowed: stop, skip-step"), std::string::npos) << e;
+}
+
 // Resolved options → toToml → --config → resolved again: the same options, every field that
 // has a flag included (the TOML says them all) and the model's whole shape.
 TEST_F(Options, ResolvedConfigReadsBackIntoEqualOptions) {

@@ -226,7 +226,8 @@ sys.exit(0 if v and min(v) > 0 else 1)' "$WORK/$log.jsonl" || fail "$log.jsonl: 
     grep -q "resumed from .* at step 3" "$OUT" || fail "the second run did not resume at step 3"
     compare got --bitwise --steps 4-5
     # Both runs saved at step 5: every tensor (parameters, AdamW state) must be bitwise equal.
-    "${TESSERA_PYTHON:-/usr/bin/python3}" - "$WORK/straight" "$WORK/ckpt" <<'PY' || fail "the step-5 checkpoints differ"
+    S=$WORK/straight/step-5 C=$WORK/ckpt/step-5
+    "${TESSERA_PYTHON:-/usr/bin/python3}" - "$S" "$C" <<'PY' || fail "the step-5 checkpoints differ"
 import glob, os, sys, torch
 a, b = sys.argv[1], sys.argv[2]
 files = sorted(os.path.basename(f) for f in glob.glob(os.path.join(a, "rank-*.pt")))

@@ -29,8 +29,12 @@ class UsageError : public Error {
 
 enum class DpMode { Ddp, Fsdp };
 enum class Precision { Fp32, Bf16 };
+// A step whose loss or gradient norm is not finite: the run stops (before any save), or its update
+// is skipped (a host wait each step to know it in time).
+enum class NanPolicy { Stop, SkipStep };
 const char* toString(DpMode m);     // "ddp" | "fsdp"
 const char* toString(Precision p);  // "fp32" | "bf16"
+const char* toString(NanPolicy p);  // "stop" | "skip-step"
 
 // What the defaults depend on: a GPU run (bf16, fused kernels, the 735m model, MFU at 989
 // TFLOP/s) or a CPU run, and the environment's TESSERA_* settings (overlap, profiler).
@@ -69,10 +73,12 @@ struct ParallelSection {
 struct OptimSection {
   int64_t batch = 0;        // global batch in sequences; 0: 8 · dp (a resumed run: the checkpoint's)
   bool batchGiven = false;  // --batch was given: a resume takes it over the checkpoint's
+  bool batchFromCheckpoint = false;  // batch is the checkpoint's (resolve() says so in its errors)
   int steps = 5;
   optim::LrSchedule lr;     // total = steps
   double clip = 1.0, weightDecay = 0.01;
   bool decayEmbeddings = true;
+  NanPolicy nanPolicy = NanPolicy::Stop;
 };
 
 struct DataSection {
@@ -86,8 +92,9 @@ struct DataSection {
 };
 
 struct CheckpointSection {
-  std::string dir;          // empty: no checkpoints
+  std::string dir;          // empty: no checkpoints; else the root of step-<N> directories (series.h)
   int every = 0;            // 0: only at the end
+  int keepLast = 3;         // the newest checkpoints kept (0: all)
   bool async = true;        // written from host copies on a thread while training goes on
   std::string initFromHf;   // weights of an HF Llama directory (fresh optimizer and data)
   int saveHfEvery = 0;
@@ -122,7 +129,9 @@ struct Config {
   PrecisionSection precision;
   LoggingSection logging;
   uint64_t seed = 1234;  // the weights and the data order
+  int timeoutS = 0;      // every collective's limit in seconds; 0: the environment's (TESSERA_TIMEOUT_S, 600)
   bool help = false;     // --help was given
+  bool printConfig = false;  // --print-config: the resolved config printed, nothing trained
 
   // This machine's defaults.
   static Config defaults(const Machine& m = {});

@@ -19,6 +19,13 @@
 
 namespace tessera::train {
 
+// A step whose loss or gradient norm is not finite ended the run (--nan-policy stop), or too many
+// steps in a row were skipped (skip-step). Thrown alike on every rank; nothing is saved after it.
+class NonFiniteError : public Error {
+ public:
+  using Error::Error;
+};
+
 struct StepReport {
   int64_t step = 0;  // 1-based: the steps done after this one
   double loss = 0, gradNorm = 0;
@@ -26,6 +33,9 @@ struct StepReport {
   double bubbleMsEst = 0, dpSyncMsEst = -1, computeMsEst = 0;  // dpSyncMsEst < 0: not measured
   double tokensPerS = 0, mfu = -1, peakMemGiB = 0;
   double lr = 0, validLoss = -1;  // validLoss < 0: not evaluated at this step
+  // The loss or the gradient norm was NaN or infinite on some rank; skipped: the update was not
+  // applied (--nan-policy skip-step).
+  bool nonFinite = false, skipped = false;
   // --fp8: the step's casts summed over the ranks (fp8::Counts); values < 0 without --fp8.
   int64_t fp8Values = -1, fp8Underflows = 0, fp8Saturated = 0;
   // --breakdown on GPUs, the fullest rank's GiB (< 0: not measured): allocated at the step's start

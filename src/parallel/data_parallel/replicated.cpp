@@ -17,7 +17,7 @@ namespace {
 class Replicated : public DataParallel {
  public:
   Replicated(const ModelChunks& chunks, CommPtr group, DataParallelOptions o)
-      : chunks_(chunks), params_(dp::allParams(chunks)) {
+      : chunks_(chunks), params_(dp::allParams(chunks)), replicas_(group->size()) {
     DistributedDataParallel::Named named;
     std::vector<at::Tensor> tensors;
     std::vector<std::string> names;
@@ -60,6 +60,7 @@ class Replicated : public DataParallel {
     adam_->step(gradScale);
     ddp_->zeroGrad();
   }
+  void skipStep() override { ddp_->zeroGrad(); }
   void endForwardOnly() override {}
 
   std::vector<checkpoint::Piece> savePieces(const PieceSource& modelPieces) override {
@@ -79,7 +80,7 @@ class Replicated : public DataParallel {
 
   std::string describe() const override {
     const auto layout = ddp_->bucketLayout();
-    if (layout.empty()) return "";
+    if (layout.empty() || replicas_ == 1) return "";  // one replica: nothing is all-reduced
     auto names = [](const std::vector<std::string>& b) {
       std::vector<std::string> shown(b.begin(), b.begin() + std::min<size_t>(b.size(), 3));
       return fmt::format("{}{}", fmt::join(shown, ", "), b.size() > 3 ? fmt::format(" and {} more", b.size() - 3) : "");
@@ -104,6 +105,7 @@ class Replicated : public DataParallel {
   std::unique_ptr<DistributedDataParallel> ddp_;
   std::unique_ptr<optim::AdamW> adam_;
   std::unique_ptr<DistributedDataParallel::NoSync> noSync_;
+  int replicas_ = 1;  // the data group's size
 };
 
 }  // namespace

@@ -88,6 +88,7 @@ class Sharded : public DataParallel {
     adam_->step(gradScale);
     adam_->zeroGrad();
   }
+  void skipStep() override { adam_->zeroGrad(); }
   // A forward without backward leaves FSDP's pass open and its non-resharding units gathered: end it,
   // or the next checkpoint's unshardAll() is refused ("called inside a forward/backward pass").
   void endForwardOnly() override { fsdp_->reshardAll(); }

@@ -69,6 +69,9 @@ class DataParallel {
   // The optimizer step at `lr` with the gradients scaled by `gradScale` (undefined: 1), then the
   // gradients zeroed. Collective over the data group where the wrapper gathers after the step.
   virtual void step(double lr, const at::Tensor& gradScale) = 0;
+  // A skipped step (a non-finite gradient norm): the gradients zeroed as step() leaves them, no
+  // update, the optimizer's step count unchanged. Local.
+  virtual void skipStep() = 0;
   // After forwards without backward (validation): local.
   virtual void endForwardOnly() = 0;
   // Checkpoints. `modelPieces` returns the chunks' pieces, views of their parameters (called while
