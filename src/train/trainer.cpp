@@ -140,7 +140,7 @@ std::vector<StepReport> Trainer::fit(const std::function<void(const StepReport&)
 void Trainer::State::stopIfNonFinite(const StepReport& r) const {
   if (!r.nonFinite || o.optim.nanPolicy != NanPolicy::Stop) return;
   throw NonFiniteError(fmt::format(
-      "train_gpt: step {}: the loss is {} and the gradient norm {}: not finite, so the run stops (--nan-policy "
+      "train_gpt: step {}: the loss is {:.6g} and the gradient norm {:.6g}: not finite, so the run stops (--nan-policy "
       "stop) without saving; {}. Lower --lr (now {:.3g}) or --clip, or give --nan-policy skip-step to skip such steps",
       r.step, r.loss, r.gradNorm, keptCheckpoint(), o.optim.lr.lr));
 }
