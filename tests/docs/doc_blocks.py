@@ -216,14 +216,14 @@ def gpu_count():
     return sum(1 for ln in out.split("\n") if ln.startswith("GPU "))
 
 
-def plan(doc_blocks, mode, only):
-    """The blocks to run, in order, as (block, on_cpu): the mode's own and, for a gpu block, the
-    blocks it continues."""
+def plan(doc_blocks, mode, only, gpus):
+    """The blocks to run, in order, as (block, on_cpu): the mode's own and, for a gpu block this
+    machine has the GPUs for, the blocks it continues."""
     chosen = []
     for i, b in enumerate(doc_blocks):
         k = b.kind()
         want = (k in ("run", "python") and mode in ("cpu", "all")) or (k == "gpu" and mode in ("gpu", "all"))
-        if not want or (only and b.line not in only):
+        if not want or (only and b.line not in only) or (k == "gpu" and gpus < b.gpus()):
             continue
         chain, j = [b], i
         while "continues" in doc_blocks[j].markers and j > 0:
@@ -236,12 +236,16 @@ def plan(doc_blocks, mode, only):
 
 
 def run_doc(r, doc, doc_blocks, mode, only):
-    todo = plan(doc_blocks, mode, only)
-    files, prev, gpus, unrunnable = {}, None, gpu_count() if mode != "cpu" else 0, False
+    gpus = gpu_count() if mode != "cpu" else 0
+    todo = plan(doc_blocks, mode, only, gpus)
+    files, prev, unrunnable = {}, None, False
     for b in doc_blocks:
         k = b.kind()
         if k == "file":
             files[b.markers["file"][0]] = b.text
+        if k == "gpu" and mode != "cpu" and gpus < b.gpus() and (not only or b.line in only):
+            r.record(b, "not run", note=f"needs {b.gpus()} GPU(s), {gpus} here")
+            continue
         if all(b is not x for x, _ in todo):
             if k in ("skip", "gpu", "fragment") and (not only or b.line in only) and mode != "gpu":
                 note = {"skip": b.markers.get("skip", ("", ""))[1], "fragment": "python, not a program",
@@ -249,9 +253,6 @@ def run_doc(r, doc, doc_blocks, mode, only):
                 r.record(b, k, note=note)
             continue
         cpu = next(c for x, c in todo if x is b)
-        if not cpu and gpus < b.gpus():
-            r.record(b, "not run", note=f"needs {b.gpus()} GPU(s), {gpus} here")
-            continue
         if "continues" in b.markers:
             if prev is None:
                 r.record(b, "not run" if unrunnable else "FAILED", note="the block above it did not run")
