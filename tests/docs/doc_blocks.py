@@ -27,6 +27,7 @@ removed); --timeout S per block (default 300).
 import argparse
 import glob
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -130,7 +131,7 @@ class Runner:
         with open(path, "w") as f:
             f.write("set -eo pipefail\n" + text)
         log = path[:-3] + ".log"
-        t0 = time.time()
+        t0, cpu0 = time.time(), cpu_seconds()
         with open(log, "w") as out:
             p = subprocess.Popen(["bash", path], cwd=d, env=env, stdout=out, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL, start_new_session=True)
@@ -147,7 +148,7 @@ class Runner:
             rc = 1 if why else 0
         cancel_jobs(jobs, env)
         if rc == 0:
-            return time.time() - t0, ""
+            return time.time() - t0, cpu_seconds() - cpu0
         tail = "\n".join(output.rstrip().split("\n")[-40:])
         jobs = "".join(f"--- {f}\n" + "\n".join(open(f, errors="replace").read().split("\n")[-20:])
                        for f in sorted(glob.glob(os.path.join(d, "*.out"))))
@@ -156,7 +157,8 @@ class Runner:
     def record(self, block, status, seconds=0.0, note=""):
         self.results.append((block, status, seconds, note))
         shown = f"{status} in {seconds:.1f} s" if status in ("ran", "FAILED") else status
-        print(f"[docs] {block.where} {shown}{': ' + note if note and status != 'FAILED' else ''}", flush=True)
+        sep = " " if status == "ran" else ": "
+        print(f"[docs] {block.where} {shown}{sep + note if note and status != 'FAILED' else ''}", flush=True)
         if status == "FAILED":
             print(note, flush=True)
 
@@ -165,6 +167,13 @@ class Runner:
             subprocess.run([os.path.join(REPO, "scripts", "slurm-local"), "stop"], stdout=subprocess.DEVNULL)
         if not self.args.work:
             shutil.rmtree(self.work, ignore_errors=True)
+
+
+def cpu_seconds():
+    """User + system time of the processes this one waited for (a block's launchers and ranks; not
+    the Slurm jobs, which slurmd runs)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def free_port():
@@ -268,8 +277,8 @@ def run_doc(r, doc, doc_blocks, mode, only):
         try:
             for name in b.arg_list("needs"):
                 r.fixtures.place(name, d)
-            seconds, _ = r.run(b, d, cpu)
-            r.record(b, "ran", seconds)
+            seconds, cpu_s = r.run(b, d, cpu)
+            r.record(b, "ran", seconds, f"(CPU {cpu_s:.1f} s)")
             prev, unrunnable = d, False
         except Unrunnable as e:
             r.record(b, "not run", note=str(e))
@@ -342,7 +351,8 @@ def main():
         r.finish()
     count = lambda s: sum(1 for x in r.results if x[1] == s)  # noqa: E731
     ran = sum(x[2] for x in r.results if x[1] == "ran")
-    print(f"[docs] {count('ran')} block(s) ran ({ran:.1f} s of {time.time() - t0:.1f} s); {count('FAILED')} failed; "
+    print(f"[docs] {count('ran')} block(s) ran ({ran:.1f} s of {time.time() - t0:.1f} s, CPU {cpu_seconds():.1f} s); "
+          f"{count('FAILED')} failed; "
           f"{count('not run')} not run here; {count('gpu')} for the GPU runner; {count('skip')} skipped; "
           f"{count('fragment')} python fragments")
     for b, status, _, _ in r.results:
