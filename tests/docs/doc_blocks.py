@@ -320,13 +320,13 @@ def list_blocks(all_blocks):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("docs", nargs="*", help="DOC or DOC:LINE (default: README.md, docs/*.md, python/README.md)")
-    ap.add_argument("--build", default=os.path.join(REPO, "build"))
-    ap.add_argument("--work")
-    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--build", default=os.path.join(REPO, "build"), help="the build tree (default: build/)")
+    ap.add_argument("--work", help="keep the blocks' directories, scripts and logs here (default: removed)")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per block (default 300)")
     mode = ap.add_mutually_exclusive_group()
-    mode.add_argument("--gpu", action="store_const", dest="mode", const="gpu")
-    mode.add_argument("--all", action="store_const", dest="mode", const="all")
-    mode.add_argument("--list", action="store_const", dest="mode", const="list")
+    mode.add_argument("--gpu", action="store_const", dest="mode", const="gpu", help="the blocks marked gpu")
+    mode.add_argument("--all", action="store_const", dest="mode", const="all", help="the CPU and the gpu blocks")
+    mode.add_argument("--list", action="store_const", dest="mode", const="list", help="list, run nothing")
     a = ap.parse_args()
     a.build, mode = os.path.abspath(a.build), a.mode or "cpu"
     wanted = {}
