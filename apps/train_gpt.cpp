@@ -4,6 +4,7 @@
 //   scripts/torchrun --nproc_per_node=4 build/bin/train_gpt --tp 2
 //   mpirun -np 8 build/bin/train_gpt --pp 2 --tp 2 --dp-mode fsdp
 //   srun --mpi=pmix -n 8 build/bin/train_gpt --pp 2 --tp 2 --config run.toml
+//   build/bin/train_gpt --steps 10            (no launcher: one rank, alone)
 // Flags: train_gpt --help. Rank 0 prints the resolved config (a TOML file that --config reads back;
 // also written into each checkpoint as config.toml; --print-config prints it alone and exits), then
 // a line per step and a summary, and writes the JSONL log.
@@ -21,6 +22,7 @@
 #include "tessera/common/log.h"
 #include "tessera/train/config.h"
 #include "tessera/train/trainer.h"
+#include "standalone.h"
 
 namespace {
 
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (cfg.timeoutS > 0) init.timeout = std::chrono::seconds(cfg.timeoutS);
+    tessera::apps::aloneUnlessLaunched(init);  // `train_gpt --steps 10` alone: one rank
   } catch (const std::exception& e) {
     fmt::print(stderr, "{}\n", e.what());
     return 2;

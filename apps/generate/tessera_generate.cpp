@@ -18,20 +18,9 @@
 #include "tessera/common/error.h"
 #include "tessera/common/log.h"
 #include "generate/options.h"
+#include "standalone.h"
 #include "tessera/hf/safetensors.h"
 #include "tessera/hf/model_source.h"
-
-namespace {
-
-// Whether a launcher started this process (else it runs alone, as rank 0 of 1).
-bool launched() {
-  for (const char* v : {"WORLD_SIZE", "PMIX_NAMESPACE", "SLURM_PROCID"}) {
-    if (std::getenv(v)) return true;
-  }
-  return false;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   using namespace tessera;
@@ -44,11 +33,7 @@ int main(int argc, char** argv) {
       std::cout << generate::usage();
       return 0;
     }
-    if (!launched()) {
-      init.rank = 0;
-      init.worldSize = 1;
-      init.storePort = 0;  // a store of its own on a free port
-    }
+    apps::aloneUnlessLaunched(init);  // else it runs alone, as rank 0 of 1
   } catch (const std::exception& e) {
     fmt::print(stderr, "{}\n", e.what());
     return 2;

@@ -236,6 +236,9 @@ def main():
                            ([CONVERT, "import-hf", path("hf_tied")], 2, "takes two directories"),
                            ([CONVERT, "convert", "a", "b"], 2, "unknown command"),
                            ([CONVERT, "import-hf", path("nothing"), path("y")], 1, "nothing"),
+                           # issue 52: never over a checkpoint (it replaced it, config and all)
+                           ([CONVERT, "import-hf", path("hf_tied"), path("ck_gqa_untied")], 1,
+                            "already holds a checkpoint"),
                            ([TRAIN, "--model", "llama-tiny", "--init-from-hf", path("hf_tied"), "--steps", "1"], 1,
                             "of another model"),
                            ([TRAIN, "--save-hf-every", "2", "--steps", "1", "--model", "llama-tiny"], 2,

@@ -73,8 +73,11 @@ if len(mine) != 1:
 open(sys.argv[2], "w").write(mine[0])
 EOF
 build_one "$work/doc" my_trainer || { echo "FAIL: docs/cpp.md's trainer does not build"; exit 1; }
+# A free port, not --standalone's fixed 29400: this test runs beside the launch lock's tests (which
+# take --standalone's port), tests/install/CMakeLists.txt.
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 (cd "$work/doc" && TESSERA_BACKEND=gloo OMP_NUM_THREADS=1 PET_MONITOR_INTERVAL=0.1 timeout 240 \
-  torchrun -r 1 -t 1 --standalone --nproc_per_node=2 --no_python "$work/doc/build/my_trainer" \
+  torchrun -r 1 -t 1 --master_port="$port" --nproc_per_node=2 --no_python "$work/doc/build/my_trainer" \
   --model llama-tiny --seq-len 32 --batch 8 --steps 8 --lr 1e-2 --log-jsonl "$work/doc/log.jsonl" \
   --data "$data" --vocab-size 4096 --split 98,2 --eod-token 2) \
   >"$work/doc_run.log" 2>&1 || { cat "$work/doc_run.log"; echo "FAIL: docs/cpp.md's trainer failed on 2 ranks"; exit 1; }

@@ -296,6 +296,20 @@ PY
     run_ranks again "$n" --config "$WORK/ck/config.toml" --checkpoint-dir ""
     BASE=("${base[@]}")
     python3 "$COMPARE" "$WORK/flags.jsonl" "$WORK/again.jsonl" --bitwise || fail "the checkpoint's config.toml trains otherwise"
+    # --print-config (issue 52): the resolved config for the launcher's world, alone, nothing trained
+    WORLD_SIZE=$n "$TRAIN" "${BASE[@]}" "$@" --print-config --log-jsonl "$WORK/printed.jsonl" >"$WORK/printed.toml" ||
+      fail "--print-config failed"
+    grep -q "^tp = " "$WORK/printed.toml" && ! grep -q "^\[tessera" "$WORK/printed.toml" ||
+      fail "--print-config printed more or less than the TOML: $(head -3 "$WORK/printed.toml")"
+    [[ ! -e $WORK/printed.jsonl ]] || fail "--print-config trained"
+    # Without a launcher train_gpt runs alone, as rank 0 of 1 (it refused "no launcher found").
+    env -u WORLD_SIZE -u RANK -u PMIX_NAMESPACE -u SLURM_PROCID "$TRAIN" "${BASE[@]}" --steps 1 \
+      --log-jsonl "$WORK/alone.jsonl" >"$WORK/alone.txt" 2>&1 || fail "train_gpt alone: $(tail -3 "$WORK/alone.txt")"
+    grep -q '"world": 1,' "$WORK/alone.jsonl" || fail "train_gpt alone did not run one rank"
+    BASE=()
+    run_ranks printed "$n" --config "$WORK/printed.toml"
+    BASE=("${base[@]}")
+    python3 "$COMPARE" "$WORK/flags.jsonl" "$WORK/printed.jsonl" --bitwise || fail "the printed config trains otherwise"
     echo "PASS ($CASE): flags, --config, the resolved config and the checkpoint's config.toml: the same losses"
     ;;
   legacy)  # legacy <fixture>: a checkpoint and config.toml an earlier train_gpt wrote resume bitwise
