@@ -39,7 +39,6 @@ void Trainer::State::saveCheckpoint() {
   const std::string root = o.checkpoint.dir, dir = checkpoint::stepDir(root, step);
   const int keep = o.checkpoint.keepLast;
   lastCheckpoint = dir;
-  savedThisRun = true;
   auto commit = [root, step, keep, files] { checkpoint::commitStep(root, step, keep, files); };  // rank 0
   if (saver) {  // staged to host memory here; written, published and committed on the saver's thread
     saver->save(dir, pieces, step, extra, files, commit);

@@ -198,7 +198,7 @@ void Trainer::State::logSummary(const std::vector<StepReport>& steps) {
   const double tokens = static_cast<double>(steps.size()) * o.optim.batch * o.model.cfg.seqLen;
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - runStart).count();
   const double tps = ms > 0 ? tokens / (ms / 1e3) : 0;
-  const std::string saved = savedThisRun ? lastCheckpoint : "";
+  const std::string saved = lastCheckpoint != resumedFrom ? lastCheckpoint : "";  // saved by this run
   log::info("train_gpt: done: steps {}..{} of {} in {:.1f} s; final loss {:.4f}{}; {:.0f} tokens at {:.0f} tok/s{}{}",
             steps.front().step, last.step, o.optim.steps, wall, last.loss,
             valid >= 0 ? fmt::format(", validation loss {:.4f}", valid) : "", tokens, tps,

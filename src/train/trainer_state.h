@@ -31,7 +31,6 @@ struct Trainer::State {
   int64_t startStep = 0, stepsDone = 0;
   std::string resumedFrom;  // the checkpoint directory a resumed run loaded (else empty)
   std::string lastCheckpoint;  // the newest checkpoint this run loaded or saved (else empty)
-  bool savedThisRun = false;
   int skippedInARow = 0;       // --nan-policy skip-step: updates skipped since the last finite step
   bool dpDescribed = false;
   // The Hugging Face model this run descends from (--init-from-hf, or the checkpoint's extra): its
