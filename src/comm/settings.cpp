@@ -30,8 +30,8 @@ constexpr Choices<NcclCtaPolicy, 3> kCtaPolicy{
 constexpr Choices<bool, 2> kStreamPriority{"TESSERA_NCCL_STREAM_PRIORITY value", {{{true, "high"}, {false, "normal"}}}};
 constexpr Choices<fingerprint::Mode, 3> kDebug{"TESSERA_DEBUG value",
                                                 {{{fingerprint::Mode::Off, "off"},
-                                                  {fingerprint::Mode::Fingerprint, "fingerprint"},
-                                                  {fingerprint::Mode::Detail, "detail"}}}};
+                                                  {fingerprint::Mode::Detail, "detail"},
+                                                  {fingerprint::Mode::Fingerprint, "fingerprint"}}}};
 
 // An integer variable within [lo, hi], else an error naming it.
 template <typename T>
