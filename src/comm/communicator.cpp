@@ -50,10 +50,16 @@ namespace {
 std::string shapeDetail(const at::Tensor& t) {
   return t.defined() ? fmt::format("{} x {}", t.numel(), dtypeName(t.scalar_type())) : "undefined";
 }
+
+// The call's fingerprint, which the backend compares across the group before the op (fingerprint.h).
+void stamp(bool on, OpInfo& i, fingerprint::Op op, const at::Tensor& t, int reduce = -1, int root = -1) {
+  if (on) i.fingerprint = fingerprint::make(op, i.seq, t, reduce, root);
+}
 }  // namespace
 
 Communicator::Communicator(int rank, int size, std::string name)
-    : rank_(rank), size_(size), name_(std::move(name)), timeout_(kDefaultTimeout) {
+    : rank_(rank), size_(size), name_(std::move(name)), timeout_(kDefaultTimeout),
+      fingerprints_(fingerprint::mode() == fingerprint::Mode::Fingerprint) {
   TESSERA_CHECK(size > 0 && rank >= 0 && rank < size, "communicator '{}': rank {} is not in [0, {})", name_, rank,
                 size);
 }
@@ -113,6 +119,7 @@ static void checkSameDtype(const OpInfo& i, const at::Tensor& out, const at::Ten
 WorkPtr Communicator::allReduce(const at::Tensor& t, ReduceOp op) {
   auto i = nextOp("all_reduce", fmt::format("{}, {}", shapeDetail(t), toString(op)));
   checkTensor(i, "input", t);
+  stamp(fingerprints_, i, fingerprint::kAllReduce, t, static_cast<int>(op));
   return run(i, [&] { return doAllReduce(i, t, op); });
 }
 
@@ -120,6 +127,7 @@ WorkPtr Communicator::broadcast(const at::Tensor& t, int root) {
   auto i = nextOp("broadcast", fmt::format("{}, root {}", shapeDetail(t), root));
   checkTensor(i, "input", t);
   TESSERA_CHECK(root >= 0 && root < size_, "{}: root {} is not a rank of the group", i.describe(), root);
+  stamp(fingerprints_, i, fingerprint::kBroadcast, t, -1, root);
   return run(i, [&] { return doBroadcast(i, t, root); });
 }
 
@@ -127,6 +135,7 @@ WorkPtr Communicator::reduce(const at::Tensor& t, int root, ReduceOp op) {
   auto i = nextOp("reduce", fmt::format("{}, {}, root {}", shapeDetail(t), toString(op), root));
   checkTensor(i, "input", t);
   TESSERA_CHECK(root >= 0 && root < size_, "{}: root {} is not a rank of the group", i.describe(), root);
+  stamp(fingerprints_, i, fingerprint::kReduce, t, static_cast<int>(op), root);
   return run(i, [&] { return doReduce(i, t, root, op); });
 }
 
@@ -139,6 +148,7 @@ WorkPtr Communicator::allGather(const at::Tensor& out, const at::Tensor& in, Kee
   TESSERA_CHECK(out.numel() == in.numel() * size_,
                 "{}: output has {} elements, expected group size {} x input's {} = {}", i.describe(), out.numel(),
                 size_, in.numel(), in.numel() * size_);
+  stamp(fingerprints_, i, fingerprint::kAllGather, in);
   return run(i, [&] { return doAllGather(i, out, in); });
 }
 
@@ -152,6 +162,7 @@ WorkPtr Communicator::reduceScatter(const at::Tensor& out, const at::Tensor& in,
                 "{}: input has {} elements, expected group size {} x output's {} = {} (input numel must be divisible "
                 "by the group size)",
                 i.describe(), in.numel(), size_, out.numel(), out.numel() * size_);
+  stamp(fingerprints_, i, fingerprint::kReduceScatter, in, static_cast<int>(op));
   return run(i, [&] { return doReduceScatter(i, out, in, op); });
 }
 
@@ -164,6 +175,7 @@ WorkPtr Communicator::allToAll(const at::Tensor& out, const at::Tensor& in) {
                 out.numel(), in.numel());
   TESSERA_CHECK(in.numel() % size_ == 0, "{}: {} elements are not divisible by the group size {}", i.describe(),
                 in.numel(), size_);
+  stamp(fingerprints_, i, fingerprint::kAllToAll, in);
   return run(i, [&] { return doAllToAll(i, out, in); });
 }
 
@@ -195,6 +207,7 @@ WorkPtr Communicator::batchP2P(const std::vector<P2POp>& ops) {
 
 WorkPtr Communicator::barrier() {
   auto i = nextOp("barrier", "");
+  stamp(fingerprints_, i, fingerprint::kBarrier, at::Tensor());
   return run(i, [&] { return doBarrier(i); });
 }
 

@@ -28,7 +28,10 @@ constexpr Choices<NcclCtaPolicy, 3> kCtaPolicy{
     "TESSERA_NCCL_CTA_POLICY value",
     {{{NcclCtaPolicy::Default, "default"}, {NcclCtaPolicy::Efficiency, "efficiency"}, {NcclCtaPolicy::Zero, "zero"}}}};
 constexpr Choices<bool, 2> kStreamPriority{"TESSERA_NCCL_STREAM_PRIORITY value", {{{true, "high"}, {false, "normal"}}}};
-constexpr Choices<bool, 2> kDebug{"TESSERA_DEBUG value", {{{false, "off"}, {true, "detail"}}}};
+constexpr Choices<fingerprint::Mode, 3> kDebug{"TESSERA_DEBUG value",
+                                                {{{fingerprint::Mode::Off, "off"},
+                                                  {fingerprint::Mode::Detail, "detail"},
+                                                  {fingerprint::Mode::Fingerprint, "fingerprint"}}}};
 
 // An integer variable within [lo, hi], else an error naming it.
 template <typename T>
@@ -72,7 +75,10 @@ Settings Settings::fromEnvironment() {
     }
   }
   readChoice("TESSERA_LOG_LEVEL", s.logLevel, kLogLevel);
-  readChoice("TESSERA_DEBUG", s.debugDetail, kDebug);
+  auto check = fingerprint::Mode::Fingerprint;
+  readChoice("TESSERA_DEBUG", check, kDebug);
+  s.collectiveFingerprint = check != fingerprint::Mode::Off;
+  s.debugDetail = check == fingerprint::Mode::Detail;
   readInt("TESSERA_FLIGHT_RECORDER_SIZE", s.flightRecorderSize, 0, 1 << 20, "a number of ops");
   readBool("TESSERA_EXIT_ON_ERROR", s.exitOnError);
   if (auto g = env::getSeconds("TESSERA_EXIT_GRACE_S")) s.exitGrace = *g;
@@ -120,7 +126,9 @@ void configure(const Settings& s) {
   setNcclOptions(s.ncclBlocking, s.ncclCtaPolicy, s.ncclHighPriorityStreams);  // first: it may refuse the policy
   setGlooDevice(s.glooIfname, s.glooHost);
   log::setLevel(s.logLevel);
-  fingerprint::setEnabled(s.debugDetail);
+  fingerprint::setMode(s.debugDetail             ? fingerprint::Mode::Detail
+                       : s.collectiveFingerprint ? fingerprint::Mode::Fingerprint
+                                                 : fingerprint::Mode::Off);
   FlightRecorder::instance().setCapacity(s.flightRecorderSize);
   watchdog::setExitPolicy(s.exitOnError, s.exitGrace);
   std::lock_guard<std::mutex> l(g_mu);

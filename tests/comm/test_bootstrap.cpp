@@ -152,6 +152,40 @@ TEST(Bootstrap, StoreHostDyingDuringStartUpEndsEveryRank) {
   }
 }
 
+// Ranks started by hand (torchrun's variables, no agent store) on a port that another program's
+// store holds (here the harness's, as a torchrun agent's would be): rank 0 cannot host the store and
+// says whose the port is; the others reached that store and must not wait there for the whole
+// timeout (120 s; the run's limit is 60 s): rank 0 leaves them word, and they end naming the port.
+TESSERA_WORKER(port_held_by_a_foreign_store) {
+  std::string m;
+  try {
+    init();
+  } catch (const std::exception& e) {
+    m = e.what();
+  }
+  fmt::print("rank {}: {}\n", w.rank, m);
+  const auto held = fmt::format("another process holds port {} (it answers as a store, but no tessera job announced "
+                                "itself there); give this job a port of its own (MASTER_PORT, TESSERA_STORE_PORT)",
+                                w.storePort);
+  WCHECK(m.find(held) != std::string::npos, "rank {}: '{}' lacks '{}'", w.rank, m, held);
+  if (w.rank > 0) {
+    const auto word = fmt::format("rank {} of 3, store client of 127.0.0.1:{}, keys under 'tessera'): the store at "
+                                  "127.0.0.1:{} is not this job's: this job's rank 0 (host ",
+                                  w.rank, w.storePort, w.storePort);
+    WCHECK(m.find(word) != std::string::npos, "rank {}: '{}' lacks '{}'", w.rank, m, word);
+    WCHECK(m.find("could not start its store there") != std::string::npos, "rank {}: {}", w.rank, m);
+  }
+}
+TEST(Bootstrap, PortHeldByAForeignStoreEndsEveryRankNamingThePort) {
+  RunOptions o;
+  o.ranks = 3;
+  o.timeout = std::chrono::seconds(60);
+  o.killSiblingsOnFailure = false;
+  o.env = {{"RANK", "$RANK"},           {"WORLD_SIZE", "3"},         {"MASTER_ADDR", "127.0.0.1"},
+           {"MASTER_PORT", "$STORE"},   {"TESSERA_TIMEOUT_S", "120"}};
+  expectAllOk(runWorkers("port_held_by_a_foreign_store", o));
+}
+
 // An exception escaping a thread after init() (as a library's socket thread does when a peer
 // vanishes) ends the process with exit 1 and the exception's message, not a bare abort.
 TESSERA_WORKER(thread_throws) {

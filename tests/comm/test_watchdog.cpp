@@ -1,11 +1,14 @@
-// Reliability of communication (issue 9): the debug-mode fingerprint check names the ranks that
-// disagree and what each called; a failure dumps the flight record, aborts the process's other
-// communicators and, when the main thread is stuck, ends the process (exit code 3).
+// Reliability of communication (issues 9, 52): the collective checks (the default fingerprint and
+// debug mode's store check) name the ranks that disagree and what each called; a failure dumps the
+// flight record, aborts the process's other communicators and, when the main thread is stuck, ends
+// the process (exit code 3).
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <thread>
+#include <vector>
 
 #include "comm/watchdog/watchdog.h"
 #include "harness/multiprocess.h"
@@ -151,4 +154,68 @@ TEST(Watchdog, StuckMainThreadIsEndedAfterTheGracePeriod) {
   EXPECT_EQ(res[0].exitCode, watchdog::kExitCode) << res[0].output;
   EXPECT_LT(res[0].seconds, 2 + 1 + 10) << res[0].output;
   EXPECT_NE(res[0].output.find("exiting with code 3"), std::string::npos) << res[0].output;
+}
+
+// Fingerprint mode (the default): collectives whose ranks disagree fail on every rank with a
+// catchable CommError naming every rank's call, before anything is sent (gloo's own threads would
+// abort the process on a size mismatch, or the op would hang or return garbage). Each case runs on
+// a group of its own, which the mismatch breaks; 'world' and matching ops are unaffected. The
+// timeout (120 s) outlives the harness's (60 s): an ending run did not wait for it.
+TESSERA_WORKER(fingerprint_mismatch) {
+  auto ctx = initWorker(w);
+  const bool odd = w.rank == 1;  // rank 1 calls something else than ranks 0 and 2
+  const std::string me = w.rank == 1 ? "rank 1 (this rank)" : "ranks 0, 2 (this rank among them)";
+  struct Case {
+    const char* group;
+    std::function<void(Communicator&)> call;
+    const char* theirs;  // ranks 0 and 2
+    const char* odd;     // rank 1
+  };
+  const std::vector<Case> cases = {
+      {"ag", [&](Communicator& c) { c.allGather(at::empty({3 * (odd ? 5 : 4)}), at::ones({odd ? 5 : 4}))->wait(); },
+       "all_gather of 4 x float32 per rank", "all_gather of 5 x float32 per rank"},
+      {"ar", [&](Communicator& c) { c.allReduce(at::ones({odd ? 8 : 4}))->wait(); }, "all_reduce of 4 x float32 (sum)",
+       "all_reduce of 8 x float32 (sum)"},
+      {"op", [&](Communicator& c) { (odd ? c.broadcast(at::ones({4}), 0) : c.allReduce(at::ones({4})))->wait(); },
+       "all_reduce of 4 x float32 (sum)", "broadcast of 4 x float32 from root 0"},
+      {"dtype", [&](Communicator& c) { c.allReduce(at::ones({4}, odd ? at::kLong : at::kFloat))->wait(); },
+       "all_reduce of 4 x float32 (sum)", "all_reduce of 4 x int64 (sum)"},
+      {"root", [&](Communicator& c) { c.broadcast(at::ones({4}), odd ? 1 : 0)->wait(); },
+       "broadcast of 4 x float32 from root 0", "broadcast of 4 x float32 from root 1"},
+      {"red", [&](Communicator& c) { c.reduce(at::ones({4}), 2, odd ? ReduceOp::Max : ReduceOp::Sum)->wait(); },
+       "reduce of 4 x float32 (sum) to root 2", "reduce of 4 x float32 (max) to root 2"},
+  };
+  for (const auto& k : cases) {
+    auto sub = ctx.world->split(0, w.rank, k.group);
+    sub->allReduce(at::ones({2}))->wait();  // matching: #1 passes
+    const std::string ranks02 = fmt::format("{} called {}", w.rank == 1 ? "ranks 0, 2" : me, k.theirs);
+    const std::string rank1 = fmt::format("{} called {}", w.rank == 1 ? me : "rank 1", k.odd);
+    try {
+      k.call(*sub);
+      WCHECK(false, "group '{}': the mismatched collective did not fail", k.group);
+    } catch (const CommError& e) {
+      const std::string m = e.what();
+      fmt::print("rank {}, group '{}': {}\n", w.rank, k.group, m);
+      for (const auto& part : {fmt::format("#2 on group '{}' (rank {} of 3", k.group, w.rank),
+                               std::string("the ranks called different collectives: "), ranks02 + "; " + rank1,
+                               std::string("The op was not run (no tensor changed)")}) {
+        WCHECK(m.find(part) != std::string::npos, "message '{}' lacks '{}'", m, part);
+      }
+    }
+    // The group is broken now, on every rank alike: later ops fail with the first error.
+    expectErrorContaining([&] { sub->barrier()->wait(); }, {"broken by an earlier failure", rank1.c_str()});
+  }
+  // 'world' still works, with inputs small enough to travel in the preamble and too large for it.
+  for (int64_t n : {3, 10000}) {
+    auto t = at::full({n}, w.rank + 1.0);
+    ctx.world->allReduce(t)->wait();
+    WCHECK(t.eq(6.0).all().item<bool>(), "world all_reduce of {} after the mismatches gave {}", n, t[0].item<double>());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // past the exit grace: no watchdog exit
+}
+TEST(CollectiveCheck, MismatchesFailEveryRankNamingEveryRanksCall) {
+  expectAllOk(runWorkers("fingerprint_mismatch",
+                         {.ranks = 3,
+                          .timeout = std::chrono::seconds(60),
+                          .env = {{"TESSERA_TIMEOUT_S", "120"}, {"TESSERA_EXIT_GRACE_S", "0.5"}}}));
 }

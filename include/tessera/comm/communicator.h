@@ -12,8 +12,8 @@
 // elapsed time. After a failure the communicator is broken: later ops throw the first error.
 // Every op is recorded in the process's flight recorder (comm/watchdog/flight_recorder.h); a
 // failure in transit goes to the process watchdog (comm/watchdog/watchdog.h), which aborts
-// the other communicators and ends the process; in debug mode (Settings::debugDetail) every
-// collective is first checked against the other ranks' calls (comm/watchdog/fingerprint.h).
+// the other communicators and ends the process. Every collective is first compared with the other
+// ranks' calls (comm/watchdog/fingerprint.h; TESSERA_DEBUG): a mismatch fails it with CommError.
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
@@ -113,6 +113,7 @@ class Communicator : public std::enable_shared_from_this<Communicator> {
   WorkPtr run(const OpInfo& i, F&& launch);
 
   std::atomic<bool> tracked_{false};
+  bool fingerprints_;  // stamp OpInfo::fingerprint (fingerprint mode when this was made)
   StorePtr sideStore_;
   std::string sideNs_;
 };

@@ -28,8 +28,11 @@ struct Settings {
   // GPU is visible, else Gloo.
   std::optional<Backend> backend;  // TESSERA_BACKEND=gloo|nccl
   log::Level logLevel = log::Level::Info;  // TESSERA_LOG_LEVEL=debug|info|warn|error
-  // Every collective first compared across its group (comm/watchdog/fingerprint.h).
-  bool debugDetail = false;  // TESSERA_DEBUG=off|detail
+  // Collectives first compared across their group (comm/watchdog/fingerprint.h): a few integers
+  // per call exchanged over the op's own backend (fingerprint, the default), or through the
+  // rendezvous store, which also names ranks that never call (detail, debug mode), or not at all.
+  bool collectiveFingerprint = true;  // TESSERA_DEBUG=fingerprint (and detail)
+  bool debugDetail = false;           // TESSERA_DEBUG=detail
   // Ops remembered per communicator for failure reports; 0: none.
   size_t flightRecorderSize = 32;  // TESSERA_FLIGHT_RECORDER_SIZE
   // After a communication failure the watchdog ends the process (exit code 3) after the
@@ -63,7 +66,7 @@ struct Settings {
 log::Level parseLogLevel(const std::string& s);  // debug | info | warn | error
 Backend parseBackend(const std::string& s);      // gloo | nccl
 
-// Applies the process-wide fields (log level, debug fingerprints, flight recorder, watchdog
+// Applies the process-wide fields (log level, collective checks, flight recorder, watchdog
 // exit, NCCL and Gloo options, fault injection) and remembers `s` for settings(). Local; call
 // before making communicators (they take the backend options when made) and not concurrently
 // with communication. Throws when the build cannot honour a field (a CTA policy without

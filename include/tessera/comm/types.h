@@ -2,7 +2,9 @@
 // Value types shared by every communicator backend.
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 namespace tessera {
@@ -52,6 +54,10 @@ struct OpInfo {
   int groupSize = 0;
   std::string detail;   // "1024 x bfloat16, sum"
   Keep keep = Keep::UntilDone;
+  // The call as a few integers (op, dtype, element count, reduction, root, seq) that the ranks of
+  // the group compare before the op runs (TESSERA_DEBUG=fingerprint; comm/watchdog/fingerprint.h);
+  // all zero: not compared (point-to-point ops, the check off or in detail mode).
+  std::array<int64_t, 4> fingerprint{};
   std::string describe() const;  // "all_reduce #7 on group 'world' (rank 1 of 4, 1024 x bfloat16, sum)"
 };
 

@@ -155,7 +155,7 @@ Context init(const InitOptions& o) {
       try {
         base = startStoreServer(l.storePort, timeout);
       } catch (const std::exception& e) {  // a port in use: whose (job.h)
-        const auto holder = describePortHolder(l.storePort, e.what());
+        const auto holder = describePortHolder(l.storePort, e.what(), l.ownStore ? &l : nullptr);
         throw Error(holder.empty() ? e.what() : fmt::format("{}. {}", holder, e.what()));
       }
     } else if (!base) {

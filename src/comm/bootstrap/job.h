@@ -22,12 +22,15 @@ namespace tessera {
 void announceJob(c10d::Store& root, const LaunchInfo& l);
 // Local, every other rank of such a job, before it writes a key: waits for rank 0's identity
 // (up to `timeout`: rank 0 may start later) and returns "rank 0 (host h, pid p)". Throws
-// tessera::Error naming both jobs and the port when the store is another job's.
+// tessera::Error naming both jobs and the port when the store is another job's, and at once
+// when this job's rank 0 left word there that it could not host the store (describePortHolder).
 std::string checkJob(c10d::Store& root, const LaunchInfo& l, std::chrono::milliseconds timeout);
 // Rank 0 could not start the store on `port` of this host, failing with `error`: when the port is
 // in use, what holds it ("another tessera job holds port P: its rank 0 (host h, pid p) ..." or
 // "another process holds port P ..."), read from the store found there, and what to do; else "".
-// At most about 3 s; never throws.
-std::string describePortHolder(uint16_t port, const std::string& error);
+// Given its job `l` and a holder that answers as a store but is no tessera job's (a launcher's
+// agent), it also leaves that text there, at a key of this job's identity, for checkJob() of the
+// other ranks, which reached the same store. At most about 3 s; never throws.
+std::string describePortHolder(uint16_t port, const std::string& error, const LaunchInfo* l = nullptr);
 
 }  // namespace tessera

@@ -13,6 +13,7 @@
 #include "comm/gloo/gloo_ops.h"
 #include "comm/gloo/gloo_worker.h"
 #include "comm/watchdog/board.h"
+#include "comm/watchdog/fingerprint.h"
 #include "comm/watchdog/watchdog.h"
 #include "common/host.h"
 #include "tessera/common/error.h"
@@ -29,6 +30,9 @@ namespace {
 
 // Op tags come from sequence numbers counting up from 0; the construction barrier uses the top one.
 constexpr uint32_t kConnectBarrierTag = 0xFFFFFFFFu;
+// The preamble of op `seq` (gloo_ops.h) uses slot kFingerprintSlot | seq: apart
+// from the collectives' (gloo's prefix << 56 | tag) and point-to-point ops' (1 << 62 | count).
+constexpr uint64_t kFingerprintSlot = 1ull << 61;
 
 // gloo's rendezvous store interface over a c10d store.
 class GlooStore : public gloo::rendezvous::Store {
@@ -118,6 +122,7 @@ GlooCommunicator::GlooCommunicator(const StorePtr& store, int rank, int size, co
                                 name, rank, size, secondsSince(t0), e.what()));
   }
   ctx_ = ctx;
+  pre_ = std::make_shared<gloo_ops::Preamble>(ctx_, kFingerprintSlot);
   worker_ = std::make_shared<GlooWorker>();
   setSideChannel(store, "gloo/" + name);
 }
@@ -134,41 +139,68 @@ void GlooCommunicator::checkDevice(const OpInfo& i, const char* what, const at::
 at::TensorOptions GlooCommunicator::scratchOptions() const { return at::TensorOptions().device(at::kCPU); }
 
 namespace {
-template <typename F>
-WorkPtr submit(GlooWorker& worker, const OpInfo& i, std::chrono::milliseconds timeout, std::vector<at::Tensor> keep,
-               F&& fn) {
+using Ms = std::chrono::milliseconds;
+void noInline(const gloo_ops::Preamble&) {}
+
+// Posts op `i`; `fn()` runs it through gloo. With a fingerprint (fingerprint.h) the preamble's round
+// comes first, on the worker thread: every rank's fingerprint and, when small, `in` (the op's input)
+// reach every rank; a mismatch throws before any tensor is touched, and when every rank's input came
+// along, `inl(preamble)` computes the op instead of `fn`.
+template <typename Inline, typename F>
+WorkPtr submit(GlooWorker& worker, const std::shared_ptr<gloo_ops::Preamble>& pre, const OpInfo& i, Ms timeout,
+               std::vector<at::Tensor> keep, at::Tensor in, Inline&& inl, F&& fn) {
   auto w = std::make_shared<GlooWork>(i, timeout, std::move(keep));
-  worker.post(w, std::forward<F>(fn));
+  if (i.fingerprint[0] == 0) {
+    worker.post(w, std::forward<F>(fn));
+    return w;
+  }
+  worker.post(w, [pre, timeout, i, in, inl = std::forward<Inline>(inl), fn = std::forward<F>(fn)] {
+    const auto* all = pre->run(i.seq, i.fingerprint.data(), in.defined() ? in.data_ptr() : nullptr,
+                               in.defined() ? in.nbytes() : 0, timeout);
+    const auto diff = fingerprint::compare(i, all);
+    if (!diff.empty()) {
+      throw gloo_worker::Mismatch(fmt::format("tessera: {}: {}. Every rank of a group must call the same collectives "
+                                              "in the same order, with the same element count, dtype, reduction and "
+                                              "root. The op was not run (no tensor changed); the communicator is "
+                                              "broken: later ops on it fail",
+                                              i.describe(), diff));
+    }
+    if (pre->allInline()) {
+      inl(*pre);
+    } else {
+      fn();
+    }
+  });
   return w;
 }
 }  // namespace
 
 WorkPtr GlooCommunicator::doAllReduce(const OpInfo& i, const at::Tensor& t, ReduceOp op) {
   auto tag = static_cast<uint32_t>(i.seq);
-  return submit(*worker_, i, timeout_, {t}, [c = ctx_, to = timeout_, tag, t, op] {
-    gloo_ops::allReduce(c, to, tag, t, op);
-  });
+  return submit(
+      *worker_, pre_, i, timeout_, {t}, t, [t, op](const auto& p) { gloo_ops::inlineAllReduce(p, t, op); },
+      [c = ctx_, to = timeout_, tag, t, op] { gloo_ops::allReduce(c, to, tag, t, op); });
 }
 
 WorkPtr GlooCommunicator::doBroadcast(const OpInfo& i, const at::Tensor& t, int root) {
   auto tag = static_cast<uint32_t>(i.seq);
-  return submit(*worker_, i, timeout_, {t}, [c = ctx_, to = timeout_, tag, t, root] {
-    gloo_ops::broadcast(c, to, tag, t, root);
-  });
+  return submit(
+      *worker_, pre_, i, timeout_, {t}, t, [t, root](const auto& p) { gloo_ops::inlineBroadcast(p, t, root); },
+      [c = ctx_, to = timeout_, tag, t, root] { gloo_ops::broadcast(c, to, tag, t, root); });
 }
 
 WorkPtr GlooCommunicator::doReduce(const OpInfo& i, const at::Tensor& t, int root, ReduceOp op) {
   auto tag = static_cast<uint32_t>(i.seq);
-  return submit(*worker_, i, timeout_, {t}, [c = ctx_, to = timeout_, tag, t, root, op] {
-    gloo_ops::reduce(c, to, tag, t, root, op);
-  });
+  return submit(
+      *worker_, pre_, i, timeout_, {t}, t, [t, root, op](const auto& p) { gloo_ops::inlineReduce(p, t, root, op); },
+      [c = ctx_, to = timeout_, tag, t, root, op] { gloo_ops::reduce(c, to, tag, t, root, op); });
 }
 
 WorkPtr GlooCommunicator::doAllGather(const OpInfo& i, const at::Tensor& out, const at::Tensor& in) {
   auto tag = static_cast<uint32_t>(i.seq);
-  return submit(*worker_, i, timeout_, {out, in}, [c = ctx_, to = timeout_, tag, out, in] {
-    gloo_ops::allGather(c, to, tag, out, in);
-  });
+  return submit(
+      *worker_, pre_, i, timeout_, {out, in}, in, [out](const auto& p) { gloo_ops::inlineAllGather(p, out); },
+      [c = ctx_, to = timeout_, tag, out, in] { gloo_ops::allGather(c, to, tag, out, in); });
 }
 
 WorkPtr GlooCommunicator::doReduceScatter(const OpInfo& i, const at::Tensor& out, const at::Tensor& in,
@@ -176,18 +208,21 @@ WorkPtr GlooCommunicator::doReduceScatter(const OpInfo& i, const at::Tensor& out
   // Gloo has no reduce-scatter with this layout: all-reduce a copy, keep this rank's chunk.
   auto tag = static_cast<uint32_t>(i.seq);
   int r = rank_, n = size_;
-  return submit(*worker_, i, timeout_, {out, in}, [c = ctx_, to = timeout_, tag, out, in, op, r, n] {
-    auto tmp = in.reshape({-1}).clone();
-    gloo_ops::allReduce(c, to, tag, tmp, op);
-    out.reshape({-1}).copy_(tmp.chunk(n)[r]);
-  });
+  return submit(
+      *worker_, pre_, i, timeout_, {out, in}, in,
+      [out, op](const auto& p) { gloo_ops::inlineReduceScatter(p, out, op); },
+      [c = ctx_, to = timeout_, tag, out, in, op, r, n] {
+        auto tmp = in.reshape({-1}).clone();
+        gloo_ops::allReduce(c, to, tag, tmp, op);
+        out.reshape({-1}).copy_(tmp.chunk(n)[r]);
+      });
 }
 
 WorkPtr GlooCommunicator::doAllToAll(const OpInfo& i, const at::Tensor& out, const at::Tensor& in) {
   auto tag = static_cast<uint32_t>(i.seq);
-  return submit(*worker_, i, timeout_, {out, in}, [c = ctx_, to = timeout_, tag, out, in] {
-    gloo_ops::allToAll(c, to, tag, out, in);
-  });
+  return submit(
+      *worker_, pre_, i, timeout_, {out, in}, in, [out](const auto& p) { gloo_ops::inlineAllToAll(p, out); },
+      [c = ctx_, to = timeout_, tag, out, in] { gloo_ops::allToAll(c, to, tag, out, in); });
 }
 
 WorkPtr GlooCommunicator::doBatchP2P(const OpInfo& i, const std::vector<P2POp>& ops) {
@@ -200,14 +235,15 @@ WorkPtr GlooCommunicator::doBatchP2P(const OpInfo& i, const std::vector<P2POp>& 
     slots.push_back((1ull << 62) | count++);
     keep.push_back(o.tensor);
   }
-  return submit(*worker_, i, timeout_, std::move(keep), [c = ctx_, to = timeout_, ops, slots] {
-    gloo_ops::batchP2P(c, to, ops, slots);
-  });
+  return submit(*worker_, pre_, i, timeout_, std::move(keep), at::Tensor(), noInline,
+                [c = ctx_, to = timeout_, ops, slots] { gloo_ops::batchP2P(c, to, ops, slots); });
 }
 
 WorkPtr GlooCommunicator::doBarrier(const OpInfo& i) {
   auto tag = static_cast<uint32_t>(i.seq);
-  return submit(*worker_, i, timeout_, {}, [c = ctx_, to = timeout_, tag] { gloo_ops::barrier(c, to, tag); });
+  // Inline: the preamble's round is the barrier (every rank heard from every other).
+  return submit(*worker_, pre_, i, timeout_, {}, at::Tensor(), noInline,
+                [c = ctx_, to = timeout_, tag] { gloo_ops::barrier(c, to, tag); });
 }
 
 std::shared_ptr<Communicator> GlooCommunicator::doSplit(int, const std::vector<int>& members, const std::string& name,

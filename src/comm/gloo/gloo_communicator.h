@@ -6,6 +6,8 @@
 // ops run on that thread in issue order (gloo requires the same order on every rank), so
 // every op is asynchronous for the caller. An op that fails (peer closed the connection,
 // gloo timeout) breaks the communicator: that op and every later one throw CommError.
+// With fingerprints on, each collective starts with its preamble round (gloo_ops.h): a mismatch
+// fails it on every rank before any tensor changes; a small one is computed from the preamble.
 #include <memory>
 
 #include "tessera/comm/communicator.h"
@@ -19,6 +21,9 @@ namespace tessera {
 
 namespace gloo_worker {
 class GlooWorker;
+}
+namespace gloo_ops {
+class Preamble;
 }
 
 class GlooCommunicator : public Communicator {
@@ -48,6 +53,7 @@ class GlooCommunicator : public Communicator {
   StorePtr store_;
   std::shared_ptr<gloo::Context> ctx_;
   std::shared_ptr<gloo_worker::GlooWorker> worker_;  // gloo_worker.h: the op queue's thread
+  std::shared_ptr<gloo_ops::Preamble> pre_;  // each collective's first round (gloo_ops.h; worker thread only)
   std::vector<uint64_t> sendCount_, recvCount_;  // per peer, to pair p2p ops by order
 };
 

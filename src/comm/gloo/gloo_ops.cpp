@@ -7,7 +7,12 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/reduce.h>
+#include <gloo/transport/unbound_buffer.h>
 
+#include <algorithm>
+#include <cstring>
+
+#include "comm/watchdog/fingerprint.h"
 #include "tessera/common/error.h"
 
 namespace tessera::gloo_ops {
@@ -149,6 +154,116 @@ void allGather(const Ctx& c, Ms timeout, uint32_t tag, const at::Tensor& out, co
 
 void allToAll(const Ctx& c, Ms timeout, uint32_t tag, const at::Tensor& out, const at::Tensor& in) {
   inOut<gloo::AlltoallOptions>(c, timeout, tag, out, in, [](auto& o) { gloo::alltoall(o); });
+}
+
+namespace {
+constexpr size_t kHeaderWords = fingerprint::kWords + 1;  // the fingerprint, then the input's length or -1
+}  // namespace
+
+Preamble::Preamble(Ctx c, uint64_t slotBase) : c_(std::move(c)), base_(slotBase) {
+  limit_ = c_->size <= 4 ? 16384 : (65536 / static_cast<size_t>(c_->size) + 7) / 8 * 8;
+  stride_ = kHeaderWords * sizeof(int64_t) + limit_;
+  for (auto& b : buf_) b.assign(stride_ / sizeof(int64_t) * c_->size, 0);
+}
+
+Preamble::~Preamble() {
+  for (auto& u : ub_) u.reset();  // before the context they belong to
+}
+
+int Preamble::size() const { return c_->size; }
+int Preamble::rank() const { return c_->rank; }
+
+const char* Preamble::input(int r) const {
+  return reinterpret_cast<const char*>(buf_[last_ % 2].data()) + r * stride_ + kHeaderWords * sizeof(int64_t);
+}
+
+bool Preamble::allInline() const {
+  for (int r = 0; r < c_->size; ++r) {
+    if (buf_[last_ % 2][r * stride_ / sizeof(int64_t) + fingerprint::kWords] < 0) return false;
+  }
+  return true;
+}
+
+void Preamble::post(uint64_t k) {
+  auto& b = buf_[k % 2];
+  auto& u = ub_[k % 2];
+  u = c_->createUnboundBuffer(b.data(), b.size() * sizeof(int64_t));
+  for (int p = 0; p < c_->size; ++p) {
+    if (p != c_->rank) u->recv(p, base_ | k, p * stride_, stride_);  // a peer may send less
+  }
+  posted_ = k;
+}
+
+const int64_t* Preamble::run(uint64_t k, const int64_t* fingerprint, const void* in, size_t bytes, Ms timeout) {
+  if (posted_ != k) post(k);
+  last_ = k;
+  auto* mine = buf_[k % 2].data() + c_->rank * stride_ / sizeof(int64_t);
+  std::copy(fingerprint, fingerprint + fingerprint::kWords, mine);
+  const bool along = bytes <= limit_;
+  mine[fingerprint::kWords] = along ? static_cast<int64_t>(bytes) : -1;
+  if (along && bytes > 0) std::memcpy(mine + kHeaderWords, in, bytes);
+  auto& u = ub_[k % 2];
+  const size_t sent = kHeaderWords * sizeof(int64_t) + (along ? bytes : 0);
+  for (int p = 0; p < c_->size; ++p) {
+    if (p != c_->rank) u->send(p, base_ | k, c_->rank * stride_, sent);
+  }
+  for (int m = 1; m < c_->size; ++m) {
+    if (!u->waitRecv(timeout)) throw Error("gloo: the collective's preamble was aborted");
+  }
+  for (int m = 1; m < c_->size; ++m) {
+    if (!u->waitSend(timeout)) throw Error("gloo: the collective's preamble was aborted");
+  }
+  try {  // into the other buffer: this round's stays readable until the next run()
+    post(k + 1);
+  } catch (const std::exception&) {  // a peer already gone after its last op: round k + 1 reports it, if run
+    posted_ = 0;
+  }
+  std::vector<int64_t> words(fingerprint::kWords * static_cast<size_t>(c_->size));
+  for (int r = 0; r < c_->size; ++r) {
+    const auto* w = buf_[k % 2].data() + r * stride_ / sizeof(int64_t);
+    std::copy(w, w + fingerprint::kWords, words.begin() + r * fingerprint::kWords);
+  }
+  words_ = std::move(words);
+  return words_.data();
+}
+
+namespace {
+// dst = the reduction of every rank's input from byte `offset`, in rank order.
+void reduceInputs(const Preamble& p, void* dst, size_t offset, const at::Tensor& like, int64_t count, ReduceOp op) {
+  auto fn = reduceFunc(like.scalar_type(), op);
+  std::memcpy(dst, p.input(0) + offset, count * like.element_size());
+  for (int r = 1; r < p.size(); ++r) fn(dst, dst, p.input(r) + offset, count);
+}
+}  // namespace
+
+void inlineAllReduce(const Preamble& p, const at::Tensor& t, ReduceOp op) {
+  reduceInputs(p, t.data_ptr(), 0, t, t.numel(), op);
+  finishAvg(t, op, p.size());
+}
+
+void inlineBroadcast(const Preamble& p, const at::Tensor& t, int root) {
+  std::memcpy(t.data_ptr(), p.input(root), t.nbytes());
+}
+
+void inlineReduce(const Preamble& p, const at::Tensor& t, int root, ReduceOp op) {
+  if (p.rank() == root) inlineAllReduce(p, t, op);
+}
+
+void inlineAllGather(const Preamble& p, const at::Tensor& out) {
+  const size_t each = out.nbytes() / p.size();
+  for (int r = 0; r < p.size(); ++r) std::memcpy(static_cast<char*>(out.data_ptr()) + r * each, p.input(r), each);
+}
+
+void inlineReduceScatter(const Preamble& p, const at::Tensor& out, ReduceOp op) {
+  reduceInputs(p, out.data_ptr(), p.rank() * out.nbytes(), out, out.numel(), op);
+  finishAvg(out, op, p.size());
+}
+
+void inlineAllToAll(const Preamble& p, const at::Tensor& out) {
+  const size_t chunk = out.nbytes() / p.size();
+  for (int r = 0; r < p.size(); ++r) {
+    std::memcpy(static_cast<char*>(out.data_ptr()) + r * chunk, p.input(r) + p.rank() * chunk, chunk);
+  }
 }
 
 void barrier(const Ctx& c, Ms timeout, uint32_t tag) {

@@ -77,6 +77,9 @@ void GlooWorker::run() {
     } else {
       try {
         fn();
+      } catch (const Mismatch& e) {
+        err = e.what();
+        breakWith(err);
       } catch (const std::exception& e) {
         err = watchdog::withCause(fmt::format("tessera: {} failed after {:.1f} s: {}", w->info().describe(),
                                               secondsSince(w->start()), e.what()));

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -30,6 +31,13 @@ namespace tessera::gloo_worker {
 
 using Clock = std::chrono::steady_clock;
 inline double secondsSince(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Thrown by an op whose ranks called different collectives (fingerprint.h): it and every later op
+// fail with its message, which goes to no watchdog (every rank of the group sees the same mismatch
+// before anything is sent: nothing is in transit, no peer is lost, the process may go on).
+struct Mismatch : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 // Shared state of one op: what its callers wait on.
 class GlooWork : public Work {

@@ -3,6 +3,8 @@
 // (fake/timed_stream.cpp), which orders its ops as the NCCL backend does.
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 namespace tessera::nccl_detail {
 
 // Makes `device` current for the scope; restores the previous device after.
@@ -29,5 +31,10 @@ cudaStream_t callerStream(int device);
 // Integer average after an ncclSum: t[i] /= divisor (truncating), enqueued on `stream`.
 // `elemBytes` is 4 (int32) or 8 (int64). Defined in nccl_kernels.cu.
 void launchIntDivide(void* data, long long numel, int elemBytes, int divisor, cudaStream_t stream);
+// Fingerprint check (comm/watchdog/fingerprint.h), enqueued on `stream`: writes the 4 `words` to
+// `dst`; compares the 4 * `ranks` gathered words `all`: on a mismatch, unless `host` (mapped,
+// 1 + 4 * ranks words) already holds one, writes them at host[1..] and then `seq` at host[0].
+void launchFingerprintWrite(int64_t* dst, const int64_t* words, cudaStream_t stream);
+void launchFingerprintCompare(const int64_t* all, int ranks, int64_t seq, int64_t* host, cudaStream_t stream);
 
 }  // namespace tessera::nccl_detail

@@ -6,6 +6,7 @@
 #include "comm/nccl/nccl_check.h"
 #include "comm/nccl/nccl_communicator.h"
 #include "comm/nccl/nccl_state.h"
+#include "comm/watchdog/fingerprint.h"
 #include "tessera/common/error.h"
 
 namespace tessera {
@@ -68,6 +69,13 @@ WorkPtr NcclCommunicator::enqueue(const OpInfo& i, std::vector<at::Tensor> keep,
   try {
     TESSERA_CUDA_CHECK(cudaEventRecord(st_->ready, nccl_detail::callerStream(device_)), rank_);
     TESSERA_CUDA_CHECK(cudaStreamWaitEvent(s, st_->ready, 0), rank_);
+    if (i.fingerprint[0] != 0) {  // fingerprint.h: gathered and compared on the stream; the watchdog reads the result
+      int64_t* mine = st_->fpGathered + static_cast<size_t>(rank_) * fingerprint::kWords;
+      nccl_detail::launchFingerprintWrite(mine, i.fingerprint.data(), s);
+      settle(TESSERA_NCCL_CHECK(ncclAllGather(mine, st_->fpGathered, fingerprint::kWords, ncclInt64, c, s), rank_, c));
+      nccl_detail::launchFingerprintCompare(st_->fpGathered, size_, static_cast<int64_t>(i.seq), st_->fpHostOnDevice, s);
+      TESSERA_CUDA_CHECK(cudaGetLastError(), rank_);
+    }
     launch(c, s, settle);
     cudaEvent_t done = st_->takeEvent();
     cudaError_t e = cudaEventRecord(done, s);

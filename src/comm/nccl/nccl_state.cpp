@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
+
 #include "comm/nccl/cuda_glue.h"
 #include "comm/nccl/nccl_check.h"
+#include "comm/watchdog/fingerprint.h"
 #include "comm/watchdog/watchdog.h"
 #include "tessera/common/error.h"
 #include "tessera/common/log.h"
@@ -24,6 +28,8 @@ NcclState::~NcclState() {
   if (ready) cudaEventDestroy(ready);
   if (stream) cudaStreamDestroy(stream);
   if (scratch) cudaFree(scratch);
+  if (fpGathered) cudaFree(fpGathered);
+  if (fpHost) cudaFreeHost(fpHost);
   (void)cudaGetLastError();
 }
 
@@ -37,6 +43,12 @@ void NcclState::start(bool highPriorityStream) {
   TESSERA_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), rank);
   TESSERA_CUDA_CHECK(cudaMalloc(&scratch, 16), rank);
   TESSERA_CUDA_CHECK(cudaMemset(scratch, 0, 16), rank);
+  const size_t words = static_cast<size_t>(fingerprint::kWords) * size;
+  TESSERA_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&fpGathered), words * sizeof(int64_t)), rank);
+  TESSERA_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&fpHost), (1 + words) * sizeof(int64_t), cudaHostAllocMapped),
+                     rank);
+  std::fill(fpHost, fpHost + 1 + words, 0);
+  TESSERA_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&fpHostOnDevice), fpHost, 0), rank);
   watchdog_ = std::thread([this] { watchdogLoop(); });
 }
 
@@ -69,6 +81,22 @@ void NcclState::track(const std::shared_ptr<NcclWork>& w) {
 std::string NcclState::broken() {
   std::lock_guard<std::mutex> l(mu_);
   return broken_;
+}
+
+int64_t NcclState::mismatchSeq() const {
+  const int64_t seq = fpHost ? *reinterpret_cast<volatile const int64_t*>(fpHost) : 0;
+  std::atomic_thread_fence(std::memory_order_acquire);  // the words were written before the seq
+  return seq;
+}
+
+std::string NcclState::mismatchMessage(const OpInfo& i) const {
+  std::vector<int64_t> all(static_cast<size_t>(fingerprint::kWords) * size);
+  for (size_t k = 0; k < all.size(); ++k) all[k] = reinterpret_cast<volatile const int64_t*>(fpHost)[1 + k];
+  auto diff = fingerprint::compare(i, all.data());
+  return fmt::format("tessera: {}: {}. Every rank of a group must call the same collectives in the same order, with "
+                     "the same element count, dtype, reduction and root. NCCL communicator '{}' is aborted: this op's "
+                     "output is undefined and later ops on it fail",
+                     i.describe(), diff.empty() ? "the ranks called different collectives" : diff, name);
 }
 
 void NcclState::fail(const std::string& reason) {
@@ -157,6 +185,7 @@ void NcclState::watchdogLoop() {
     l.unlock();
     size_t finished = 0;
     std::string failure;
+    bool mismatch = false;  // a mismatch (fingerprint.h) is no failure in transit: no cause to look for
     for (auto& w : works) {  // ops finish in issue order (one stream): stop at the first running one
       std::string err;
       int s = w->poll(err);
@@ -166,6 +195,11 @@ void NcclState::watchdogLoop() {
       }
       if (s < 0) {
         failure = err;
+        mismatch = s == NcclWork::kMismatch;
+      } else if (mismatchSeq() == static_cast<int64_t>(w->info().seq) && w->info().fingerprint[0] != 0) {
+        // The op's ranks disagreed; it may be stuck on the mismatched sizes.
+        failure = mismatchMessage(w->info());
+        mismatch = true;
       } else if (Clock::now() - w->start() > w->timeout()) {
         failure = fmt::format("tessera: {} timed out after {:.1f} s (timeout {:.1f} s) on device cuda:{}; NCCL "
                               "communicator '{}' aborted",
@@ -193,7 +227,9 @@ void NcclState::watchdogLoop() {
     if (inflight_.empty()) cv_.notify_all();  // shutdown() waits for this
     l.unlock();
     done.clear();  // may destroy Works, which return their event under mu_
-    if (!failure.empty()) {
+    if (!failure.empty() && mismatch) {
+      fail(failure);  // every rank of the group sees it alike: the process goes on (catchable)
+    } else if (!failure.empty()) {
       failure = watchdog::withCause(failure);
       fail(failure);
       watchdog::onCommFailure(failure, nullptr);

@@ -39,6 +39,12 @@ struct NcclState {
   cudaStream_t stream = nullptr;  // the communicator's own stream (greatest priority unless start() said not)
   cudaEvent_t ready = nullptr;    // reused: "caller's stream reached this op"
   void* scratch = nullptr;        // 4 bytes of device memory for barrier()
+  // Fingerprint check (comm/watchdog/fingerprint.h): each op's gathered fingerprints, on the
+  // device (size x 4 words, reused op after op on the stream), and the first mismatch the device
+  // found, host-mapped: [0] the op's seq (0: none yet), then its gathered words.
+  int64_t* fpGathered = nullptr;
+  int64_t* fpHost = nullptr;  // pinned host memory; fpHostOnDevice is its device address
+  int64_t* fpHostOnDevice = nullptr;
   std::timed_mutex opMu;          // serialises NCCL calls on `comm`
 
   // Creates the stream (of the device's greatest priority, else the default one), events and
@@ -53,6 +59,10 @@ struct NcclState {
   void track(const std::shared_ptr<NcclWork>& w);
   // "" while healthy; else why the communicator is broken.
   std::string broken();
+  // The seq of the first collective whose ranks' fingerprints differed (0: none yet), and the
+  // error for op `i` (that collective) naming every rank's call. Any thread.
+  int64_t mismatchSeq() const;
+  std::string mismatchMessage(const OpInfo& i) const;
   // Marks the communicator broken (first reason wins) and all unfinished ops failed; asks the
   // watchdog to abort the NCCL communicator. Idempotent, any thread.
   void fail(const std::string& reason);
@@ -85,7 +95,10 @@ class NcclWork : public Work {
   void synchronize() override;
   bool completed() override;
 
-  // Watchdog side. 1: finished (tensors released), 0: running, -1: CUDA error (in `err`).
+  // Watchdog side. 1: finished (tensors released), 0: running, -1: CUDA error (in `err`),
+  // kMismatch: finished, but its ranks called different collectives (the error in `err`; the
+  // caller fails the communicator).
+  static constexpr int kMismatch = -2;
   int poll(std::string& err);
   // Marks the op failed unless it already finished; returns true when it was marked.
   bool markFailed(const std::string& why);

@@ -43,6 +43,11 @@ int NcclWork::poll(std::string& err) {
   if (e == cudaSuccess) {
     finished_ = true;
     drop.swap(keep_);
+    // Done on the device, so its fingerprint comparison ran before it (same stream).
+    if (info_.fingerprint[0] != 0 && st_->mismatchSeq() == static_cast<int64_t>(info_.seq)) {
+      error_ = err = st_->mismatchMessage(info_);
+      return kMismatch;
+    }
     return 1;
   }
   if (e == cudaErrorNotReady) return 0;
@@ -87,7 +92,7 @@ void NcclWork::synchronize() {
       return;
     }
     if (s < 0) {
-      err = watchdog::withCause(err);
+      if (s != kMismatch) err = watchdog::withCause(err);
       st_->fail(err);
       throw CommError(err);
     }
@@ -112,7 +117,9 @@ bool NcclWork::completed() {
     if (finished_ || !error_.empty()) return true;
   }
   std::string err;
-  return poll(err) != 0;
+  const int s = poll(err);
+  if (s == kMismatch) st_->fail(err);
+  return s != 0;
 }
 
 }  // namespace tessera::nccl_detail

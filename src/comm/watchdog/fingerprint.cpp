@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <vector>
 
@@ -38,11 +39,74 @@ std::string lastCallOf(const StorePtr& store, const std::string& ns, int rank) {
 }  // namespace
 
 namespace {
-std::atomic<bool> g_enabled{false};
+std::atomic<Mode> g_mode{Mode::Fingerprint};
+
+const char* opName(int64_t op) {
+  static const char* names[] = {"?", "all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter",
+                                "all_to_all", "barrier"};
+  return op >= 1 && op <= kBarrier ? names[op] : nullptr;
+}
+
+// "0, 2-4, 7"
+std::string rankList(const std::vector<int>& rs) {
+  std::string s;
+  for (size_t k = 0; k < rs.size();) {
+    size_t e = k;
+    while (e + 1 < rs.size() && rs[e + 1] == rs[e] + 1) ++e;
+    s += fmt::format("{}{}", s.empty() ? "" : ", ", e > k ? fmt::format("{}-{}", rs[k], rs[e]) : std::to_string(rs[k]));
+    k = e + 1;
+  }
+  return s;
+}
 }  // namespace
 
-bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
-void setEnabled(bool on) { g_enabled = on; }
+Mode mode() { return g_mode.load(std::memory_order_relaxed); }
+void setMode(Mode m) { g_mode = m; }
+bool enabled() { return mode() == Mode::Detail; }
+
+std::array<int64_t, kWords> make(Op op, uint64_t seq, const at::Tensor& t, int reduce, int root) {
+  const int64_t dtype = t.defined() ? static_cast<int64_t>(t.scalar_type()) + 1 : 0;
+  return {op | (dtype << 8) | (static_cast<int64_t>(reduce + 1) << 16), t.defined() ? t.numel() : 0, root,
+          static_cast<int64_t>(seq)};
+}
+
+std::string describeCall(const int64_t* w) {
+  const char* op = opName(w[0] & 0xff);
+  if (!op) return fmt::format("a call this build does not know (fingerprint {:#x} {} {} {})", w[0], w[1], w[2], w[3]);
+  if (w[0] == kBarrier) return op;
+  const int64_t dtype = ((w[0] >> 8) & 0xff) - 1, reduce = ((w[0] >> 16) & 0xff) - 1;
+  std::string s = fmt::format("{} of {} x {}", op, w[1], dtypeName(static_cast<c10::ScalarType>(dtype)));
+  if (reduce >= 0) s += fmt::format(" ({})", toString(static_cast<ReduceOp>(reduce)));
+  if (w[2] >= 0) s += fmt::format(" {} root {}", (w[0] & 0xff) == kBroadcast ? "from" : "to", w[2]);
+  if ((w[0] & 0xff) == kAllGather) s += " per rank";
+  return s;
+}
+
+std::string compare(const OpInfo& i, const int64_t* all) {
+  const auto same = [](const int64_t* a, const int64_t* b) { return std::equal(a, a + kWords, b); };
+  bool agree = true;
+  for (int r = 0; r < i.groupSize && agree; ++r) agree = same(all + r * kWords, i.fingerprint.data());
+  if (agree) return "";
+  std::vector<std::vector<int>> groups;  // ranks with equal calls, in order of their first rank
+  for (int r = 0; r < i.groupSize; ++r) {
+    auto g = std::find_if(groups.begin(), groups.end(), [&](auto& v) { return same(all + v[0] * kWords, all + r * kWords); });
+    if (g == groups.end()) {
+      groups.push_back({r});
+    } else {
+      g->push_back(r);
+    }
+  }
+  std::string s = "the ranks called different collectives: ";
+  for (size_t k = 0; k < groups.size(); ++k) {
+    const auto& g = groups[k];
+    const bool mine = std::find(g.begin(), g.end(), i.rank) != g.end();
+    const int64_t* w = all + g[0] * kWords;
+    s += fmt::format("{}{} {}{} called {}{}", k ? "; " : "", g.size() > 1 ? "ranks" : "rank", rankList(g),
+                     mine ? (g.size() > 1 ? " (this rank among them)" : " (this rank)") : "", describeCall(w),
+                     w[3] != static_cast<int64_t>(i.seq) ? fmt::format(" as its collective #{}", w[3]) : "");
+  }
+  return s;
+}
 
 void join(const StorePtr& store, const std::string& ns, int rank) {
   store->set(fmt::format("tessera-debug/{}/who/{}", ns, rank), bytes(processId()));
