@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "tessera/comm/bootstrap/init.h"
 #include "tessera/comm/settings.h"
@@ -65,11 +66,11 @@ std::string libraryDefaults() {
                    i.storeHost);
   const Settings st;
   s += fmt::format("settings {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {};", ms(st.timeout), st.backend.has_value(),
-                   static_cast<int>(st.logLevel), st.debugDetail, st.flightRecorderSize, st.exitOnError,
+                   static_cast<int>(st.logLevel), st.debugDetail + 2 * st.collectiveFingerprint, st.flightRecorderSize, st.exitOnError,
                    ms(st.exitGrace), st.ncclBlocking, toString(st.ncclCtaPolicy), st.ncclHighPriorityStreams, st.glooIfname, st.glooHost,
                    st.faultInject, st.smCarveout, st.tpForwardChunks, st.tpRing, st.profile + (st.profileCpu ? "+cpu" : ""));
   // Process-wide state before configure(): constants too.
-  s += fmt::format("process {} {} {};", static_cast<int>(log::level()), fingerprint::enabled(),
+  s += fmt::format("process {} {} {};", static_cast<int>(log::level()), static_cast<int>(fingerprint::mode()),
                    FlightRecorder::instance().capacity());
   return s;
 }
@@ -140,7 +141,7 @@ TEST(Settings, MalformedVariablesAreNamed) {
       {{"TESSERA_TIMEOUT_S", "soon"}, "TESSERA_TIMEOUT_S='soon' is not a positive number of seconds"},
       {{"TESSERA_BACKEND", "mpi"}, "TESSERA_BACKEND='mpi' is not one of gloo, nccl"},
       {{"TESSERA_LOG_LEVEL", "verbose"}, "unknown TESSERA_LOG_LEVEL value 'verbose'; allowed: debug, info, warn, error"},
-      {{"TESSERA_DEBUG", "1"}, "unknown TESSERA_DEBUG value '1'; allowed: off, detail"},
+      {{"TESSERA_DEBUG", "1"}, "unknown TESSERA_DEBUG value '1'; allowed: off, detail, fingerprint"},
       {{"TESSERA_NCCL_CTA_POLICY", "fastest"}, "unknown TESSERA_NCCL_CTA_POLICY value 'fastest'; allowed: default, efficiency, zero"},
       {{"TESSERA_NCCL_STREAM_PRIORITY", "low"}, "unknown TESSERA_NCCL_STREAM_PRIORITY value 'low'; allowed: high, normal"},
       {{"TESSERA_FLIGHT_RECORDER_SIZE", "-1"}, "TESSERA_FLIGHT_RECORDER_SIZE=-1 is not a number of ops"},
@@ -186,6 +187,26 @@ TEST(Settings, NamedChoicesRefuseUnknownWords) {
   expectChoices<Backend>(parseBackend, toString, {"gloo", "nccl"}, "unknown backend 'nonsense'; allowed: gloo, nccl");
   EXPECT_EQ(parseLogLevel("warn"), log::Level::Warn);
   EXPECT_THROW(parseLogLevel("nonsense"), Error);
+}
+
+// TESSERA_DEBUG's three words, each mapped to its fields and, applied, to the process's check mode.
+TEST(Settings, DebugModes) {
+  const std::vector<std::tuple<const char*, bool, bool, fingerprint::Mode>> cases = {
+      {"off", false, false, fingerprint::Mode::Off},
+      {"fingerprint", true, false, fingerprint::Mode::Fingerprint},
+      {"detail", true, true, fingerprint::Mode::Detail}};
+  const auto before = fingerprint::mode();
+  for (const auto& [word, check, detail, mode] : cases) {
+    ::setenv("TESSERA_DEBUG", word, 1);
+    const auto s = Settings::fromEnvironment();
+    EXPECT_EQ(s.collectiveFingerprint, check) << word;
+    EXPECT_EQ(s.debugDetail, detail) << word;
+    configure(s);
+    EXPECT_EQ(fingerprint::mode(), mode) << word;
+  }
+  ::unsetenv("TESSERA_DEBUG");
+  configure(Settings::fromEnvironment());
+  fingerprint::setMode(before);
 }
 
 TEST(Settings, MalformedProfileSpecIsNamed) {
