@@ -322,8 +322,8 @@ def main():
     elif mode in ("tp", "tp_sp"):
         model, mesh = tensor_parallel(make(cfg, dev, compile_now=False), world, mode == "tp_sp")
         if async_tp:  # torchtitan's maybe_enable_async_tp
-            import torch._inductor.config
-            torch._inductor.config._micro_pipeline_tp = True
+            from torch._inductor import config as inductor_config
+            inductor_config._micro_pipeline_tp = True
             try:  # newer torch enables symmetric memory by itself (and may drop or deprecate this call)
                 from torch.distributed._symmetric_memory import enable_symm_mem_for_group
                 enable_symm_mem_for_group(mesh.get_group().group_name)

@@ -54,7 +54,7 @@ SUITES = {
               "collective matmul needs, probed: peer copies by the copy engines against NCCL beside a GEMM of that "
               "width.",
         columns={"train": _TRAIN + ["step_ms", "scaling", "vs_compiled", "vs_pytorch_asynctp"],
-                 "collective": ["system", "payload_mib", "wall_ms", "gemm_ms", "comm_ms", "hidden", "gemm_slowdown"]}),
+                 "collective": ["system", "payload_mib", "span_ms", "gemm_ms", "comm_ms", "hidden", "gemm_slowdown"]}),
     "variants": dict(
         title="train_gpt's variants of one layout",
         about="`train_gpt` alone on llama3-1b: data-parallel variants (gradients reduced in bf16, NCCL's CTAs, "

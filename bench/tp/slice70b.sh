@@ -129,9 +129,9 @@ if has file; then
       --results "${RESULTS:-$HERE/../results}" --machine "$mach" --environment "$envir" \
       --command "${COMMAND_PROBE:-python3 bench/tp/copy_overlap.py --json LOGS/copy-overlap.json}" \
       --title "Collective matmul's transfer: copy engine against NCCL beside a 70B-wide GEMM" \
-      --config "each of tp GPUs runs [8192 x 8192] x [8192 x 28672/tp] in bf16 and receives the other ranks' shards of the [8192 x 8192] bf16 input (sequence parallelism's all-gather): by the copy engines (peer copies, a side stream per GPU pair) or by NCCL's all-gather (one process, torch.cuda.nccl, side streams)" \
-      --method "median of 20 iterations after 3 warm-ups, every GPU synchronised around each (wall_ms); gemm_ms and comm_ms: CUDA events on GPU 0 around its GEMM and its receipt in the combined cases; hidden = (gemm alone + transfer alone - both) / transfer alone" \
-      --columns "payload_mib,wall_ms,gemm_ms,comm_ms,hidden,gemm_slowdown,gemm_tflops,gb_per_s_per_gpu" || rc=1
+      --config "each of tp GPUs runs [8192 x 8192] x [8192 x 28672/tp] in bf16 and receives the other ranks' shards of the [8192 x 8192] bf16 input (sequence parallelism's all-gather), one process driving the GPUs: by the copy engines (copy-engine: ATen's cross-device copy_, pushed by the source behind its two-way event barrier; raw-copy-engine: cudaMemcpyAsync pulled by the destination, no barrier; a side stream per GPU pair) or by NCCL's all-gather (torch.cuda.nccl, a side stream per GPU)" \
+      --method "median of 20 iterations after 3 warm-ups; each iteration gated (a spin kernel holds every stream until the host has issued it all); CUDA events on GPU 0 from the gate: span_ms to the later of the GEMM's end and GPU 0's receipt, gemm_ms the GEMM, comm_ms the receipt; hidden = (gemm alone + transfer alone - both) / transfer alone over span_ms; gemm_slowdown = gemm_ms beside the transfer over gemm_ms alone" \
+      --columns "payload_mib,span_ms,gemm_ms,comm_ms,hidden,gemm_slowdown,gemm_tflops,gb_per_s_per_gpu" || rc=1
   fi
 fi
 exit $rc
