@@ -42,7 +42,7 @@ def cmd_gpt(a):
     if not rows:
         print("results.py: no RESULT lines in %s" % " ".join(a.logs), file=sys.stderr)
         return 1
-    derive(rows, [tuple(x.split("=", 1)) for x in a.reference], a.versus, a.vs_pytorch)
+    derive(rows, [tuple(x.split("=", 1)) for x in a.reference], a.versus, a.vs_pytorch, a.twin)
     ordered = sorted(rows.values(), key=lambda r: (r["gpus"], not r["system"].startswith("pytorch")))
     models = sorted({r["fake_comm"] for r in ordered if r.get("fake_comm", "untimed") != "untimed"})
     run = dict(run=a.run, title=a.title or a.run, machine=a.machine, environment=a.environment, command=a.command,
@@ -147,6 +147,8 @@ def parser():
     g.add_argument("--versus", action="append", default=[], help="SYSTEM: add vs_<system> to every other row")
     g.add_argument("--vs-pytorch", action="append", default=[],
                    help="PREFIX: rows named PREFIX<layout> get vs_pytorch, over pytorch-<layout>'s tokens/s")
+    g.add_argument("--twin", action="append", default=[],
+                   help="PREFIX (pytorch-asynctp-): the --vs-pytorch rows get vs_<prefix>, over PREFIX<layout>'s tokens/s")
     g.add_argument("--expect", action="append", default=[], help="SYSTEM that must be there (else listed as missing)")
     ll = writer("llama", "llama_curves", help="bench/llama/run.sh's log directory")
     ll.add_argument("logs")

@@ -16,11 +16,16 @@ MODE (B: env, sequences per step):
           shards; the embedding's output split, the final norm's input gathered (logits replicated)
   pp      torch.distributed.pipelining, PipelineStage + Schedule1F1B, B split into MB (16) micro-batches;
           stage 0 holds the embedding, the last stage the final norm and head: UNTIED (noted in the row)
-Env: MODEL (llama3-1b, llama3-8b; llama-tiny for a smoke run), B (4), T (the preset's seq_len), STEPS (10),
-MB (16); COMPILE=1: each block under torch.compile before the parallel wrapper (torchtitan's per-block
-compile; the anchor of issue 40), FP8=1 (the blocks' linears in FP8 over torch._scaled_mm, tensorwise:
-bench/fp8/torch_float8.py; issue 37's anchor), RECOMPUTE none|selective|full (none: selective recomputes attention's core,
-as train_gpt's --recompute selective; full checkpoints each block), CLIP (1.0, train_gpt's default; 0: none:
+Env: MODEL (llama3-1b, llama3-8b, llama70b-slice; llama-tiny for a smoke run), B (4), T (the preset's seq_len),
+LAYERS (the preset's), STEPS (10), MB (16); COMPILE=1: each block under torch.compile (torchtitan's per-block
+compile; the anchor of issue 40): before the parallel wrapper, except under tp and tp_sp, where each block is
+compiled after parallelize_module has sharded it (torchtitan's order: TP, then compile); ASYNC_TP=1 (tp_sp with
+COMPILE=1): async TP, torchtitan's recipe (torch._inductor.config._micro_pipeline_tp, symmetric memory enabled
+for the TP group where this torch still asks for it): inductor turns each all-gather -> matmul and
+matmul -> reduce-scatter into chunked ops whose chunks move beside the GEMMs (issue 53's anchor), FP8=1 (the
+blocks' linears in FP8 over torch._scaled_mm, tensorwise: bench/fp8/torch_float8.py; issue 37's anchor), RECOMPUTE
+none|selective|full (none: selective recomputes attention's core, as train_gpt's --recompute selective; full
+checkpoints each block), CLIP (1.0, train_gpt's default; 0: none:
 clip_grad_norm_ with foreach over the model's parameters, DTensors included; pp: each stage's own), PROFILE
 (a path: after the timed steps, 2 more steps under torch.profiler, CPU and CUDA activities, no stacks, written
 as a Chrome trace there by rank 0 and with ".rank<r>" before the extension by rank r, as train_gpt --profile).
@@ -179,7 +184,30 @@ def tensor_parallel(model, world, sp):
                                        use_local_output=False),
             "norm": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
                                        use_local_output=True)})
-    return model
+    return model, mesh
+
+
+def count_async_tp_patterns():
+    """{pattern: count}, filled as inductor's micro-pipeline TP pass fuses an all-gather -> matmul or a matmul ->
+    reduce-scatter (its fuse functions wrapped to count their calls), so a run says whether async TP took hold;
+    None where this torch has no such pass."""
+    try:
+        from torch._inductor.fx_passes import micro_pipeline_tp as mpt
+    except ImportError:
+        return None
+    matched = {"all_gather_matmul": 0, "matmul_reduce_scatter": 0}
+
+    def counted(fn, key):
+        def wrapper(*args, **kwargs):
+            matched[key] += 1
+            return fn(*args, **kwargs)
+        return wrapper
+
+    for name, key in (("fuse_all_gather_matmul", "all_gather_matmul"),
+                      ("fuse_matmul_reduce_scatter", "matmul_reduce_scatter")):
+        if hasattr(mpt, name):
+            setattr(mpt, name, counted(getattr(mpt, name), key))
+    return matched
 
 
 class Stage(torch.nn.Module):
@@ -237,6 +265,7 @@ def main():
         sys.exit(f"torch_llama_parallel.py: MODEL={name} is not one of {sorted(PRESETS)}")
     cfg = Config(**PRESETS[name])
     cfg.seq_len = int(os.environ.get("T", cfg.seq_len))
+    cfg.layers = int(os.environ.get("LAYERS", cfg.layers))
     B, steps, mb = int(os.environ.get("B", 4)), int(os.environ.get("STEPS", 10)), int(os.environ.get("MB", 16))
     compile_blocks = os.environ.get("COMPILE", "0") == "1"
     recompute = os.environ.get("RECOMPUTE", "none")
@@ -257,20 +286,24 @@ def main():
     if mode == "single" and world != 1:
         sys.exit(f"torch_llama_parallel.py: mode single runs on 1 rank, not {world}")
     data_parallel = mode in ("single", "ddp", "fsdp")
-    if mode in ("tp", "tp_sp") and (compile_blocks or recompute == "full"):
-        sys.exit("torch_llama_parallel.py: DTensor TP runs eager and without RECOMPUTE=full here (its plan names "
-                 "the blocks' own linears)")
+    if mode in ("tp", "tp_sp") and recompute == "full":
+        sys.exit("torch_llama_parallel.py: DTensor TP runs without RECOMPUTE=full here (its plan names the blocks' "
+                 "own linears)")
+    async_tp = os.environ.get("ASYNC_TP", "0") == "1"
+    if async_tp and not (mode == "tp_sp" and compile_blocks and cuda):
+        sys.exit("torch_llama_parallel.py: ASYNC_TP=1 needs mode tp_sp, COMPILE=1 and GPUs (inductor's micro-pipeline "
+                 "TP rewrites the compiled blocks' sequence-parallel collectives)")
 
     fp8 = os.environ.get("FP8", "0") == "1"
 
-    def make(c, d):  # the model with FP8, RECOMPUTE and COMPILE applied to its blocks
+    def make(c, d, compile_now=compile_blocks):  # the model with FP8, RECOMPUTE and COMPILE applied to its blocks
         model = build(c, d)
         if fp8:  # the blocks' linears over torch._scaled_mm (bench/fp8/torch_float8.py)
             sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fp8"))
             from torch_float8 import swap_linears
             for blk in model.blocks:
                 swap_linears(blk)
-        return prepare_blocks(model, recompute, compile_blocks)
+        return prepare_blocks(model, recompute, compile_now)
 
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
     notes = None
@@ -287,7 +320,19 @@ def main():
         fully_shard(model, mp_policy=mp)
         autocast = contextlib.nullcontext()  # the policy's bf16 parameters instead
     elif mode in ("tp", "tp_sp"):
-        model = tensor_parallel(make(cfg, dev), world, mode == "tp_sp")
+        model, mesh = tensor_parallel(make(cfg, dev, compile_now=False), world, mode == "tp_sp")
+        if async_tp:  # torchtitan's maybe_enable_async_tp
+            from torch._inductor import config as inductor_config
+            inductor_config._micro_pipeline_tp = True
+            try:  # newer torch enables symmetric memory by itself (and may drop or deprecate this call)
+                from torch.distributed._symmetric_memory import enable_symm_mem_for_group
+                enable_symm_mem_for_group(mesh.get_group().group_name)
+            except (ImportError, AttributeError):
+                pass
+            matched = count_async_tp_patterns()
+        if compile_blocks:  # after the sharding, as torchtitan orders it
+            for i, blk in enumerate(model.blocks):
+                model.blocks[i] = torch.compile(blk)
     else:  # pp
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B
         assert cfg.layers % world == 0 and B % mb == 0 and mb >= world, \
@@ -374,6 +419,10 @@ def main():
                peak_mem_GiB=round(phases["peak"], 2) if cuda else None)
     res.update({k: round(phases[k], 2) if cuda else None for k in mem_keys})
     res.update(compiled=compile_blocks, recompute=recompute, clip=clip, fp8="tensorwise" if fp8 else "off")
+    if tp:
+        res["async_tp"] = async_tp
+    if async_tp:  # the patterns inductor rewrote, summed over the compiled graphs (forward and backward)
+        res["async_tp_patterns"] = matched
     if mode == "pp":
         res["micro_batches"] = mb
     if loss is not None:

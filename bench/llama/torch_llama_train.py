@@ -32,6 +32,11 @@ PRESETS = {  # the shapes of train_gpt's presets (src/models/config.cpp)
                       theta=500000.0, scaling=dict(factor=32.0, low=1.0, high=4.0, original=8192)),
     "llama3-8b": dict(d=4096, layers=32, heads=32, kv_heads=8, ffn=14336, vocab=128256, seq_len=8192, tied=False,
                       theta=500000.0, scaling=None),
+    # Not a train_gpt preset: a slice of Llama-3-70B's widths (issue 53's tensor-parallel benchmark,
+    # bench/tp/slice70b.sh), 4 of its 80 blocks, an untied 32000-token vocabulary; train_gpt runs it as
+    # llama3-8b with the shape flags (--hidden-size 8192 --heads 64 --kv-heads 8 --ffn 28672 ...).
+    "llama70b-slice": dict(d=8192, layers=4, heads=64, kv_heads=8, ffn=28672, vocab=32000, seq_len=4096, tied=False,
+                           theta=500000.0, scaling=None),
     "llama-tiny": dict(d=64, layers=4, heads=4, kv_heads=2, ffn=192, vocab=4096, seq_len=64, tied=True,
                        theta=10000.0, scaling=None),
 }

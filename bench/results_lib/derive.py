@@ -6,7 +6,9 @@
   hidden_comm_fraction  (rows with allreduce_ms) 1 - overhead_ms / allreduce_ms, clamped to [0, 1]
   scaled_against, scaling_vs_pytorch_single   the reference; the same scaling over pytorch-single's
   vs_<system>, vs_pytorch, vs_compiled        tokens/s over another row's, over PyTorch's row of the same layout
-                                              (eager pytorch-<layout>, compiled pytorch-compiled-<layout>)"""
+                                              (eager pytorch-<layout>, compiled pytorch-compiled-<layout>)
+  vs_<twin>     tokens/s over the row <twin><layout> of another PyTorch variant (twins: prefixes such as
+                "pytorch-asynctp-" -> vs_pytorch_asynctp), for the rows vs_pytorch compares"""
 
 
 def per_gpu_tokens(r):
@@ -47,9 +49,10 @@ def _scale(r, one):
             r["hidden_comm_fraction"] = round(min(1.0, max(0.0, 1 - r["overhead_ms"] / r["allreduce_ms"])), 3)
 
 
-def derive(rows, refs=(), versus=(), layouts=()):
+def derive(rows, refs=(), versus=(), layouts=(), twins=()):
     """Adds the module's members to `rows` ({system: row}); `refs`: (prefix, 1-GPU system) pairs; `versus`:
-    systems every other row is compared with; `layouts`: prefixes whose rows get vs_pytorch and vs_compiled."""
+    systems every other row is compared with; `layouts`: prefixes whose rows get vs_pytorch and vs_compiled;
+    `twins`: the prefixes of other PyTorch variants those rows are compared with, layout by layout."""
     refs = sorted(refs, key=lambda pt: -len(pt[0]))
     ps = rows.get("pytorch-single")
     for r in rows.values():
@@ -69,3 +72,7 @@ def derive(rows, refs=(), versus=(), layouts=()):
         compiled = pytorch_twin(r["system"], rows, layouts, twin="pytorch-compiled-")
         if compiled:
             r["vs_compiled"] = round(r["tokens_per_s"] / compiled["tokens_per_s"], 3)
+        for t in twins:
+            other = pytorch_twin(r["system"], rows, layouts, twin=t)
+            if other:
+                r["vs_" + t.strip("-").replace("-", "_")] = round(r["tokens_per_s"] / other["tokens_per_s"], 3)

@@ -45,6 +45,16 @@ SUITES = {
               "`torch.distributed.pipelining`, eager and with each block under `torch.compile` (torchtitan's "
               "recipe). Each system is scaled against its own one-GPU row of the same run.",
         columns={"train": _TRAIN + ["scaling", "vs_pytorch", "vs_compiled"]}),
+    "tp": dict(
+        title="Tensor parallelism on 70B-wide layers beside PyTorch's async TP",
+        about="A slice of Llama-3-70B's widths (d 8192, ffn 28672, 64 heads, 8 kv heads, seq 4096, a few blocks, an "
+              "untied 32000-token vocabulary) trained by `train_gpt` on one GPU and in TP + SP (bf16 and FP8), beside "
+              "the PyTorch Llama under DTensor TP + SP with each block compiled, without and with async TP "
+              "(inductor's micro-pipeline TP); each system scaled against its own one-GPU row. And the transfer "
+              "collective matmul needs, probed: peer copies by the copy engines against NCCL beside a GEMM of that "
+              "width.",
+        columns={"train": _TRAIN + ["step_ms", "scaling", "vs_compiled", "vs_pytorch_asynctp"],
+                 "collective": ["system", "payload_mib", "span_ms", "gemm_ms", "comm_ms", "hidden", "gemm_slowdown"]}),
     "variants": dict(
         title="train_gpt's variants of one layout",
         about="`train_gpt` alone on llama3-1b: data-parallel variants (gradients reduced in bf16, NCCL's CTAs, "
