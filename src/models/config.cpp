@@ -16,6 +16,14 @@ constexpr Choices<Positions, 3> kPositions{
 }  // namespace
 
 const char* toString(Positions p) { return kPositions.name(p); }
+
+namespace {
+constexpr Choices<RouterScore, 2> kScores{
+    "router score", {{{RouterScore::Softmax, "softmax"}, {RouterScore::Sigmoid, "sigmoid"}}}};
+}  // namespace
+
+const char* toString(RouterScore s) { return kScores.name(s); }
+RouterScore parseRouterScore(const std::string& s) { return kScores.parse(s); }
 Positions parsePositions(const std::string& s) { return kPositions.parse(s); }
 
 ModelConfig presetConfig(const std::string& name) {
@@ -27,12 +35,13 @@ ModelConfig presetConfig(const std::string& name) {
   } else if (name == "735m") {
     c.d = 2048, c.layers = 12, c.heads = 16, c.vocab = 32000, c.seqLen = 1024;
     c.positions = Positions::None;  // as the anchors' GPT (../shared/anchors)
-  } else if (name == "llama-tiny" || name == "llama3-1b" || name == "llama3-8b") {
+  } else if (name == "llama-tiny" || name == "moe-tiny" || name == "llama3-1b" || name == "llama3-8b") {
     c.arch = Arch::Llama;
     c.positions = Positions::Rope;
-    if (name == "llama-tiny") {
+    if (name == "llama-tiny" || name == "moe-tiny") {
       c.d = 64, c.layers = 4, c.heads = 4, c.kvHeads = 2, c.ffn = 192, c.vocab = 4096, c.seqLen = 64;
       c.tiedEmbeddings = true;
+      if (name == "moe-tiny") c.moe = {.experts = 8, .topK = 2, .expertFfn = 64, .sharedFfn = 64, .firstDense = 1};
     } else if (name == "llama3-1b") {
       c.d = 2048, c.layers = 16, c.heads = 32, c.kvHeads = 8, c.ffn = 8192, c.vocab = 128256, c.seqLen = 2048;
       c.tiedEmbeddings = true;
@@ -48,7 +57,7 @@ ModelConfig presetConfig(const std::string& name) {
   return c;
 }
 
-std::vector<std::string> presetNames() { return {"tiny", "small", "735m", "llama-tiny", "llama3-1b", "llama3-8b"}; }
+std::vector<std::string> presetNames() { return {"tiny", "small", "735m", "llama-tiny", "moe-tiny", "llama3-1b", "llama3-8b"}; }
 
 void validate(const ModelConfig& c) {
   TESSERA_CHECK(c.d > 0 && c.layers > 0 && c.heads > 0 && c.vocab > 0 && c.seqLen > 0,
@@ -65,19 +74,45 @@ void validate(const ModelConfig& c) {
                 "model: rotary positions need an even head dimension (d / heads = {})", c.headDim());
   TESSERA_CHECK(c.ffnSize() > 0, "model: FFN size {} must be > 0", c.ffn);
   TESSERA_CHECK(c.ropeTheta > 0, "model: rope theta {} must be > 0", c.ropeTheta);
+  const auto& m = c.moe;
+  if (m.experts == 0) return;
+  TESSERA_CHECK(c.arch == Arch::Llama, "model: experts ({}) need the Llama block (arch llama)", m.experts);
+  TESSERA_CHECK(m.experts > 0 && m.topK >= 1 && m.topK <= m.experts,
+                "model: top-k {} must be in [1, experts = {}]", m.topK, m.experts);
+  TESSERA_CHECK(m.expertFfn >= 0 && m.sharedFfn >= 0, "model: expert FFN {} and shared FFN {} must be >= 0",
+                m.expertFfn, m.sharedFfn);
+  TESSERA_CHECK(m.capacityFactor >= 0 && m.auxLossCoef >= 0 && m.zLossCoef >= 0 && m.biasUpdateRate >= 0,
+                "model: capacity factor {}, aux-loss coefficient {}, z-loss coefficient {}, bias update rate {} "
+                "must be >= 0", m.capacityFactor, m.auxLossCoef, m.zLossCoef, m.biasUpdateRate);
+  TESSERA_CHECK(m.sparseStep >= 1 && m.firstDense >= 0, "model: sparse step {} must be >= 1, first dense layers {} >= 0",
+                m.sparseStep, m.firstDense);
 }
 
-int64_t blockParamCount(const ModelConfig& c) {
+namespace {
+// A Llama block's parameters with `experts` of the routed experts counted.
+int64_t llamaBlock(const ModelConfig& c, int64_t layer, int64_t experts) {
+  const int64_t kv = c.kvH() * c.headDim(), attention = c.d * c.d * 2 + 2 * c.d * kv + 2 * c.d;
+  if (!c.moe.sparse(layer)) return attention + 3 * c.d * c.ffnSize();
+  return attention + c.moe.experts * c.d + 3 * c.d * (experts * c.expertFfn() + c.moe.sharedFfn);
+}
+}  // namespace
+
+int64_t blockParamCount(const ModelConfig& c, int64_t layer) {
   if (c.arch == Arch::Gpt) return 4 * c.d * c.d + 2 * c.d * c.ffnSize() + 9 * c.d + c.ffnSize();
-  const int64_t kv = c.kvH() * c.headDim();
-  return c.d * c.d * 2 + 2 * c.d * kv + 3 * c.d * c.ffnSize() + 2 * c.d;
+  return llamaBlock(c, layer, c.moe.experts);
+}
+
+int64_t activeBlockParamCount(const ModelConfig& c, int64_t layer) {
+  return c.arch == Arch::Gpt ? blockParamCount(c, layer) : llamaBlock(c, layer, c.moe.topK);
 }
 
 int64_t paramCount(const ModelConfig& c) {
   const int64_t table = c.vocab * c.d;
   const int64_t finalNorm = c.arch == Arch::Gpt ? 2 * c.d : c.d;
   const int64_t pos = c.positions == Positions::Learned ? c.seqLen * c.d : 0;
-  return c.layers * blockParamCount(c) + table + (c.tiedEmbeddings ? 0 : table) + finalNorm + pos;
+  int64_t blocks = 0;
+  for (int64_t l = 0; l < c.layers; ++l) blocks += blockParamCount(c, l);
+  return blocks + table + (c.tiedEmbeddings ? 0 : table) + finalNorm + pos;
 }
 
 double flopsPerToken(const ModelConfig& c) {
@@ -86,7 +121,9 @@ double flopsPerToken(const ModelConfig& c) {
     const int64_t pos = c.positions == Positions::Learned ? c.seqLen * c.d : 0;
     return 6.0 * static_cast<double>(paramCount(c) - pos) + attention;
   }
-  const double multiplied = static_cast<double>(c.layers * blockParamCount(c) + c.vocab * c.d);
+  int64_t active = 0;
+  for (int64_t l = 0; l < c.layers; ++l) active += activeBlockParamCount(c, l);
+  const double multiplied = static_cast<double>(active + c.vocab * c.d);
   return 6.0 * multiplied + attention;
 }
 
@@ -99,13 +136,20 @@ std::string ModelConfig::describe() const {
                      ropeScaling.enabled ? fmt::format(", llama3 scaling x{:g}", ropeScaling.factor) : "");
   }
   if (tiedEmbeddings) s += ", tied embeddings";
+  if (moe.experts > 0) {
+    s += fmt::format(", {} experts of ffn {} top {}{}", moe.experts, expertFfn(), moe.topK,
+                     moe.sharedFfn > 0 ? fmt::format(" + shared ffn {}", moe.sharedFfn) : "");
+  }
   return s + fmt::format(" ({:.1f} M parameters)", paramCount(*this) / 1e6);
 }
 
 std::string ModelConfig::signature() const {
   return fmt::format("{} d {} layers {} heads {} kv {} ffn {} vocab {} positions {}{} tied {}", toString(arch), d,
                      layers, heads, kvH(), ffnSize(), vocab, toString(positions),
-                     positions == Positions::Learned ? fmt::format(" T {}", seqLen) : "", tiedEmbeddings);
+                     positions == Positions::Learned ? fmt::format(" T {}", seqLen) : "", tiedEmbeddings) +
+         (moe.experts > 0 ? fmt::format(" experts {} expert-ffn {} shared-ffn {} first-dense {} sparse-step {}",
+                                        moe.experts, expertFfn(), moe.sharedFfn, moe.firstDense, moe.sparseStep)
+                          : "");
 }
 
 }  // namespace tessera::models

@@ -57,7 +57,7 @@ CommPtr llamaKvGroup(const ModelConfig& c, const CommPtr& tp) {
   return tp->split(tp->rank() / replicas, tp->rank(), fmt::format("{}.kv", tp->name()));
 }
 
-std::map<std::string, at::Tensor> llamaBlockInit(const ModelConfig& c, int64_t layer, uint64_t seed) {
+std::map<std::string, at::Tensor> llamaBlockInit(const ModelConfig& c, int64_t layer, uint64_t seed, bool experts) {
   const uint64_t base = (seed * 1000003ull + 101ull + static_cast<uint64_t>(layer)) * 16ull;
   const int64_t d = c.d, hd = c.headDim(), f = c.ffnSize();
   const double std = 0.02, out = 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers));
@@ -67,7 +67,12 @@ std::map<std::string, at::Tensor> llamaBlockInit(const ModelConfig& c, int64_t l
            {"wq.weight", c.heads * hd, d, std}, {"wk.weight", c.kvH() * hd, d, std},
            {"wv.weight", c.kvH() * hd, d, std}, {"wo.weight", d, c.heads * hd, out},
            {"w1.weight", f, d, std}, {"w3.weight", f, d, std}, {"w2.weight", d, f, out}}) {
+    const bool mlpWeight = name == "w1.weight" || name == "w3.weight" || name == "w2.weight";
+    if (c.moe.sparse(layer) && mlpWeight) break;  // the last three: a sparse layer's MLP is its experts
     w[name] = nn::seededNormal(rows, cols, 0, s, base + k++);
+  }
+  if (c.moe.sparse(layer) && experts) {
+    for (auto& [n, t] : moeInit(c, layer, seed)) w["moe." + n] = t;
   }
   w["attn_norm.weight"] = at::ones({d});
   w["mlp_norm.weight"] = at::ones({d});
@@ -113,12 +118,21 @@ LlamaBlockImpl::LlamaBlockImpl(const ModelConfig& c, CommPtr tp, CommPtr kvGroup
   // The column layers' "out" is the unsharded width this rank's rows are a tp-th of.
   wqkv = register_module("wqkv", tp::ColumnParallelLinear(tp_, c.d, t * (lq_ + 2 * lkv_) * hd_, opts("wqkv")));
   wo = register_module("wo", tp::RowParallelLinear(tp_, c.heads * hd_, c.d, opts("wo")));
-  w13 = register_module("w13", tp::ColumnParallelLinear(tp_, c.d, 2 * c.ffnSize(), opts("w13")));
-  w2 = register_module("w2", tp::RowParallelLinear(tp_, c.ffnSize(), c.d, opts("w2")));
-  loadFull(llamaBlockInit(c, layer, o.seed), "");
+  if (c.moe.sparse(layer)) {
+    moe = register_module("moe", Moe(c, layer, MoeOptions{o_.experts, tp_, o_.sequenceParallel, o_.moeLossScale, o_.seed}));
+  } else {
+    w13 = register_module("w13", tp::ColumnParallelLinear(tp_, c.d, 2 * c.ffnSize(), opts("w13")));
+    w2 = register_module("w2", tp::RowParallelLinear(tp_, c.ffnSize(), c.d, opts("w2")));
+  }
+  loadParts(llamaBlockInit(c, layer, o.seed, false), "", false);
 }
 
 void LlamaBlockImpl::loadFull(const std::map<std::string, at::Tensor>& full, const std::string& prefix) {
+  loadParts(full, prefix, true);
+}
+
+void LlamaBlockImpl::loadParts(const std::map<std::string, at::Tensor>& full, const std::string& prefix,
+                               bool experts) {
   auto get = [&](const std::string& n) {
     auto it = full.find(prefix + n);
     TESSERA_CHECK(it != full.end(), "llama block '{}': loadFull: no tensor '{}{}'", name_, prefix, n);
@@ -132,8 +146,12 @@ void LlamaBlockImpl::loadFull(const std::map<std::string, at::Tensor>& full, con
   wqkv->weight.copy_(at::cat({q, k, v}));
   const int r = tp_->rank();
   wo->loadFull(get("wo.weight"));
-  w13->weight.copy_(at::cat({rows(get("w1.weight"), r * lffn_, lffn_), rows(get("w3.weight"), r * lffn_, lffn_)}));
-  w2->loadFull(get("w2.weight"));
+  if (moe) {
+    if (experts) moe->loadFull(full, prefix + "moe.");
+  } else {
+    w13->weight.copy_(at::cat({rows(get("w1.weight"), r * lffn_, lffn_), rows(get("w3.weight"), r * lffn_, lffn_)}));
+    w2->loadFull(get("w2.weight"));
+  }
   attnNorm->weight.copy_(get("attn_norm.weight"));
   mlpNorm->weight.copy_(get("mlp_norm.weight"));
 }
@@ -178,6 +196,7 @@ at::Tensor LlamaBlockImpl::attention(const at::Tensor& x) {
 }
 
 at::Tensor LlamaBlockImpl::mlp(const at::Tensor& x) {
+  if (moe) return moe->forward(x);
   auto h = w13->forward(x);  // [.., 2 ffn/tp]: [gate | up]
   if (o_.fusedKernels) {
     // Selective recompute without tp: w2 keeps h and recomputes the product for its weight gradient.
@@ -206,16 +225,20 @@ at::Tensor LlamaBlockImpl::forward(const at::Tensor& x) {
 std::vector<checkpoint::Piece> LlamaBlockImpl::pieces(const std::string& p) {
   const int64_t d = cfg_.d, kv = cfg_.kvH(), r = tp_->rank();
   auto w = wqkv->weight.detach();
-  auto f = w13->weight.detach();
   std::vector<checkpoint::Piece> out{
       checkpoint::whole(p + "attn_norm.weight", attnNorm->weight.detach()),
       {p + "wq.weight", {cfg_.heads * hd_, d}, {firstQ_ * hd_, 0}, w.narrow(0, 0, lq_ * hd_)},
       {p + "wk.weight", {kv * hd_, d}, {firstKv_ * hd_, 0}, w.narrow(0, lq_ * hd_, lkv_ * hd_)},
       {p + "wv.weight", {kv * hd_, d}, {firstKv_ * hd_, 0}, w.narrow(0, (lq_ + lkv_) * hd_, lkv_ * hd_)},
-      checkpoint::whole(p + "mlp_norm.weight", mlpNorm->weight.detach()),
-      {p + "w1.weight", {cfg_.ffnSize(), d}, {r * lffn_, 0}, f.narrow(0, 0, lffn_)},
-      {p + "w3.weight", {cfg_.ffnSize(), d}, {r * lffn_, 0}, f.narrow(0, lffn_, lffn_)}};
+      checkpoint::whole(p + "mlp_norm.weight", mlpNorm->weight.detach())};
   for (auto& x : tp::rowPieces(*wo, p + "wo")) out.push_back(std::move(x));
+  if (moe) {
+    for (auto& x : moe->pieces(p + "moe.")) out.push_back(std::move(x));
+    return out;
+  }
+  auto f = w13->weight.detach();
+  out.push_back({p + "w1.weight", {cfg_.ffnSize(), d}, {r * lffn_, 0}, f.narrow(0, 0, lffn_)});
+  out.push_back({p + "w3.weight", {cfg_.ffnSize(), d}, {r * lffn_, 0}, f.narrow(0, lffn_, lffn_)});
   for (auto& x : tp::rowPieces(*w2, p + "w2")) out.push_back(std::move(x));
   return out;
 }
@@ -226,12 +249,17 @@ std::vector<NamedParam> LlamaBlockImpl::params(const std::string& p) {
     qkv.replicatedFrom = lq_ * hd_ * cfg_.d;
     qkv.replicas = kvReplicas_;
   }
-  return {{p + "attn_norm.weight", attnNorm->weight, true},
-          qkv,
-          {p + "wo.weight", wo->weight},
-          {p + "mlp_norm.weight", mlpNorm->weight, true},
-          {p + "w13.weight", w13->weight},
-          {p + "w2.weight", w2->weight}};
+  std::vector<NamedParam> out{{p + "attn_norm.weight", attnNorm->weight, true},
+                              qkv,
+                              {p + "wo.weight", wo->weight},
+                              {p + "mlp_norm.weight", mlpNorm->weight, true}};
+  if (moe) {
+    for (auto& x : moe->params(p + "moe.")) out.push_back(std::move(x));
+  } else {
+    out.push_back({p + "w13.weight", w13->weight});
+    out.push_back({p + "w2.weight", w2->weight});
+  }
+  return out;
 }
 
 at::Tensor LlamaBlockImpl::decode(const at::Tensor& x, KvCache& cache, size_t layer) {
@@ -242,6 +270,7 @@ at::Tensor LlamaBlockImpl::decode(const at::Tensor& x, KvCache& cache, size_t la
   auto k = nn::applyRope(h.narrow(2, lq_ * hd_, lkv_ * hd_).view({n, b, lkv_, hd_}), t);
   auto v = h.narrow(2, (lq_ + lkv_) * hd_, lkv_ * hd_).view({n, b, lkv_, hd_});
   auto y = x + wo->forward(cachedAttention(q, k, v, cache, layer));
+  if (moe) return y + moe->forward(mlpNorm->forward(y));
   auto g = w13->forward(mlpNorm->forward(y));  // [gate | up]
   const int64_t f = g.size(-1) / 2;
   return y + w2->forward(at::silu(g.narrow(-1, 0, f)) * g.narrow(-1, f, f));

@@ -16,7 +16,9 @@ pipeline::Partition partitionModel(const models::ModelConfig& c, int pp, int chu
   o.embeddingParams = c.vocab * c.d;
   o.headParams = c.vocab * c.d + 2 * c.d;
   o.embeddingIsLookup = true;
-  return pipeline::partitionBlocks(std::vector<int64_t>(c.layers, models::blockParamCount(c)), o);
+  std::vector<int64_t> cost;  // what a token multiplies in each block: a sparse layer's top-k experts
+  for (int64_t l = 0; l < c.layers; ++l) cost.push_back(models::activeBlockParamCount(c, l));
+  return pipeline::partitionBlocks(cost, o);
 }
 
 models::ChunkRange chunkRange(const pipeline::Partition& part, int stage) {

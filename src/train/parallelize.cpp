@@ -38,6 +38,7 @@ std::vector<models::LmChunk> buildChunks(const Config& c, const Parallel& p, con
   lo.fusedKernels = c.precision.fusedKernels;
   lo.context = p.mesh->cpGroup();  // null without --cp
   lo.repeatKvHeads = c.precision.repeatKvHeads;
+  lo.moeLossScale = 1.0 / c.parallel.microBatches;  // as the LM loss of each micro-batch
   std::vector<models::LmChunk> chunks;
   for (int k = 0; k < c.parallel.chunks; ++k) {
     const auto range = chunkRange(p.partition, p.partition.stageOf(p.mesh->coord().pp, k));

@@ -72,6 +72,8 @@ struct Trainer::State {
   // The optimizer step, or with --nan-policy skip-step and a non-finite flag anywhere (`nonFinite`:
   // this rank's), the gradients dropped; too many skips in a row end the run (NonFiniteError).
   void update(Pending& p, const at::Tensor& nonFinite, const GradNormClip& clip);
+  // MoE layers' selection biases moved by the step's expert loads (models/moe.h; biasUpdateRate).
+  void balanceExperts();
   std::string keptCheckpoint() const;  // what a stopped run says of its last checkpoint
   // The last finished step's marks when the device went on from its end to the next step (no
   // validation, checkpoint or export between): a step's time runs from that end to its own.

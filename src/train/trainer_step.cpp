@@ -16,6 +16,7 @@
 #include "tessera/common/host_sync.h"
 #include "tessera/common/log.h"
 #include "tessera/common/profiler.h"
+#include "tessera/models/llama.h"
 #include "tessera/parallel/grad_norm.h"
 #include "train/trainer_state.h"
 
@@ -95,6 +96,7 @@ Trainer::State::Pending Trainer::State::queueStep(const data::TokenBatch& batch)
       (at::logical_not(at::isfinite(l)) | at::logical_not(at::isfinite(clip.norm.reshape({1})))).to(at::kFloat);
   if (saver) saver->beforeUpdate();  // a save's host copies read the parameters: update after them
   update(p, nonFinite, clip);
+  balanceExperts();
   p.marks->mark();
   if (o.precision.fp8 != fp8::Recipe::Off) {                          // validation's casts are counted in the next step
     auto sums = kernels::takeFp8CountsOn(device, fp8::takeCounts());  // the GPU casts' and the CPU emulation's
@@ -112,6 +114,17 @@ Trainer::State::Pending Trainer::State::queueStep(const data::TokenBatch& batch)
   p.values.queue(at::cat({l, clip.norm.reshape({1}).to(at::kFloat), peak}));
   p.marks->mark();  // the step's end: its last kernel queued
   return p;
+}
+
+void Trainer::State::balanceExperts() {
+  if (o.model.cfg.moe.experts == 0 || o.model.cfg.moe.biasUpdateRate == 0) return;
+  std::vector<CommPtr> groups{par.mesh->dataGroup()};  // every rank routing other tokens with the same bias
+  if (o.parallel.sequenceParallel) groups.push_back(par.mesh->tpGroup());
+  for (auto& chunk : par.chunks) {
+    for (auto& b : chunk->blocks) {
+      if (auto* l = dynamic_cast<models::LlamaBlockImpl*>(b.get()); l && l->moe) l->moe->updateBias(groups);
+    }
+  }
 }
 
 void Trainer::State::update(Pending& p, const at::Tensor& nonFinite, const GradNormClip& clip) {

@@ -51,9 +51,10 @@ RTOL=1e-5
 # 8 heads: tp 8 divides them (the tiny preset has 4).
 BASE=(--model tiny --num-attention-heads 8 --batch 16 --steps 5 --lr 1e-2 --clip 0.3 --seed 7)
 # TESSERA_TRAIN_LLAMA=1: the small Llama instead (4 heads, 2 kv heads: tp 4 replicates each kv head
-# on 2 ranks; tied embeddings), T 32, with a cosine schedule after a warm-up (needs the data below).
+# on 2 ranks; tied embeddings), T 32, with a cosine schedule after a warm-up (needs the data below);
+# TESSERA_TRAIN_PRESET=moe-tiny: its mixture-of-experts twin (layers 1-3 sparse: 8 experts, top 2).
 if [[ ${TESSERA_TRAIN_LLAMA:-0} == 1 ]]; then
-  BASE=(--model llama-tiny --seq-length 32 --batch 16 --steps 5 --lr 1e-2 --lr-schedule cosine --warmup 2 --min-lr 1e-3
+  BASE=(--model "${TESSERA_TRAIN_PRESET:-llama-tiny}" --seq-length 32 --batch 16 --steps 5 --lr 1e-2 --lr-schedule cosine --warmup 2 --min-lr 1e-3
         --clip 0.3 --seed 7)
 fi
 # TESSERA_TRAIN_DATA=PREFIX: every run trains on that Megatron dataset (the Brown corpus of

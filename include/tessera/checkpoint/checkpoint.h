@@ -31,6 +31,9 @@ struct Piece {
   std::vector<int64_t> globalShape;  // the whole tensor's shape
   std::vector<int64_t> offset;       // where `local` starts in it (all zeros: replicated/whole)
   at::Tensor local;                  // save: this rank's piece (any device); load: filled in place
+  // Model state that is no parameter (an MoE router's selection bias): saved and loaded as it is,
+  // never sharded by data parallelism, no optimizer moments.
+  bool state = false;
 };
 
 // A whole tensor held by this rank (replicated or unsharded).

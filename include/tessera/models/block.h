@@ -33,6 +33,10 @@ struct LayerOptions {
   // T / cp positions of every sequence and attention gathers K and V over the group.
   CommPtr context;
   bool repeatKvHeads = false;  // Llama GQA: k and v repeated to the query heads before attention
+  // Mixture of experts (moe.h): the expert-parallel group (null: every expert on this rank) and
+  // the factor of the auxiliary losses' gradients (the trainer's factor of the LM loss).
+  CommPtr experts;
+  double moeLossScale = 1.0;
 };
 
 // A layer with one input and one output: a transformer block or the final norm.

@@ -20,6 +20,30 @@ Positions parsePositions(const std::string& s);  // "none" | "learned" | "rope"
 
 using nn::RopeScaling;
 
+// Mixture of experts (models/moe.h): in a sparse layer the Llama block's MLP is replaced by
+// routed SwiGLU experts (and optional shared ones). experts = 0: a dense model.
+enum class RouterScore { Softmax, Sigmoid };
+const char* toString(RouterScore s);
+RouterScore parseRouterScore(const std::string& s);  // "softmax" | "sigmoid"
+
+struct MoeConfig {
+  int64_t experts = 0;    // routed experts (HF num_local_experts / num_experts / n_routed_experts)
+  int64_t topK = 2;       // experts per token (num_experts_per_tok)
+  int64_t expertFfn = 0;  // each expert's SwiGLU width (moe_intermediate_size); 0: the model's ffn
+  int64_t sharedFfn = 0;  // the shared experts' total SwiGLU width, every token through it; 0: none
+  RouterScore score = RouterScore::Softmax;  // over all experts (softmax) or each alone (sigmoid)
+  bool normTopK = true;      // the k chosen probabilities renormalised to sum to 1 (norm_topk_prob)
+  double routedScale = 1.0;  // the routed output's factor (DeepSeek routed_scaling_factor)
+  double capacityFactor = 0;  // 0: dropless; else each expert takes at most ceil(f · tokens · k / experts)
+  double auxLossCoef = 0;     // load-balancing loss E · Σ_e f_e · P_e per layer (router_aux_loss_coef)
+  double zLossCoef = 0;       // router z-loss: mean over tokens of logsumexp(logits)²
+  double biasUpdateRate = 0;  // auxiliary-loss-free balancing (selection-only bias); 0: off
+  int64_t firstDense = 0;     // the first layers keep a dense MLP (first_k_dense_replace)
+  int64_t sparseStep = 1;     // layer l is sparse when (l + 1) % sparseStep == 0 (decoder_sparse_step)
+
+  bool sparse(int64_t layer) const { return experts > 0 && layer >= firstDense && (layer + 1) % sparseStep == 0; }
+};
+
 struct ModelConfig {
   Arch arch = Arch::Gpt;
   int64_t d = 64, layers = 4, heads = 4;
@@ -31,10 +55,12 @@ struct ModelConfig {
   RopeScaling ropeScaling;
   bool tiedEmbeddings = false;  // the head's weight is the embedding table
   double normEps = 1e-5;
+  MoeConfig moe;  // Llama only
 
   int64_t kvH() const { return kvHeads > 0 ? kvHeads : heads; }
   int64_t ffnSize() const { return ffn > 0 ? ffn : 4 * d; }
   int64_t headDim() const { return d / heads; }
+  int64_t expertFfn() const { return moe.expertFfn > 0 ? moe.expertFfn : ffnSize(); }
   // One line: architecture, shape and parameter count.
   std::string describe() const;
   // "gpt d 64 layers 4 ...": every field that shapes the parameters, to refuse a checkpoint of
@@ -47,18 +73,21 @@ struct ModelConfig {
 // the CPU main job), "llama3-1b" (Llama 3.2 1B: d 2048, 16 layers, 32 heads, 8 kv heads, FFN 8192,
 // vocab 128256, tied, rope theta 500000 with Llama-3 scaling x32, seq 2048), "llama3-8b" (Llama 3
 // 8B: d 4096, 32 layers, 32 heads, 8 kv heads, FFN 14336, vocab 128256, untied, rope theta
-// 500000, seq 8192). Unknown → tessera::Error.
+// 500000, seq 8192); "moe-tiny" (CPU tests: llama-tiny's attention, 8 experts of width 64, top 2,
+// a shared expert of 64, layer 0 dense). Unknown → tessera::Error.
 ModelConfig presetConfig(const std::string& name);
 std::vector<std::string> presetNames();
 // Checks the shape (d divisible by heads, heads by kv heads, a Llama FFN, positions the
 // architecture takes, ...); an error names the field and the numbers.
 void validate(const ModelConfig& c);
 
-// Parameters of one block, of the whole model (the tied table counted once).
-int64_t blockParamCount(const ModelConfig& c);
+// Parameters of block `layer` (a sparse layer's: every expert's), of the whole model (the tied
+// table counted once); the parameters a token multiplies in block `layer` (top-k experts only).
+int64_t blockParamCount(const ModelConfig& c, int64_t layer = 0);
+int64_t activeBlockParamCount(const ModelConfig& c, int64_t layer);
 int64_t paramCount(const ModelConfig& c);
 // Training FLOPs per token (forward + backward): 6 x the parameters every token multiplies
-// (blocks, and the head's V x d once, tied or not; not the embedding lookup) + 12 L d T for the
+// (blocks' active ones, and the head's V x d once, tied or not; not the embedding lookup) + 12 L d T for the
 // attention scores and their use (the anchors' GPT count keeps its 6 N with the embedding, as
 // its PyTorch twin counts). GQA's smaller k/v projections and SwiGLU's three matrices enter
 // through the block's parameters.

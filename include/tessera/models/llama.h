@@ -10,7 +10,8 @@
 // Initial weights: llamaBlockInit's unsharded draws (nn::seededNormal, std 0.02; wo and w2 scaled
 // by 1/sqrt(2·layers)), of which each rank keeps its shards (docs/design/models.md). Unsharded
 // names (checkpoints, loadFull): attn_norm.weight, wq/wk/wv.weight [H·hd | KV·hd, d], wo.weight
-// [d, H·hd], mlp_norm.weight, w1/w3.weight [ffn, d], w2.weight [d, ffn].
+// [d, H·hd], mlp_norm.weight, w1/w3.weight [ffn, d], w2.weight [d, ffn]; a sparse layer
+// (ModelConfig::moe) has moe.* (moe.h) instead of w1/w3/w2.
 // Forward/backward are collective over tp (and over the kv group when kv heads are replicated);
 // construction is local.
 #include <torch/nn/module.h>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "tessera/models/block.h"
+#include "tessera/models/moe.h"
 #include "tessera/nn/fused_norm.h"
 #include "tessera/nn/rope.h"
 #include "tessera/parallel/tensor/linear.h"
@@ -64,11 +66,14 @@ class LlamaBlockImpl : public BlockImpl {
 
   RmsNorm attnNorm{nullptr}, mlpNorm{nullptr};
   tp::ColumnParallelLinear wqkv{nullptr}, w13{nullptr};
-  tp::RowParallelLinear wo{nullptr}, w2{nullptr};
+  tp::RowParallelLinear wo{nullptr}, w2{nullptr};  // w13, w2: null in a sparse layer
+  Moe moe{nullptr};                                  // a sparse layer's MLP
 
  private:
   at::Tensor attention(const at::Tensor& x);
   at::Tensor mlp(const at::Tensor& x);
+  // loadFull; the experts too when `experts` (the constructor's Moe draws its own).
+  void loadParts(const std::map<std::string, at::Tensor>& full, const std::string& prefix, bool experts);
   ModelConfig cfg_;
   CommPtr tp_, kvGroup_;  // kvGroup_: the ranks sharing this rank's kv head (replicated case)
   LayerOptions o_;
@@ -82,7 +87,9 @@ TORCH_MODULE(LlamaBlock);
 // over tp); null when the kv heads are split. Checks the head counts against tp.
 CommPtr llamaKvGroup(const ModelConfig& c, const CommPtr& tp);
 
-// The unsharded block drawn as the constructor draws it (CPU, float32), by unsharded name.
-std::map<std::string, at::Tensor> llamaBlockInit(const ModelConfig& c, int64_t layer, uint64_t seed);
+// The unsharded block drawn as the constructor draws it (CPU, float32), by unsharded name; a sparse
+// layer's experts are moeInit's, under "moe.".
+std::map<std::string, at::Tensor> llamaBlockInit(const ModelConfig& c, int64_t layer, uint64_t seed,
+                                                 bool experts = true);
 
 }  // namespace tessera::models

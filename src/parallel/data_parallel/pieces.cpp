@@ -24,6 +24,10 @@ std::vector<checkpoint::Piece> trainingPieces(const std::vector<checkpoint::Piec
                                               const std::vector<NamedParam>& params, const ViewFn& view) {
   std::vector<checkpoint::Piece> out;
   for (const auto& piece : modelPieces) {
+    if (piece.state) {
+      out.push_back(piece);
+      continue;
+    }
     const size_t k = paramOf(piece.local, params, fmt::format("checkpoint piece '{}'", piece.name));
     int what = 0;
     for (const char* prefix : {"", "optim.exp_avg.", "optim.exp_avg_sq."}) {

@@ -113,6 +113,7 @@ DataParallel::Lookup gatheringLookup(FullyShardedDataParallel& fsdp, const DataP
   {
     SizedStorages sized(params);
     for (auto& p : modelPieces()) {
+      if (p.state) continue;  // no parameter: not in a unit's shard (an MoE router's bias)
       const size_t k = paramOf(p.local, params, fmt::format("HF export: piece '{}'", p.name));
       st->byName[p.name].emplace_back(p, k);
     }
