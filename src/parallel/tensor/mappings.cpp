@@ -5,6 +5,7 @@
 
 #include <fmt/ranges.h>
 
+#include "comm/autograd_comm.h"
 #include "tessera/common/error.h"
 
 namespace tessera::tp {
@@ -14,16 +15,8 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // The communicator rides in the autograd context (no global topology).
-struct CommHolder : torch::CustomClassHolder {
-  explicit CommHolder(CommPtr c) : comm(std::move(c)) {}
-  CommPtr comm;
-};
-void saveComm(AutogradContext* ctx, const CommPtr& c) {
-  ctx->saved_data["comm"] = c10::IValue::make_capsule(c10::make_intrusive<CommHolder>(c));
-}
-CommPtr loadComm(AutogradContext* ctx) {
-  return c10::static_intrusive_pointer_cast<CommHolder>(ctx->saved_data["comm"].toCapsule())->comm;
-}
+void saveComm(AutogradContext* ctx, const CommPtr& c) { autograd_comm::save(ctx, c); }
+CommPtr loadComm(AutogradContext* ctx) { return autograd_comm::load(ctx); }
 
 at::Tensor allReduce(const at::Tensor& x, const CommPtr& c) {
   auto out = x.contiguous().clone();
