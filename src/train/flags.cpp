@@ -271,6 +271,8 @@ std::vector<Flag> flagTable(bool onGpu) {
   Table t;
   layoutFlags(t);
   modelFlags(t);
+  t.group = "Mixture of experts (Llama)";
+  for (auto& f : moeFlags()) t.add(std::move(f));
   dataFlags(t);
   optimFlags(t);
   precisionFlags(t, onGpu);

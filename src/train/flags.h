@@ -39,6 +39,8 @@ struct Flag {
 // Every flag, in the order their values apply (the preset before the dimensions that override
 // it, --layout before --dp/--pp/--tp). `gpu`: what "auto" means for --fused-kernels.
 std::vector<Flag> flagTable(bool gpu);
+// The mixture-of-experts flags (moe_flags.cpp), a group of flagTable().
+std::vector<Flag> moeFlags();
 
 // The checks across flags once every value is in (UsageError naming the flags); sets the LR
 // schedule's total to the steps and chunks to 1 unless interleaved.
