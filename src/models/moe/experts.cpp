@@ -1,0 +1,92 @@
+// MoeImpl::experts: the dispatch, the experts' GEMMs and the combine (models/moe.h).
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "models/moe/exchange.h"
+#include "tessera/common/error.h"
+#include "tessera/models/moe.h"
+#include "tessera/parallel/tensor/mappings.h"
+
+namespace tessera::models {
+
+namespace {
+// rows [M, d] grouped by expert (counts[e] each, in expert order) through experts e of w1/w3/w2.
+at::Tensor runExperts(const at::Tensor& rows, const std::vector<int64_t>& counts, const at::Tensor& w1,
+                      const at::Tensor& w3, const at::Tensor& w2) {
+  std::vector<at::Tensor> out;
+  int64_t at0 = 0;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    if (counts[e] == 0) continue;
+    auto x = rows.narrow(0, at0, counts[e]);
+    const auto i = static_cast<int64_t>(e);
+    out.push_back(at::linear(at::silu(at::linear(x, w1[i])) * at::linear(x, w3[i]), w2[i]));
+    at0 += counts[e];
+  }
+  // No rows at all: an empty output that still depends on the weights (their gradients zero, not absent).
+  if (out.empty()) return rows.new_zeros({0, w2.size(1)}) + (w1.sum() + w3.sum() + w2.sum()) * 0;
+  return at::cat(out);
+}
+
+std::vector<int64_t> toVector(const at::Tensor& t) {
+  auto c = t.to(at::kCPU, at::kLong).contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+}  // namespace
+
+at::Tensor MoeImpl::experts(const at::Tensor& x2, const at::Tensor& chosen, const at::Tensor& weights) {
+  const auto& m = cfg_.moe;
+  const int64_t n = x2.size(0), k = chosen.size(1), e = m.experts;
+  auto flat = chosen.reshape(-1);
+  // Assignments by expert, in token order within an expert (a stable sort).
+  auto order = std::get<1>(at::sort(flat, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+  auto counts = at::bincount(flat, {}, e);
+  if (m.capacityFactor > 0) {  // the first `cap` assignments of each expert, in token order
+    const auto cap = static_cast<int64_t>(std::ceil(m.capacityFactor * static_cast<double>(n * k) / e));
+    auto starts = at::cumsum(counts, 0) - counts;
+    auto pos = at::arange(n * k, flat.options()) - starts.index_select(0, flat.index_select(0, order));
+    auto keep = pos < cap;
+    dropped_ += (n * k) - keep.sum().item<int64_t>();
+    order = order.masked_select(keep);
+    counts = at::clamp_max(counts, cap);
+  }
+  if (!load_.defined()) load_ = at::zeros({e}, counts.options());
+  load_ += counts;
+  auto token = at::div(order, k, "floor");
+  auto xs = x2.index_select(0, token);
+  const auto c = o_.sequenceParallel && o_.tp && o_.tp->size() > 1;
+  auto region = [&](const at::Tensor& t) { return c ? tp::copyToRegion(t, o_.tp) : t; };
+  at::Tensor ys;
+  if (!o_.ep || o_.ep->size() == 1) {
+    ys = runExperts(xs, toVector(counts), region(w1), region(w3), region(w2));
+  } else {
+    const int p = o_.ep->size();
+    auto mine = toVector(counts);                                       // [P * El]: what this rank sends each expert
+    auto theirs = toVector(moe_detail::exchangeCounts(counts, o_.ep));  // [P * El]: what each rank sends mine
+    std::vector<int64_t> send(p, 0), recv(p, 0), perExpert(local_, 0);
+    for (int q = 0; q < p; ++q) {
+      for (int64_t j = 0; j < local_; ++j) {
+        send[q] += mine[q * local_ + j];
+        recv[q] += theirs[q * local_ + j];
+        perExpert[j] += theirs[q * local_ + j];
+      }
+    }
+    auto got = moe_detail::exchangeRows(xs, send, recv, o_.ep);  // [rank][local expert] blocks
+    // Regrouped by local expert (rank order within one): the permutation and its inverse.
+    std::vector<int64_t> start(p * local_), perm;
+    for (int64_t s = 0, i = 0; i < p * local_; ++i) start[i] = s, s += theirs[i];
+    for (int64_t j = 0; j < local_; ++j) {
+      for (int q = 0; q < p; ++q) {
+        for (int64_t r = 0; r < theirs[q * local_ + j]; ++r) perm.push_back(start[q * local_ + j] + r);
+      }
+    }
+    auto permT = at::tensor(perm, at::kLong).to(x2.device());
+    auto out = runExperts(got.index_select(0, permT), perExpert, region(w1), region(w3), region(w2));
+    ys = moe_detail::exchangeRows(out.index_select(0, at::argsort(permT)), recv, send, o_.ep);
+  }
+  ys = ys * weights.reshape(-1).index_select(0, order).unsqueeze(1).to(ys.scalar_type());
+  return at::zeros({n, x2.size(1)}, ys.options()).index_add(0, token, ys);
+}
+
+}  // namespace tessera::models
