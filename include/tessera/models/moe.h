@@ -72,7 +72,7 @@ class MoeImpl : public torch::nn::Module {
   int64_t first_ = 0, local_ = 0;
   at::Tensor load_;  // [E] int64, accumulating
   int64_t dropped_ = 0, tokens_ = 0;
-  double aux_ = 0, z_ = 0;
+  at::Tensor aux_, z_;  // the last forward's, detached (read in takeStats: no host wait in forward)
 };
 TORCH_MODULE(Moe);
 

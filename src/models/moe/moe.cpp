@@ -145,7 +145,7 @@ at::Tensor MoeImpl::forward(const at::Tensor& x) {
   tokens_ += x2.size(0);
   if (m.auxLossCoef > 0 || m.zLossCoef > 0) {
     auto aux = moe_detail::balanceLoss(r, m), z = moe_detail::zLoss(r);
-    aux_ = aux.item<double>(), z_ = z.item<double>();
+    aux_ = aux.detach(), z_ = z.detach();
     auto total = (m.auxLossCoef * aux + m.zLossCoef * z) * o_.lossScale;
     if (at::GradMode::is_enabled()) y = moe_detail::attachLoss(y, total);
   }
@@ -153,8 +153,8 @@ at::Tensor MoeImpl::forward(const at::Tensor& x) {
 }
 
 MoeStats MoeImpl::takeStats() {
-  MoeStats s{load_.defined() ? load_.cpu().clone() : at::zeros({cfg_.moe.experts}, at::kLong), dropped_, tokens_, aux_,
-             z_};
+  MoeStats s{load_.defined() ? load_.cpu().clone() : at::zeros({cfg_.moe.experts}, at::kLong), dropped_, tokens_,
+             aux_.defined() ? aux_.item<double>() : 0.0, z_.defined() ? z_.item<double>() : 0.0};
   if (load_.defined()) load_.zero_();
   dropped_ = tokens_ = 0;
   return s;
