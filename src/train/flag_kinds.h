@@ -127,6 +127,12 @@ Flag intListFlag(const char* name, const char* meta, const char* help, const cha
   return f;
 }
 
+// A shape flag: its default is the --model preset's (listed at the end of --help), not a number.
+inline Flag ofPreset(Flag f) {
+  f.shown = "the preset's";
+  return f;
+}
+
 // The flag with the default --help shows, and left out of the config while the field holds its
 // "auto" value `unset` (resolveLayout or the preset fills it in).
 template <typename Ref>

@@ -70,12 +70,6 @@ void layoutFlags(Table& t) {
                    FIELD(parallel.sequenceParallel)));
 }
 
-// A shape flag: its default is the --model preset's (listed at the end of --help), not a number.
-Flag ofPreset(Flag f) {
-  f.shown = "the preset's";
-  return f;
-}
-
 void modelFlags(Table& t) {
   t.group = "Model (the preset, then any dimension)";
   t.add(modelFlag());

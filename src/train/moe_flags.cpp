@@ -5,37 +5,30 @@
 
 namespace tessera::train {
 
-namespace {
-Flag preset(Flag f) {
-  f.shown = "the preset's";
-  return f;
-}
-}  // namespace
-
 std::vector<Flag> moeFlags() {
   return {
-      preset(integerFlag("--num-experts", "E", "routed experts of each sparse layer (0: a dense model; Llama)", 0,
-                         kNoMax, FIELD(model.cfg.moe.experts))),
-      preset(integerFlag("--moe-router-topk", "K", "experts per token", 1, kNoMax, FIELD(model.cfg.moe.topK))),
-      preset(integerFlag("--moe-ffn-hidden-size", "F", "each expert's SwiGLU width (0: --ffn-hidden-size)", 0, kNoMax,
-                         FIELD(model.cfg.moe.expertFfn))),
-      preset(integerFlag("--moe-shared-expert-intermediate-size", "F", "the shared experts' width (0: none)", 0, kNoMax,
-                         FIELD(model.cfg.moe.sharedFfn))),
-      preset(choiceFlag(
+      ofPreset(integerFlag("--num-experts", "E", "routed experts of each sparse layer (0: a dense model; Llama)", 0,
+                           kNoMax, FIELD(model.cfg.moe.experts))),
+      ofPreset(integerFlag("--moe-router-topk", "K", "experts per token", 1, kNoMax, FIELD(model.cfg.moe.topK))),
+      ofPreset(integerFlag("--moe-ffn-hidden-size", "F", "each expert's SwiGLU width (0: --ffn-hidden-size)", 0, kNoMax,
+                           FIELD(model.cfg.moe.expertFfn))),
+      ofPreset(integerFlag("--moe-shared-expert-intermediate-size", "F", "the shared experts' width (0: none)", 0,
+                           kNoMax, FIELD(model.cfg.moe.sharedFfn))),
+      ofPreset(choiceFlag(
           "--moe-router-score-function", "softmax|sigmoid", "router scores", models::parseRouterScore,
           [](models::RouterScore s) { return models::toString(s); }, FIELD(model.cfg.moe.score))),
-      preset(twoWordFlag("--moe-norm-topk", "on|off", "off", "on", "renormalise the chosen experts' probabilities",
-                         FIELD(model.cfg.moe.normTopK))),
-      preset(numberFlag("--moe-aux-loss-coeff", "X", "load-balancing loss coefficient", 0, false,
-                        FIELD(model.cfg.moe.auxLossCoef))),
-      preset(
+      ofPreset(twoWordFlag("--moe-norm-topk", "on|off", "off", "on", "renormalise the chosen experts' probabilities",
+                           FIELD(model.cfg.moe.normTopK))),
+      ofPreset(numberFlag("--moe-aux-loss-coeff", "X", "load-balancing loss coefficient", 0, false,
+                          FIELD(model.cfg.moe.auxLossCoef))),
+      ofPreset(
           numberFlag("--moe-z-loss-coeff", "X", "router z-loss coefficient", 0, false, FIELD(model.cfg.moe.zLossCoef))),
-      preset(numberFlag("--moe-router-bias-update-rate", "X", "auxiliary-loss-free balancing's bias step (0: off)", 0,
-                        false, FIELD(model.cfg.moe.biasUpdateRate))),
-      preset(numberFlag("--moe-expert-capacity-factor", "X", "tokens an expert takes, x its fair share (0: dropless)",
-                        0, false, FIELD(model.cfg.moe.capacityFactor))),
-      preset(integerFlag("--moe-first-dense-layers", "N", "the first N layers keep a dense MLP", 0, kNoMax,
-                         FIELD(model.cfg.moe.firstDense))),
+      ofPreset(numberFlag("--moe-router-bias-update-rate", "X", "auxiliary-loss-free balancing's bias step (0: off)", 0,
+                          false, FIELD(model.cfg.moe.biasUpdateRate))),
+      ofPreset(numberFlag("--moe-expert-capacity-factor", "X", "tokens an expert takes, x its fair share (0: dropless)",
+                          0, false, FIELD(model.cfg.moe.capacityFactor))),
+      ofPreset(integerFlag("--moe-first-dense-layers", "N", "the first N layers keep a dense MLP", 0, kNoMax,
+                           FIELD(model.cfg.moe.firstDense))),
   };
 }
 

@@ -65,7 +65,11 @@ class MoeImpl : public torch::nn::Module {
   int64_t localExperts() const { return local_; }
 
  private:
-  at::Tensor experts(const at::Tensor& x2d, const at::Tensor& chosen, const at::Tensor& weights);
+  // counts: [E] int64, the assignments to each expert (the routing's).
+  at::Tensor experts(const at::Tensor& x2d, const at::Tensor& chosen, const at::Tensor& weights, at::Tensor counts);
+  // A weight as the layer uses it: with sequence parallel over tp, through tp::copyToRegion (its
+  // gradient summed over tp, as every tp rank routes other tokens).
+  at::Tensor region(const at::Tensor& w) const;
   ModelConfig cfg_;
   MoeOptions o_;
   std::string name_;

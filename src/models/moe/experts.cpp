@@ -7,7 +7,6 @@
 #include "models/moe/exchange.h"
 #include "tessera/common/error.h"
 #include "tessera/models/moe.h"
-#include "tessera/parallel/tensor/mappings.h"
 
 namespace tessera::models {
 
@@ -35,13 +34,13 @@ std::vector<int64_t> toVector(const at::Tensor& t) {
 }
 }  // namespace
 
-at::Tensor MoeImpl::experts(const at::Tensor& x2, const at::Tensor& chosen, const at::Tensor& weights) {
+at::Tensor MoeImpl::experts(const at::Tensor& x2, const at::Tensor& chosen, const at::Tensor& weights,
+                            at::Tensor counts) {
   const auto& m = cfg_.moe;
   const int64_t n = x2.size(0), k = chosen.size(1), e = m.experts;
   auto flat = chosen.reshape(-1);
   // Assignments by expert, in token order within an expert (a stable sort).
   auto order = std::get<1>(at::sort(flat, /*stable=*/true, /*dim=*/0, /*descending=*/false));
-  auto counts = at::bincount(flat, {}, e);
   if (m.capacityFactor > 0) {  // the first `cap` assignments of each expert, in token order
     const auto cap = static_cast<int64_t>(std::ceil(m.capacityFactor * static_cast<double>(n * k) / e));
     auto starts = at::cumsum(counts, 0) - counts;
@@ -55,8 +54,6 @@ at::Tensor MoeImpl::experts(const at::Tensor& x2, const at::Tensor& chosen, cons
   load_ += counts;
   auto token = at::div(order, k, "floor");
   auto xs = x2.index_select(0, token);
-  const auto c = o_.sequenceParallel && o_.tp && o_.tp->size() > 1;
-  auto region = [&](const at::Tensor& t) { return c ? tp::copyToRegion(t, o_.tp) : t; };
   at::Tensor ys;
   if (!o_.ep || o_.ep->size() == 1) {
     ys = runExperts(xs, toVector(counts), region(w1), region(w3), region(w2));

@@ -134,13 +134,9 @@ at::Tensor MoeImpl::forward(const at::Tensor& x) {
   const auto& m = cfg_.moe;
   TESSERA_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == cfg_.d, "{}: input must be [..., {}], got [{}]", name_,
                 cfg_.d, x.defined() ? c10::str(x.sizes()) : "undefined");
-  // Replicated over tp: with sequence parallel each tp rank sees other tokens, so gradients sum over tp.
-  auto region = [&](const at::Tensor& t) {
-    return o_.sequenceParallel && o_.tp && o_.tp->size() > 1 ? tp::copyToRegion(t, o_.tp) : t;
-  };
   auto x2 = x.reshape({-1, cfg_.d});
   auto r = moe_detail::route(x2, region(router), m.biasUpdateRate > 0 ? bias : at::Tensor(), m);
-  auto y = experts(x2, r.chosen, r.weights);
+  auto y = experts(x2, r.chosen, r.weights, r.counts);
   if (sw1.defined()) y = y + swiglu(x2, region(sw1), region(sw3), region(sw2));
   tokens_ += x2.size(0);
   if (m.auxLossCoef > 0 || m.zLossCoef > 0) {
@@ -150,6 +146,10 @@ at::Tensor MoeImpl::forward(const at::Tensor& x) {
     if (at::GradMode::is_enabled()) y = moe_detail::attachLoss(y, total);
   }
   return y.reshape(x.sizes());
+}
+
+at::Tensor MoeImpl::region(const at::Tensor& w) const {
+  return o_.sequenceParallel && o_.tp && o_.tp->size() > 1 ? tp::copyToRegion(w, o_.tp) : w;
 }
 
 MoeStats MoeImpl::takeStats() {

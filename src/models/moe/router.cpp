@@ -14,6 +14,7 @@ Routing route(const at::Tensor& x2d, const at::Tensor& router, const at::Tensor&
   // A stable sort: equal scores keep expert order, so ties go to the lower expert on every rank.
   auto order = std::get<1>(at::sort(select, /*stable=*/true, /*dim=*/-1, /*descending=*/true));
   r.chosen = order.narrow(1, 0, m.topK).contiguous();
+  r.counts = at::bincount(r.chosen.reshape(-1), {}, m.experts);
   auto p = r.scores.gather(1, r.chosen);
   if (m.normTopK) p = p / (p.sum(-1, /*keepdim=*/true) + 1e-20);
   r.weights = m.routedScale == 1.0 ? p : p * m.routedScale;
@@ -24,8 +25,7 @@ at::Tensor balanceLoss(const Routing& r, const MoeConfig& m) {
   const int64_t experts = m.experts;
   const int64_t n = r.scores.size(0);
   if (n == 0) return r.scores.sum();
-  auto counts = at::zeros({experts}, r.scores.options());
-  counts.index_add_(0, r.chosen.reshape(-1), at::ones({r.chosen.numel()}, r.scores.options()));
+  const auto counts = r.counts.to(at::kFloat);
   auto probs = r.scores;
   if (m.score == RouterScore::Sigmoid) probs = probs / probs.sum(-1, /*keepdim=*/true);  // per-token shares
   return static_cast<double>(experts) * ((counts / static_cast<double>(n)) * probs.mean(0)).sum();

@@ -12,6 +12,7 @@ struct Routing {
   at::Tensor scores;   // [N, E] float32: softmax or sigmoid of the logits
   at::Tensor chosen;   // [N, k] int64: the experts of each token, best first (ties: lower expert)
   at::Tensor weights;  // [N, k] float32: their probabilities as the combine uses them
+  at::Tensor counts;   // [E] int64: the assignments to each expert
 };
 
 // x2d [N, d]; router [E, d]; bias [E] (selection only; may be undefined).
