@@ -1,38 +1,18 @@
-// MoeImpl::experts: the dispatch, the experts' GEMMs and the combine (models/moe.h).
+// MoeImpl::experts: the dispatch, the experts' GEMMs (grouped.h) and the combine (models/moe.h).
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
 #include <cmath>
 
 #include "models/moe/exchange.h"
+#include "models/moe/grouped.h"
 #include "tessera/common/error.h"
 #include "tessera/models/moe.h"
 
 namespace tessera::models {
 
-namespace {
-// rows [M, d] grouped by expert (counts[e] each, in expert order) through experts e of w1/w3/w2.
-at::Tensor runExperts(const at::Tensor& rows, const std::vector<int64_t>& counts, const at::Tensor& w1,
-                      const at::Tensor& w3, const at::Tensor& w2) {
-  std::vector<at::Tensor> out;
-  int64_t at0 = 0;
-  for (size_t e = 0; e < counts.size(); ++e) {
-    if (counts[e] == 0) continue;
-    auto x = rows.narrow(0, at0, counts[e]);
-    const auto i = static_cast<int64_t>(e);
-    out.push_back(at::linear(at::silu(at::linear(x, w1[i])) * at::linear(x, w3[i]), w2[i]));
-    at0 += counts[e];
-  }
-  // No rows at all: an empty output that still depends on the weights (their gradients zero, not absent).
-  if (out.empty()) return rows.new_zeros({0, w2.size(1)}) + (w1.sum() + w3.sum() + w2.sum()) * 0;
-  return at::cat(out);
-}
-
-std::vector<int64_t> toVector(const at::Tensor& t) {
-  auto c = t.to(at::kCPU, at::kLong).contiguous();
-  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
-}
-}  // namespace
+using moe_detail::hostCounts;
+using moe_detail::runExperts;  // grouped.h: grouped GEMMs on sm_90, else a per-expert loop
 
 at::Tensor MoeImpl::experts(const at::Tensor& x2, const at::Tensor& chosen, const at::Tensor& weights,
                             at::Tensor counts) {
@@ -56,11 +36,11 @@ at::Tensor MoeImpl::experts(const at::Tensor& x2, const at::Tensor& chosen, cons
   auto xs = x2.index_select(0, token);
   at::Tensor ys;
   if (!o_.ep || o_.ep->size() == 1) {
-    ys = runExperts(xs, toVector(counts), region(w1), region(w3), region(w2));
+    ys = runExperts(xs, counts, region(w1), region(w3), region(w2));  // counts on the device: no host read
   } else {
     const int p = o_.ep->size();
-    auto mine = toVector(counts);                                       // [P * El]: what this rank sends each expert
-    auto theirs = toVector(moe_detail::exchangeCounts(counts, o_.ep));  // [P * El]: what each rank sends mine
+    auto mine = hostCounts(counts);                                       // [P * El]: what this rank sends each expert
+    auto theirs = hostCounts(moe_detail::exchangeCounts(counts, o_.ep));  // [P * El]: what each rank sends mine
     std::vector<int64_t> send(p, 0), recv(p, 0), perExpert(local_, 0);
     for (int q = 0; q < p; ++q) {
       for (int64_t j = 0; j < local_; ++j) {
