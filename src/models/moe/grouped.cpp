@@ -23,19 +23,19 @@
 namespace tessera::models::moe_detail {
 namespace {
 
-constexpr const char *kVariable = "TESSERA_MOE_GROUPED_GEMM";
+constexpr const char* kVariable = "TESSERA_MOE_GROUPED_GEMM";
 
 // One log line per process and message: which way a CUDA run's expert GEMMs go.
-void sayOnce(const std::string &msg) {
+void sayOnce(const std::string& msg) {
   static std::mutex mu;
   static std::set<std::string> said;
   std::lock_guard<std::mutex> lock(mu);
   if (said.insert(msg).second) log::info("moe experts: {}", msg);
 }
 
-int computeCapability(const at::Device &d) {  // major * 10 + minor; 0 without a CUDA LibTorch
+int computeCapability(const at::Device& d) {  // major * 10 + minor; 0 without a CUDA LibTorch
 #ifdef TESSERA_TORCH_CUDA
-  const auto *p = at::cuda::getDeviceProperties(d.has_index() ? d.index() : at::cuda::current_device());
+  const auto* p = at::cuda::getDeviceProperties(d.has_index() ? d.index() : at::cuda::current_device());
   return p->major * 10 + p->minor;
 #else
   (void)d;
@@ -43,35 +43,32 @@ int computeCapability(const at::Device &d) {  // major * 10 + minor; 0 without a
 #endif
 }
 
-// Why grouped GEMMs cannot run on these operands (as they reach the GEMMs);
-// empty when they can.
-std::string blocker(const at::Tensor &x, const at::Tensor &w1, const at::Tensor &w3, const at::Tensor &w2) {
+// Why grouped GEMMs cannot run on these operands (as they reach the GEMMs); empty when they can.
+std::string blocker(const at::Tensor& x, const at::Tensor& w1, const at::Tensor& w3, const at::Tensor& w2) {
   if (!compat::kHaveGroupedMm) return "this LibTorch has no at::_grouped_mm (2.8+)";
   if (!x.is_cuda()) return fmt::format("rows on {}, not a CUDA device", x.device().str());
   if (const int cc = computeCapability(x.device()); cc < 90) {
     return fmt::format("compute capability {}.{} (the grouped GEMM kernel needs 9.0+)", cc / 10, cc % 10);
   }
-  for (const auto *t : {&x, &w1, &w3, &w2}) {
+  for (const auto* t : {&x, &w1, &w3, &w2}) {
     if (t->scalar_type() != at::kBFloat16) {
-      return fmt::format(
-          "rows {}, w1 {}, w3 {}, w2 {} (bfloat16 needed: bf16 weights or CUDA "
-          "autocast to bf16)",
-          c10::toString(x.scalar_type()), c10::toString(w1.scalar_type()), c10::toString(w3.scalar_type()),
-          c10::toString(w2.scalar_type()));
+      return fmt::format("rows {}, w1 {}, w3 {}, w2 {} (bfloat16 needed: bf16 weights or CUDA autocast to bf16)",
+                         c10::toString(x.scalar_type()), c10::toString(w1.scalar_type()),
+                         c10::toString(w3.scalar_type()), c10::toString(w2.scalar_type()));
     }
   }
   if (x.size(1) % 8 != 0 || w1.size(1) % 8 != 0) {
     return fmt::format("d {} and f {} (both must be multiples of 8: 16-byte rows)", x.size(1), w1.size(1));
   }
-  for (const auto *t : {&x, &w1, &w3, &w2}) {
+  for (const auto* t : {&x, &w1, &w3, &w2}) {
     if (reinterpret_cast<std::uintptr_t>(t->data_ptr()) % 16 != 0) return "an operand not 16-byte aligned";
   }
   return {};
 }
 
 // The per-expert loop (experts without rows skipped).
-at::Tensor loop(const at::Tensor &rows, const std::vector<int64_t> &counts, const at::Tensor &w1, const at::Tensor &w3,
-                const at::Tensor &w2) {
+at::Tensor loop(const at::Tensor& rows, const std::vector<int64_t>& counts, const at::Tensor& w1, const at::Tensor& w3,
+                const at::Tensor& w2) {
   const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   TESSERA_CHECK(total == rows.size(0), "moe experts: counts [{}] add up to {} rows, but the rows are [{}]",
                 fmt::join(counts, ", "), total, fmt::join(rows.sizes(), ", "));
@@ -84,18 +81,15 @@ at::Tensor loop(const at::Tensor &rows, const std::vector<int64_t> &counts, cons
     out.push_back(at::linear(at::silu(at::linear(x, w1[i])) * at::linear(x, w3[i]), w2[i]));
     at0 += counts[e];
   }
-  // No rows at all: an empty output that still depends on the weights (their
-  // gradients zero, not absent).
+  // No rows at all: an empty output that still depends on the weights (their gradients zero, not absent).
   if (out.empty()) return rows.new_zeros({0, w2.size(1)}) + (w1.sum() + w3.sum() + w2.sum()) * 0;
   return at::cat(out);
 }
 
-// Three grouped GEMMs over every expert; the weights as [El, in, out] views of
-// [El, out, in].
-at::Tensor grouped(const at::Tensor &x, const at::Tensor &counts, const at::Tensor &w1, const at::Tensor &w3,
-                   const at::Tensor &w2) {
-  auto offs = at::cumsum(counts.to(x.device()), 0,
-                         at::kInt);  // the groups' row ends, on the device
+// Three grouped GEMMs over every expert; the weights as [El, in, out] views of [El, out, in].
+at::Tensor grouped(const at::Tensor& x, const at::Tensor& counts, const at::Tensor& w1, const at::Tensor& w3,
+                   const at::Tensor& w2) {
+  auto offs = at::cumsum(counts.to(x.device()), 0, at::kInt);  // the groups' row ends, on the device
   auto h1 = compat::groupedMm(x, w1.transpose(1, 2), offs);
   auto h3 = compat::groupedMm(x, w3.transpose(1, 2), offs);
   return compat::groupedMm(at::silu(h1) * h3, w2.transpose(1, 2), offs);
@@ -105,27 +99,25 @@ bool loopAsked() {
   auto v = env::get(kVariable);
   if (!v) return false;
   TESSERA_CHECK(*v == "0" || *v == "1",
-                "environment variable {}='{}': 0 (the per-expert loop) or 1 "
-                "(grouped GEMMs "
-                "where they can run, the default)",
+                "environment variable {}='{}': 0 (the per-expert loop) or 1 (grouped GEMMs where they can run, the "
+                "default)",
                 kVariable, *v);
   return *v == "0";
 }
 
 }  // namespace
 
-std::vector<int64_t> hostCounts(const at::Tensor &t) {
+std::vector<int64_t> hostCounts(const at::Tensor& t) {
   auto c = t.to(at::kCPU, at::kLong).contiguous();
   return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
 }
 
-at::Tensor runExperts(const at::Tensor &rows, const at::Tensor &counts, const at::Tensor &w1, const at::Tensor &w3,
-                      const at::Tensor &w2, ExpertGemm how) {
+at::Tensor runExperts(const at::Tensor& rows, const at::Tensor& counts, const at::Tensor& w1, const at::Tensor& w3,
+                      const at::Tensor& w2, ExpertGemm how) {
   TESSERA_CHECK(rows.dim() == 2 && w1.dim() == 3 && w1.sizes() == w3.sizes() && w2.dim() == 3 &&
                     w2.size(0) == w1.size(0) && w1.size(2) == rows.size(1) && w2.size(1) == rows.size(1) &&
                     w2.size(2) == w1.size(1) && counts.dim() == 1 && counts.size(0) == w1.size(0),
-                "moe experts: rows [{}], counts [{}], w1 [{}], w3 [{}], w2 "
-                "[{}] do not fit ([M, d], [El], [El, f, d], "
+                "moe experts: rows [{}], counts [{}], w1 [{}], w3 [{}], w2 [{}] do not fit ([M, d], [El], [El, f, d], "
                 "[El, f, d], [El, d, f])",
                 fmt::join(rows.sizes(), ", "), fmt::join(counts.sizes(), ", "), fmt::join(w1.sizes(), ", "),
                 fmt::join(w3.sizes(), ", "), fmt::join(w2.sizes(), ", "));
@@ -135,8 +127,7 @@ at::Tensor runExperts(const at::Tensor &rows, const at::Tensor &counts, const at
   }
   // No rows: the loop's empty output (no GEMM of zero rows).
   if (how != ExpertGemm::Loop && rows.size(0) > 0 && (rows.is_cuda() || how == ExpertGemm::Grouped)) {
-    // The operands as at::linear under CUDA autocast would get them (the
-    // weights through autocast's cache).
+    // The operands as at::linear under CUDA autocast would get them (the weights through autocast's cache).
     auto x = castForCudaAutocast(rows);
     auto a = castParamForCudaAutocast(w1).contiguous(), b = castParamForCudaAutocast(w3).contiguous(),
          c = castParamForCudaAutocast(w2).contiguous();
@@ -152,8 +143,8 @@ at::Tensor runExperts(const at::Tensor &rows, const at::Tensor &counts, const at
   return loop(rows, hostCounts(counts), w1, w3, w2);
 }
 
-at::Tensor runExperts(const at::Tensor &rows, const std::vector<int64_t> &counts, const at::Tensor &w1,
-                      const at::Tensor &w3, const at::Tensor &w2, ExpertGemm how) {
+at::Tensor runExperts(const at::Tensor& rows, const std::vector<int64_t>& counts, const at::Tensor& w1,
+                      const at::Tensor& w3, const at::Tensor& w2, ExpertGemm how) {
   return runExperts(rows, at::tensor(counts, at::kLong), w1, w3, w2, how);
 }
 

@@ -1,18 +1,15 @@
 #pragma once
-// The routed experts' SwiGLU (models/moe.h), local: rows [M, d] grouped by
-// expert (counts[e] rows for expert e, in expert order) → y [M, d], y = (silu(x
-// w1[e]ᵀ) · x w3[e]ᵀ) w2[e]ᵀ for each group. Two ways, the same maths: grouped
-// GEMMs (compat::groupedMm: three for all experts, group ends = a cumulative
-// sum of the counts on the device, so the host reads nothing; backward is
-// grouped GEMMs too) on CUDA devices of compute capability 9.0+ with
-// LibTorch 2.8+, when the operands are bfloat16 after CUDA autocast's casts, d
-// and f are multiples of 8 and the data 16-byte aligned; else a loop of
-// at::linear over the experts with rows, which reads the counts on the host
-// (the CPU, LibTorch 1.13, float32). Where a CUDA run falls back to the loop,
-// one log line per process and reason says why. TESSERA_MOE_GROUPED_GEMM=0
-// forces the loop (measurements). Errors: tessera::Error naming the shapes when
-// rows, counts and weights disagree, or when Grouped is asked for and cannot
-// run (naming the reason).
+// The routed experts' SwiGLU (models/moe.h), local: rows [M, d] grouped by expert (counts[e] rows
+// for expert e, in expert order) → y [M, d], y = (silu(x w1[e]ᵀ) · x w3[e]ᵀ) w2[e]ᵀ for each group.
+// Two ways, the same maths: grouped GEMMs (compat::groupedMm: three for all experts, group ends =
+// a cumulative sum of the counts on the device, so the host reads nothing; backward is grouped
+// GEMMs too) on CUDA devices of compute capability 9.0+ with LibTorch 2.8+, when the operands are
+// bfloat16 after CUDA autocast's casts, d and f are multiples of 8 and the data 16-byte aligned;
+// else a loop of at::linear over the experts with rows, which reads the counts on the host (the
+// CPU, LibTorch 1.13, float32). Where a CUDA run falls back to the loop, one log line per process
+// and reason says why. TESSERA_MOE_GROUPED_GEMM=0 forces the loop (measurements).
+// Errors: tessera::Error naming the shapes when rows, counts and weights disagree, or the reason
+// when Grouped is asked for and cannot run.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -22,17 +19,15 @@ namespace tessera::models::moe_detail {
 
 enum class ExpertGemm { Auto, Loop, Grouped };  // Auto: grouped where it can run, unless the variable says 0
 
-// rows [M, d]; counts [El] integer (any device; the sum must be M); w1, w3 [El,
-// f, d]; w2 [El, d, f].
-at::Tensor runExperts(const at::Tensor &rows, const at::Tensor &counts, const at::Tensor &w1, const at::Tensor &w3,
-                      const at::Tensor &w2, ExpertGemm how = ExpertGemm::Auto);
+// rows [M, d]; counts [El] integer (any device; the sum must be M); w1, w3 [El, f, d]; w2 [El, d, f].
+at::Tensor runExperts(const at::Tensor& rows, const at::Tensor& counts, const at::Tensor& w1, const at::Tensor& w3,
+                      const at::Tensor& w2, ExpertGemm how = ExpertGemm::Auto);
 
 // The same with the counts on the host (expert parallel knows them there).
-at::Tensor runExperts(const at::Tensor &rows, const std::vector<int64_t> &counts, const at::Tensor &w1,
-                      const at::Tensor &w3, const at::Tensor &w2, ExpertGemm how = ExpertGemm::Auto);
+at::Tensor runExperts(const at::Tensor& rows, const std::vector<int64_t>& counts, const at::Tensor& w1,
+                      const at::Tensor& w3, const at::Tensor& w2, ExpertGemm how = ExpertGemm::Auto);
 
-// An integer tensor's values on the host as int64 (a device-to-host copy for a
-// CUDA tensor).
-std::vector<int64_t> hostCounts(const at::Tensor &t);
+// An integer tensor's values on the host as int64 (a device-to-host copy for a CUDA tensor).
+std::vector<int64_t> hostCounts(const at::Tensor& t);
 
 }  // namespace tessera::models::moe_detail
