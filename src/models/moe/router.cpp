@@ -14,7 +14,9 @@ Routing route(const at::Tensor& x2d, const at::Tensor& router, const at::Tensor&
   // A stable sort: equal scores keep expert order, so ties go to the lower expert on every rank.
   auto order = std::get<1>(at::sort(select, /*stable=*/true, /*dim=*/-1, /*descending=*/true));
   r.chosen = order.narrow(1, 0, m.topK).contiguous();
-  r.counts = at::bincount(r.chosen.reshape(-1), {}, m.experts);
+  // A scatter-add, not at::bincount: CUDA's bincount reads the input's min and max on the host (two syncs a layer).
+  auto flat = r.chosen.reshape(-1);
+  r.counts = at::zeros({m.experts}, flat.options()).scatter_add_(0, flat, at::ones_like(flat));
   auto p = r.scores.gather(1, r.chosen);
   if (m.normTopK) p = p / (p.sum(-1, /*keepdim=*/true) + 1e-20);
   r.weights = m.routedScale == 1.0 ? p : p * m.routedScale;
