@@ -167,13 +167,19 @@ std::pair<at::Tensor, at::Tensor> epStep(Moe& m, const ModelConfig& c, int step,
   return {y.detach(), x.grad()};
 }
 
-void sgd(Moe& m, const CommPtr& sumOver) {
+// One SGD step with data parallelism's mean over the group of `p` ranks: the replicated weights'
+// gradients averaged over `group` (the expert-parallel layer), the experts' taken as they are (their
+// mean over the ep ranks already); the one-process layer (no group) saw all p ranks' tokens: / p.
+void sgd(Moe& m, const CommPtr& group, int p) {
   at::NoGradGuard ng;
-  for (auto& p : m->params("")) {
-    auto g = p.tensor.grad();
-    const bool expert = p.name == "w1.weight" || p.name == "w3.weight" || p.name == "w2.weight";
-    if (sumOver && !expert) sumOver->allReduce(g)->wait();  // replicated weights: every rank's tokens
-    p.tensor.sub_(0.5 * g);
+  for (auto& param : m->params("")) {
+    auto g = param.tensor.grad();
+    if (!group) {
+      g.div_(p);
+    } else if (!param.expert) {
+      group->allReduce(g, ReduceOp::Avg)->wait();
+    }
+    param.tensor.sub_(0.5 * g);
     g.zero_();
   }
 }
@@ -189,7 +195,10 @@ bool close(const at::Tensor& a, const at::Tensor& b) {
 TESSERA_WORKER(moe_expert_parallel) {
   auto ctx = initWorker(w);
   const int p = w.world, r = w.rank;
-  auto c = moeConfig(std::stoi(w.arg));
+  // Variant 3: variant 1 with the selection bias sending every token to experts 0-2, so the ep ranks
+  // holding the others receive no rows (their experts' gradients zero; backward still exchanges).
+  const int variant = std::stoi(w.arg);
+  auto c = moeConfig(variant == 3 ? 1 : variant);
   {
     auto odd = c;
     odd.moe.experts = 6;
@@ -197,6 +206,9 @@ TESSERA_WORKER(moe_expert_parallel) {
       expectErrorContaining([&] { Moe(odd, 1, MoeOptions{ctx.world}); }, {"6 experts", "expert-parallel size 4"});
   }
   Moe ep(c, 1, MoeOptions{ctx.world}), ref(c, 1, MoeOptions{});
+  if (variant == 3) {
+    for (auto* m : {&ep, &ref}) (*m)->bias.zero_().narrow(0, 0, 3).fill_(10.0);
+  }
   WCHECK(ep->localExperts() == c.moe.experts / p && ep->firstExpert() == r * c.moe.experts / p, "expert range");
   for (int step = 0; step < 3; ++step) {
     auto [y, gx] = epStep(ep, c, step, r);
@@ -211,14 +223,17 @@ TESSERA_WORKER(moe_expert_parallel) {
                    : name == "w3" ? ref->w3
                                   : ref->w2)
                       .grad()
-                      .narrow(0, ep->firstExpert(), ep->localExperts());
+                      .narrow(0, ep->firstExpert(), ep->localExperts()) /
+                  p;  // the mean over the ep ranks' tokens
       WCHECK(close(t.grad(), want), "step {}: {}'s gradient of experts {}.. differs", step, name, ep->firstExpert());
+      if (variant == 3 && ep->firstExpert() >= 3)
+        WCHECK(t.grad().abs().max().item<double>() == 0, "step {}: experts without tokens got a gradient", step);
     }
     auto routerGrad = ep->router.grad().clone();
     ctx.world->allReduce(routerGrad)->wait();
     WCHECK(close(routerGrad, ref->router.grad()), "step {}: the router's gradient summed over ranks differs", step);
-    sgd(ep, ctx.world);
-    sgd(ref, nullptr);
+    sgd(ep, ctx.world, p);
+    sgd(ref, nullptr, p);
   }
   WCHECK(close(ep->w2, ref->w2.narrow(0, ep->firstExpert(), ep->localExperts())) && close(ep->router, ref->router),
          "weights after three steps differ");
@@ -231,7 +246,7 @@ TESSERA_WORKER(moe_expert_parallel) {
 
 TEST(MoeExpertParallel, MatchesOneProcess) {
   for (int ranks : {2, 4}) {
-    for (int variant : {0, 1}) {
+    for (int variant : {0, 1, 3}) {
       expectAllOk(runWorkers("moe_expert_parallel", {.ranks = ranks, .arg = std::to_string(variant)}));
     }
   }

@@ -7,10 +7,12 @@
 // The auxiliary losses (balance, z) are added to the gradient where y's gradient arrives, times
 // MoeOptions::lossScale; they are not returned. Expert parallel (MoeOptions::ep of P ranks):
 // rank q keeps experts [q·E/P, (q+1)·E/P); tokens travel to them and back by point-to-point
-// exchanges (collective over ep in forward and backward; counts read on the host). Weights drawn
-// from (seed, layer, expert) only: every ep starts from the same model. Replicated over tp (with
-// sequence parallel their gradients are summed over tp). Construction is local; errors name the
-// layer and the numbers. docs/design/models.md ("Mixture of experts"): the conventions and why.
+// exchanges (collective over ep in forward and backward; counts read on the host); an expert's
+// weight gradient is the mean of what the P ranks' tokens give it (÷ P, as a data-parallel mean;
+// params() marks those weights `expert`). Weights drawn from (seed, layer, expert) only: every ep
+// starts from the same model. Replicated over tp (with sequence parallel their gradients are
+// summed over tp). Construction is local; errors name the layer and the numbers.
+// docs/design/models.md ("Mixture of experts"): the conventions and why.
 #include <torch/nn/module.h>
 
 #include <map>

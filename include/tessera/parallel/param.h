@@ -1,7 +1,8 @@
 #pragma once
 // What the parallel wrappers know of a model: its parameters under their unsharded names, with
 // how each is replicated over tensor and pipeline parallelism (global gradient-norm clipping
-// counts each element once: a replica's square is weighted 1/replicas), and its parts, the
+// counts each element once: a replica's square is weighted 1/replicas; experts split over ep
+// ranks are marked), and its parts, the
 // pieces of its forward that data-parallel wrappers run as units. Plain data; local.
 #include <ATen/core/Tensor.h>
 
@@ -22,6 +23,9 @@ struct NamedParam {
   // Copies of this tensor on other pipeline stages (a tied embedding table on the first and
   // the last stage: 2): its gradient is summed over the embedding group and counted once.
   int ppCopies = 1;
+  // An MoE expert's weights split over an expert-parallel group (models/moe.h): other ep ranks
+  // hold other experts, so data parallelism averages it over the expert-data group only.
+  bool expert = false;
 };
 
 // A piece of a model's forward (a function of one tensor) and the parameters it owns; a part that

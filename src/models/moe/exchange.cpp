@@ -64,7 +64,19 @@ struct Exchange : torch::autograd::Function<Exchange> {
   }
 };
 
+struct ScaleGrad : torch::autograd::Function<ScaleGrad> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, double factor) {
+    ctx->saved_data["factor"] = factor;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list g) {
+    return {g[0] * ctx->saved_data["factor"].toDouble(), at::Tensor()};
+  }
+};
+
 }  // namespace
+
+at::Tensor scaleGrad(const at::Tensor& x, double factor) { return ScaleGrad::apply(x, factor); }
 
 at::Tensor exchangeCounts(const at::Tensor& counts, const CommPtr& ep) {
   auto in = counts.to(at::kLong).contiguous();

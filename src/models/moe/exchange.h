@@ -22,4 +22,9 @@ at::Tensor exchangeCounts(const at::Tensor& counts, const CommPtr& ep);
 at::Tensor exchangeRows(const at::Tensor& x, const std::vector<int64_t>& send, const std::vector<int64_t>& recv,
                         const CommPtr& ep);
 
+// x itself, its gradient multiplied by `factor` (an expert's weights under ep of P ranks: 1/P, so
+// that the expert-data group's average of what this rank's tokens and its peers' gave it is the
+// data group's mean, as a replicated weight's). Local.
+at::Tensor scaleGrad(const at::Tensor& x, double factor);
+
 }  // namespace tessera::models::moe_detail

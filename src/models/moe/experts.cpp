@@ -59,7 +59,9 @@ at::Tensor MoeImpl::experts(const at::Tensor& x2, const at::Tensor& chosen, cons
       }
     }
     auto permT = at::tensor(perm, at::kLong).to(x2.device());
-    auto out = runExperts(got.index_select(0, permT), perExpert, region(w1), region(w3), region(w2));
+    // Each expert's weight gradient as the mean over the ep ranks whose tokens it took (exchange.h).
+    auto mean = [&](const at::Tensor& w) { return moe_detail::scaleGrad(region(w), 1.0 / p); };
+    auto out = runExperts(got.index_select(0, permT), perExpert, mean(w1), mean(w3), mean(w2));
     ys = moe_detail::exchangeRows(out.index_select(0, at::argsort(permT)), recv, send, o_.ep);
   }
   ys = ys * weights.reshape(-1).index_select(0, order).unsqueeze(1).to(ys.scalar_type());

@@ -81,8 +81,10 @@ at::Tensor loop(const at::Tensor& rows, const std::vector<int64_t>& counts, cons
     out.push_back(at::linear(at::silu(at::linear(x, w1[i])) * at::linear(x, w3[i]), w2[i]));
     at0 += counts[e];
   }
-  // No rows at all: an empty output that still depends on the weights (their gradients zero, not absent).
-  if (out.empty()) return rows.new_zeros({0, w2.size(1)}) + (w1.sum() + w3.sum() + w2.sum()) * 0;
+  // No rows at all: an empty output that still depends on the weights (their gradients zero, not absent)
+  // and on the rows, so that backward still runs the exchange that brought them (expert parallel: the
+  // ranks that sent rows here wait for their gradients, if zero of them).
+  if (out.empty()) return rows.new_zeros({0, w2.size(1)}) + (rows.sum() + w1.sum() + w3.sum() + w2.sum()) * 0;
   return at::cat(out);
 }
 

@@ -100,10 +100,11 @@ void MoeImpl::loadFull(const std::map<std::string, at::Tensor>& full, const std:
 }
 
 std::vector<NamedParam> MoeImpl::params(const std::string& p) {
-  std::vector<NamedParam> out{{p + "router.weight", router, true},
-                              {p + "w1.weight", w1, true},
-                              {p + "w3.weight", w3, true},
-                              {p + "w2.weight", w2, true}};
+  std::vector<NamedParam> out{{p + "router.weight", router, true}};
+  for (auto& [n, t] : {std::pair{"w1.weight", w1}, {"w3.weight", w3}, {"w2.weight", w2}}) {
+    out.push_back({p + n, t, true});
+    out.back().expert = o_.ep && o_.ep->size() > 1;
+  }
   if (sw1.defined()) {
     for (auto& [n, t] : {std::pair{"shared.w1.weight", sw1}, {"shared.w3.weight", sw3}, {"shared.w2.weight", sw2}}) {
       out.push_back({p + n, t, true});
