@@ -6,11 +6,14 @@
 
 namespace tessera {
 
-ProcessMesh::ProcessMesh(CommPtr world, int dp, int pp, int tp, int cp)
-    : world_(std::move(world)), dp_(dp), pp_(pp), tp_(tp), cp_(cp) {
+ProcessMesh::ProcessMesh(CommPtr world, int dp, int pp, int tp, int cp, int ep)
+    : world_(std::move(world)), dp_(dp), pp_(pp), tp_(tp), cp_(cp), ep_(ep) {
   TESSERA_CHECK(world_, "ProcessMesh: no world communicator given");
-  TESSERA_CHECK(dp >= 1 && pp >= 1 && tp >= 1 && cp >= 1,
-                "ProcessMesh: degrees must be >= 1, got dp={} pp={} cp={} tp={}", dp, pp, cp, tp);
+  TESSERA_CHECK(dp >= 1 && pp >= 1 && tp >= 1 && cp >= 1 && ep >= 1,
+                "ProcessMesh: degrees must be >= 1, got dp={} pp={} cp={} tp={} ep={}", dp, pp, cp, tp, ep);
+  TESSERA_CHECK((dp * cp) % ep == 0,
+                "ProcessMesh: the expert-parallel size {} must divide the data-parallel ranks dp {} x cp {} = {}", ep,
+                dp, cp, dp * cp);
   TESSERA_CHECK(dp * pp * cp * tp == world_->size(), "ProcessMesh: dp {} x pp {}{} x tp {} = {} does not match the world size {} (rank {})",
                 dp, pp, cp > 1 ? fmt::format(" x cp {}", cp) : "", tp, dp * pp * cp * tp, world_->size(), world_->rank());
   const auto me = coord();
@@ -27,6 +30,12 @@ ProcessMesh::ProcessMesh(CommPtr world, int dp, int pp, int tp, int cp)
     groups_[static_cast<int>(MeshAxis::Context)] = world_->split((me.dp * pp_ + me.pp) * tp_ + me.tp, me.cp,
                                                                  fmt::format("cp[dp{},pp{},tp{}]", me.dp, me.pp, me.tp));
     dataGroup_ = world_->split(me.pp * tp_ + me.tp, me.dp * cp_ + me.cp, fmt::format("dpcp[pp{},tp{}]", me.pp, me.tp));
+  }
+  if (ep_ > 1) {  // i: the rank's place in its data group
+    const int i = me.dp * cp_ + me.cp, fixed = me.pp * tp_ + me.tp, n = pp_ * tp_;
+    expertGroup_ = world_->split((i / ep_) * n + fixed, i % ep_, fmt::format("ep[pp{},tp{},{}]", me.pp, me.tp, i / ep_));
+    expertDataGroup_ =
+        world_->split((i % ep_) * n + fixed, i / ep_, fmt::format("edp[pp{},tp{},{}]", me.pp, me.tp, i % ep_));
   }
 }
 
@@ -64,10 +73,12 @@ const CommPtr& ProcessMesh::group(MeshAxis axis) const { return groups_[static_c
 
 std::string ProcessMesh::describe() const {
   const auto c = coord();
+  const std::string ep = ep_ > 1 ? fmt::format(" (ep {} of the data ranks)", ep_) : "";
   if (cp_ == 1)
-    return fmt::format("dp{} x pp{} x tp{}, rank {} = (dp {}, pp {}, tp {})", dp_, pp_, tp_, rank(), c.dp, c.pp, c.tp);
-  return fmt::format("dp{} x pp{} x cp{} x tp{}, rank {} = (dp {}, pp {}, cp {}, tp {})", dp_, pp_, cp_, tp_, rank(),
-                     c.dp, c.pp, c.cp, c.tp);
+    return fmt::format("dp{} x pp{} x tp{}{}, rank {} = (dp {}, pp {}, tp {})", dp_, pp_, tp_, ep, rank(), c.dp, c.pp,
+                       c.tp);
+  return fmt::format("dp{} x pp{} x cp{} x tp{}{}, rank {} = (dp {}, pp {}, cp {}, tp {})", dp_, pp_, cp_, tp_, ep,
+                     rank(), c.dp, c.pp, c.cp, c.tp);
 }
 
 }  // namespace tessera

@@ -50,6 +50,8 @@ void layoutFlags(Table& t) {
                     FIELD(parallel.tp)));
   t.add(integerFlag("--cp", "N", "context-parallel size: each sequence split over N ranks (T divisible by 2N)", 1,
                     INT_MAX, FIELD(parallel.cp)));
+  t.add(integerFlag("--ep", "N", "expert-parallel size: the MoE experts split over N of the dp x cp ranks", 1, INT_MAX,
+                    FIELD(parallel.ep)));
   t.add(choiceFlag(
       "--dp-mode", "ddp|fsdp", "DDP or FSDP on the data axis", [](auto& v) { return kDpMode.parse(v); },
       [](DpMode m) { return toString(m); }, FIELD(parallel.dpMode)));

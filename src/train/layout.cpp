@@ -10,6 +10,19 @@ namespace tessera::train {
 
 namespace {
 std::string cpFactor(const Config& o) { return o.parallel.cp > 1 ? fmt::format(" x cp {}", o.parallel.cp) : ""; }
+
+void checkExperts(const Config& o) {
+  const auto& p = o.parallel;
+  const auto& m = o.model.cfg.moe;
+  USAGE_CHECK(p.ep >= 1, "train_gpt: --ep must be >= 1, got {}", p.ep);
+  if (p.ep == 1) return;
+  USAGE_CHECK(m.experts > 0, "train_gpt: --ep {} needs a mixture-of-experts model (--num-experts; the model has none)",
+              p.ep);
+  USAGE_CHECK((p.dp * p.cp) % p.ep == 0,
+              "train_gpt: --ep {} must divide the data-parallel ranks dp {}{} = {} (experts split over data ranks)",
+              p.ep, p.dp, cpFactor(o), p.dp * p.cp);
+  USAGE_CHECK(m.experts % p.ep == 0, "train_gpt: --ep {} does not divide the {} experts", p.ep, m.experts);
+}
 }  // namespace
 
 void Config::resolve(int world) {
@@ -32,6 +45,7 @@ void Config::resolve(int world) {
   USAGE_CHECK(!p.sequenceParallel || (o.model.cfg.seqLen / p.cp) % p.tp == 0,
               "train_gpt: --sp with --cp {}: each cp rank's {} positions are not divisible by tp = {}", p.cp,
               o.model.cfg.seqLen / p.cp, p.tp);
+  checkExperts(o);
   if (p.microBatches == 0) p.microBatches = p.pp > 1 ? 2 * p.pp : 1;
   if (o.optim.batch == 0) o.optim.batch = 8 * p.dp;
   const std::string batch = o.optim.batchFromCheckpoint
@@ -96,10 +110,10 @@ std::string Config::describe() const {
   const auto& ov = p.overlap;
   const bool overlapSet = ov.forwardChunks > 1 || ov.smCarveout > 0 || ov.ring;
   return fmt::format(
-      "dp {} ({}) x pp {}{} x tp {}{}; {} micro-batch{}{}{}{}; batch {} x T {}; {}{}{}; {} steps; {}{}{}", p.dp,
-      toString(p.dpMode), p.pp, cpFactor(o), p.tp, p.sequenceParallel && p.tp > 1 ? " +sp" : "", p.microBatches,
-      p.microBatches == 1 ? "" : "es", p.pp > 1 ? ", schedule " : "",
-      p.pp > 1 ? pipeline::scheduleName(p.schedule) : "",
+      "dp {} ({}) x pp {}{} x tp {}{}{}; {} micro-batch{}{}{}{}; batch {} x T {}; {}{}{}; {} steps; {}{}{}", p.dp,
+      toString(p.dpMode), p.pp, cpFactor(o), p.tp, p.sequenceParallel && p.tp > 1 ? " +sp" : "",
+      p.ep > 1 ? fmt::format(", ep {}", p.ep) : "", p.microBatches, p.microBatches == 1 ? "" : "es",
+      p.pp > 1 ? ", schedule " : "", p.pp > 1 ? pipeline::scheduleName(p.schedule) : "",
       p.chunks > 1        ? fmt::format(" ({} chunks)", p.chunks)
       : p.extraWarmup > 0 ? fmt::format(" (+{} warm-up forwards)", p.extraWarmup)
                           : "",

@@ -37,6 +37,7 @@ std::vector<models::LmChunk> buildChunks(const Config& c, const Parallel& p, con
   lo.seed = c.seed;
   lo.fusedKernels = c.precision.fusedKernels;
   lo.context = p.mesh->cpGroup();  // null without --cp
+  lo.experts = p.mesh->expertGroup();  // null without --ep
   lo.repeatKvHeads = c.precision.repeatKvHeads;
   lo.moeLossScale = 1.0 / c.parallel.microBatches;  // as the LM loss of each micro-batch
   std::vector<models::LmChunk> chunks;
@@ -86,6 +87,8 @@ DataParallelOptions wrapperOptions(const Config& c, const Parallel& p) {
   if (!o.autoPrefetchBudget) f.prefetchBudgetBytes = static_cast<size_t>(c.parallel.fsdpPrefetchMiB) << 20;
   for (const auto& chunk : p.chunks) o.chunkNames.push_back(fmt::format("stage{}", chunk->range.stage));
   o.keepGathered = keepGathered;
+  o.ep = p.mesh->expertGroup();
+  o.expertData = p.mesh->expertDataGroup();
   return o;
 }
 
@@ -149,7 +152,7 @@ Parallel parallelize(const Config& c, const Context& ctx, const ParallelizeHooks
   useDevice(ctx.device);
   Parallel p;
   const auto& par = c.parallel;
-  p.mesh = std::make_unique<ProcessMesh>(ctx.world, par.dp, par.pp, par.tp, par.cp);
+  p.mesh = std::make_unique<ProcessMesh>(ctx.world, par.dp, par.pp, par.tp, par.cp, par.ep);
   const auto me = p.mesh->coord();
   const auto& cfg = c.model.cfg;
   p.partition = partitionModel(cfg, par.pp, par.chunks, par.layersPerStage);

@@ -85,7 +85,7 @@ Trainer::State::Pending Trainer::State::queueStep(const data::TokenBatch& batch)
   const auto& data = par.mesh->dataGroup();
   if (data->size() > 1) data->allReduce(l, ReduceOp::Avg)->wait();
   std::vector<CommPtr> sumOver{par.mesh->tpGroup(), par.mesh->ppGroup()};
-  if (dp.gradientsSharded()) sumOver.insert(sumOver.begin(), data);
+  if (auto g = dp.normGroup()) sumOver.insert(sumOver.begin(), g);
   p.rep.lr = optim::lrAt(o.optim.lr, s);
   // Clipping's coefficient goes to AdamW, which scales the gradients as it reads them (one pass
   // over them less); the norm is read back with the loss, after the update is queued.

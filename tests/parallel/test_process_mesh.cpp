@@ -1,6 +1,7 @@
 // ProcessMesh: coordinates (pure) and the dp/pp/tp communicators (8 ranks as 2x2x2, and
 // other shapes), checked by collectives over each group against the group's known ranks; with
-// context parallel (DxPxCxT) also the cp group and the data group (dp x cp).
+// context parallel (DxPxCxT) also the cp group and the data group (dp x cp); with a suffix eN
+// (expert parallel) the ep and expert-data groups folded into the data group.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
@@ -23,12 +24,37 @@ std::vector<int> parseShape(const std::string& s) {
 }
 }  // namespace
 
+// The world ranks of `g`'s members, in group-rank order (an all-gather over it).
+std::vector<int64_t> members(const CommPtr& g, int rank) {
+  auto all = at::empty({g->size()}, at::kLong);
+  g->allGather(all, at::full({1}, static_cast<int64_t>(rank), at::kLong))->synchronize();
+  return {all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel()};
+}
+
+// Expert parallel: ep groups of consecutive data-group places, expert-data groups of equal place mod ep.
+void checkExpertGroups(const ProcessMesh& mesh, int ep, int rank) {
+  auto data = members(mesh.dataGroup(), rank);
+  const int i = mesh.dataGroup()->rank();
+  std::vector<int64_t> wantEp, wantEdp;
+  for (int k = 0; k < static_cast<int>(data.size()); ++k) {
+    if (k / ep == i / ep) wantEp.push_back(data[k]);
+    if (k % ep == i % ep) wantEdp.push_back(data[k]);
+  }
+  WCHECK(mesh.epSize() == ep && (ep > 1) == (mesh.expertGroup() != nullptr), "ep {} but epSize {}", ep, mesh.epSize());
+  if (ep > 1) WCHECK(members(mesh.expertGroup(), rank) == wantEp, "rank {}: the ep group's members differ", rank);
+  WCHECK(members(mesh.expertDataGroup(), rank) == wantEdp, "rank {}: the expert-data group's members differ", rank);
+}
+
 TESSERA_WORKER(mesh_groups) {
-  auto shape = parseShape(w.arg);
-  const bool withCp = shape.size() == 4;
-  int dp = shape[0], pp = shape[1], cp = withCp ? shape[2] : 1, tp = shape.back();
+  const auto e = w.arg.find('e');
+  const int ep = e == std::string::npos ? 1 : std::stoi(w.arg.substr(e + 1));
+  auto shape = parseShape(w.arg.substr(0, e));
+  int dp = shape[0], pp = shape[1], cp = shape.size() == 4 ? shape[2] : 1, tp = shape.back();
+  const bool withCp = cp > 1;
   auto ctx = initWorker(w);
-  ProcessMesh mesh = withCp ? ProcessMesh(ctx.world, dp, pp, tp, cp) : ProcessMesh(ctx.world, dp, pp, tp);
+  ProcessMesh mesh =
+      shape.size() == 4 ? ProcessMesh(ctx.world, dp, pp, tp, cp, ep) : ProcessMesh(ctx.world, dp, pp, tp);
+  checkExpertGroups(mesh, ep, w.rank);
   auto c = mesh.coord();
   // tp fastest-varying, then cp: rank = ((d*pp + p)*cp + c)*tp + t.
   WCHECK(w.rank == ((c.dp * pp + c.pp) * cp + c.cp) * tp + c.tp, "rank {} has coord ({},{},{},{})", w.rank, c.dp, c.pp,
@@ -86,14 +112,16 @@ TEST_P(MeshShapes, GroupsHoldTheRanksTheCoordinatesSay) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, MeshShapes,
                          ::testing::Values(std::make_pair(8, "2x2x2"), std::make_pair(8, "1x2x4"),
-                                           std::make_pair(8, "4x1x2"), std::make_pair(4, "2x1x2"),
-                                           std::make_pair(1, "1x1x1"), std::make_pair(8, "2x1x2x2"),
+                                           std::make_pair(8, "4x1x1x2e2"), std::make_pair(4, "2x1x2"),
+                                           std::make_pair(1, "1x1x1"), std::make_pair(8, "2x1x2x2e4"),
                                            std::make_pair(8, "1x2x4x1"), std::make_pair(4, "1x1x2x2")));
 
 TESSERA_WORKER(mesh_bad_shape) {
   auto ctx = initWorker(w);
   expectErrorContaining([&] { ProcessMesh mesh(ctx.world, 2, 2, 2); },
                         {"dp 2 x pp 2 x tp 2 = 8 does not match the world size 4", "rank"});
+  expectErrorContaining([&] { ProcessMesh mesh(ctx.world, 4, 1, 1, 1, 3); },
+                        {"expert-parallel size 3 must divide", "dp 4 x cp 1 = 4"});
 }
 
 TEST(ProcessMesh, ShapeNotMatchingWorldIsAClearError) { expectAllOk(runWorkers("mesh_bad_shape", {.ranks = 4})); }

@@ -202,6 +202,14 @@ TEST(ConfigTest, LayoutErrorsAreUsageErrors) {
   EXPECT_EQ(o.parallel.schedule, tessera::pipeline::ScheduleKind::ZeroBubbleH1);
   refusedLayout({"--cp", "3"}, 3, "sequence length 32 is not divisible by 2 x cp = 6");  // T 32: not 2 x 3 chunks
   refusedLayout({"--cp", "2", "--tp", "3", "--sp"}, 6, "each cp rank's 16 positions are not divisible by tp = 3");
+  // Expert parallel: an MoE model, ep dividing the dp x cp ranks and the experts.
+  refusedLayout({"--ep", "2"}, 2, "--ep 2 needs a mixture-of-experts model");
+  refusedLayout({"--model", "moe-tiny", "--ep", "3"}, 4, "--ep 3 must divide the data-parallel ranks dp 4 = 4");
+  refusedLayout({"--model", "moe-tiny", "--ep", "2", "--tp", "2"}, 2, "--ep 2 must divide the data-parallel ranks dp 1");
+  refusedLayout({"--model", "moe-tiny", "--ep", "3", "--num-experts", "8"}, 3, "--ep 3 does not divide the 8 experts");
+  o = parse({"--model", "moe-tiny", "--ep", "4", "--cp", "2"});
+  EXPECT_NO_THROW(o.resolve(8));  // the ep group spans dp 4 x cp 2
+  EXPECT_EQ(o.parallel.ep, 4);
   o = parse({"--layout", "2x1x2x2"});
   EXPECT_NO_THROW(o.resolve(8));
   EXPECT_EQ(o.parallel.dp, 2);

@@ -7,10 +7,12 @@
 // of its replica; parallel/context/). A value: pass it where it is needed; there is no global mesh.
 //
 // With cp = 1 (the default) the mesh is dp × pp × tp exactly as before: no cp group (null), the
-// data group is the dp group, and the groups keep their names ("tp[dp0,pp1]", ...).
-//
-// Construction is collective over `world` (every rank must construct the same mesh) and
-// throws tessera::Error when dp·pp·cp·tp differs from the world size or a degree is < 1.
+// data group is the dp group, and the groups keep their names ("tp[dp0,pp1]", ...). Expert
+// parallel (ep > 1, dividing dp·cp) folds into the data group: its ranks i = d·cp + c form ep
+// groups of consecutive i (the experts split over them) and expert-data groups of equal i mod ep
+// (the ranks holding the same experts, whose gradients are averaged). Construction is collective
+// over `world` (every rank must construct the same mesh) and throws tessera::Error when dp·pp·cp·tp
+// differs from the world size, a degree is < 1 or ep does not divide dp·cp.
 #include <array>
 #include <string>
 #include <vector>
@@ -28,12 +30,13 @@ enum class MeshAxis { Data, Pipeline, Tensor, Context };
 
 class ProcessMesh {
  public:
-  ProcessMesh(CommPtr world, int dp, int pp, int tp, int cp = 1);
+  ProcessMesh(CommPtr world, int dp, int pp, int tp, int cp = 1, int ep = 1);
 
   int dpSize() const { return dp_; }
   int ppSize() const { return pp_; }
   int tpSize() const { return tp_; }
   int cpSize() const { return cp_; }
+  int epSize() const { return ep_; }
   int rank() const { return world_->rank(); }
   MeshCoord coord() const { return coordOf(rank()); }
 
@@ -51,14 +54,18 @@ class ProcessMesh {
   const CommPtr& cpGroup() const { return group(MeshAxis::Context); }
   // dp × cp (rank order: d-major, then c): where gradients are averaged. The dp group when cp = 1.
   const CommPtr& dataGroup() const { return cp_ > 1 ? dataGroup_ : dpGroup(); }
+  // The ep ranks of this rank's data group that split the experts (null when ep = 1), and the
+  // ranks of the data group holding the same experts as this one (the data group when ep = 1).
+  const CommPtr& expertGroup() const { return expertGroup_; }
+  const CommPtr& expertDataGroup() const { return ep_ > 1 ? expertDataGroup_ : dataGroup(); }
 
-  std::string describe() const;  // "dp2 x pp2 x tp2, rank 5 = (dp 1, pp 0, tp 1)" (", cp" when cp > 1)
+  std::string describe() const;  // "dp2 x pp2 x tp2, rank 5 = (dp 1, pp 0, tp 1)" (cp, ep when > 1)
 
  private:
   CommPtr world_;
-  int dp_, pp_, tp_, cp_;
+  int dp_, pp_, tp_, cp_, ep_;
   std::array<CommPtr, 4> groups_;
-  CommPtr dataGroup_;
+  CommPtr dataGroup_, expertGroup_, expertDataGroup_;
 };
 
 }  // namespace tessera

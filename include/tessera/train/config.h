@@ -54,6 +54,7 @@ struct ModelSection {
 
 struct ParallelSection {
   int dp = 0, pp = 1, cp = 1, tp = 1;  // dp 0: world / (pp · cp · tp)
+  int ep = 1;                          // expert parallel: the MoE experts split over ep of the dp · cp ranks
   DpMode dpMode = DpMode::Ddp;
   int microBatches = 0;  // 0: 1 without pp, else 2 · pp (gradient accumulation without pp)
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;

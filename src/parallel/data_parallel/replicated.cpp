@@ -9,6 +9,7 @@
 #include "tessera/common/error.h"
 #include "tessera/parallel/data_parallel/data_parallel.h"
 #include "parallel/data_parallel/pieces.h"
+#include "parallel/data_parallel/wrappers.h"
 
 namespace tessera {
 
@@ -46,7 +47,7 @@ class Replicated : public DataParallel {
     for (const auto& p : params_) dp::addGradPieces(out, p.tensor.grad().view({-1}), 0, p, tp);
     return out;
   }
-  bool gradientsSharded() const override { return false; }
+  CommPtr normGroup() const override { return nullptr; }
 
   at::Tensor partGrad(size_t chunk, size_t part) override {
     const auto& ps = chunks_.at(chunk).at(part).params;
@@ -110,8 +111,13 @@ class Replicated : public DataParallel {
 
 }  // namespace
 
-std::unique_ptr<DataParallel> replicate(const ModelChunks& chunks, CommPtr group, DataParallelOptions o) {
+std::unique_ptr<DataParallel> dp::replicated(const ModelChunks& chunks, CommPtr group, DataParallelOptions o) {
   return std::make_unique<Replicated>(chunks, std::move(group), std::move(o));
+}
+
+std::unique_ptr<DataParallel> replicate(const ModelChunks& chunks, CommPtr group, DataParallelOptions o) {
+  if (dp::splitsExperts(chunks, o)) return dp::splitExperts(chunks, std::move(group), std::move(o), false);
+  return dp::replicated(chunks, std::move(group), std::move(o));
 }
 
 }  // namespace tessera

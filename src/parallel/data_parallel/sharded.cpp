@@ -10,6 +10,7 @@
 #include "tessera/parallel/data_parallel/fsdp/optimizer.h"
 #include "parallel/data_parallel/pieces.h"
 #include "parallel/data_parallel/sharded_pieces.h"
+#include "parallel/data_parallel/wrappers.h"
 
 namespace tessera {
 
@@ -73,7 +74,7 @@ class Sharded : public DataParallel {
     }
     return out;
   }
-  bool gradientsSharded() const override { return true; }
+  CommPtr normGroup() const override { return fsdp_->world(); }
 
   at::Tensor partGrad(size_t chunk, size_t part) override {
     const size_t u = unitOf_.at(chunk).at(part);
@@ -146,8 +147,13 @@ PartUnits partUnits(const std::vector<ModelPart>& parts, const std::string& pref
   return out;
 }
 
-std::unique_ptr<DataParallel> shard(const ModelChunks& chunks, CommPtr group, DataParallelOptions o) {
+std::unique_ptr<DataParallel> dp::sharded(const ModelChunks& chunks, CommPtr group, DataParallelOptions o) {
   return std::make_unique<Sharded>(chunks, std::move(group), std::move(o));
+}
+
+std::unique_ptr<DataParallel> shard(const ModelChunks& chunks, CommPtr group, DataParallelOptions o) {
+  if (dp::splitsExperts(chunks, o)) return dp::splitExperts(chunks, std::move(group), std::move(o), true);
+  return dp::sharded(chunks, std::move(group), std::move(o));
 }
 
 }  // namespace tessera

@@ -42,6 +42,12 @@ class SizedStorages {
 
 }  // namespace
 
+std::vector<checkpoint::Piece> piecesOfSized(const std::vector<NamedParam>& params,
+                                             const DataParallel::PieceSource& source) {
+  SizedStorages sized(params);
+  return source();
+}
+
 Places placesInUnits(const FullyShardedDataParallel& fsdp) {
   Places where;
   for (size_t u = 0; u < fsdp.numUnits(); ++u) {

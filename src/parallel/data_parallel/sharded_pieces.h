@@ -35,6 +35,10 @@ std::vector<checkpoint::Piece> fsdpTrainingPieces(FullyShardedDataParallel& fsdp
                                                   const std::shared_ptr<FlatFull>& full);
 // After a load into `full`: this rank's shard of each buffer back into FSDP and the optimizer.
 void keepShards(FullyShardedDataParallel& fsdp, ShardedAdamW& adam, const FlatFull& full, int64_t step);
+// `source`'s pieces taken while every resharded parameter of `params` has a storage sized for its
+// views (none is allocated or gathered), as fsdpTrainingPieces takes them. Local.
+std::vector<checkpoint::Piece> piecesOfSized(const std::vector<NamedParam>& params,
+                                             const DataParallel::PieceSource& source);
 // An export's lookup: a unit all-gathered (collective) when one of its tensors is first asked for.
 DataParallel::Lookup gatheringLookup(FullyShardedDataParallel& fsdp, const DataParallel::PieceSource& modelPieces,
                                      const std::vector<NamedParam>& params);

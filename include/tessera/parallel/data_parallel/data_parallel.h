@@ -3,8 +3,10 @@
 // replicated (DDP, ddp/ddp.h, with AdamW over whole parameters) or sharded (FSDP, fsdp/fsdp.h, with
 // ShardedAdamW), so a trainer never branches on which. It runs the chunks' parts, holds gradient
 // synchronisation off for a step's micro-batches, steps the optimizer, and hands checkpoints and
-// exports the parameters and optimizer state as boxes of the unsharded tensors. Construction and
-// the steps are collective over the data group; part runs are collective as the wrapper's ops are.
+// exports the parameters and optimizer state as boxes of the unsharded tensors. With expert
+// parallelism (options.ep) the parameters marked `expert` go to a second wrapper of the same kind
+// over options.expertData, the rest over the data group (experts.cpp). Construction and the steps
+// are collective over the data group; part runs are collective as the wrapper's ops are.
 #include <ATen/core/Tensor.h>
 
 #include <functional>
@@ -37,6 +39,9 @@ struct DataParallelOptions {
   std::vector<std::string> chunkNames;
   std::function<bool(const ModelPart&)> keepGathered;
   bool autoPrefetchBudget = false;  // fsdp.prefetchBudgetBytes from the units (autoPrefetchBudget)
+  // Expert parallel (ProcessMesh::expertGroup / expertDataGroup): the ep ranks splitting the
+  // experts, and the ranks of the data group holding the same experts as this one. Null: none.
+  CommPtr ep, expertData;
 };
 
 // Checkpoint pieces of the model and its optimizer state (value, "optim.exp_avg.<name>",
@@ -60,9 +65,10 @@ class DataParallel {
   // what hold() kept local. Collective. Sharded: refused (it reduces inside backward).
   virtual void reduceHeld() = 0;
   // This rank's gradients as weighted pieces for the global norm (weights from NamedParam's
-  // replication over tp, of size `tp`), and whether they are shards to sum over the data group.
+  // replication over tp, of size `tp`), and the group over which the pieces' squares are summed
+  // (the data group for shards, the ep group for experts beside replicas; null: identical replicas).
   virtual std::vector<GradPiece> gradPieces(int tp) const = 0;
-  virtual bool gradientsSharded() const = 0;
+  virtual CommPtr normGroup() const = 0;
   // The gradient (shard) of part `part` of chunk `chunk`, which must own exactly one parameter (a
   // tied table's copy, summed over the pipeline's embedding group). Local.
   virtual at::Tensor partGrad(size_t chunk, size_t part) = 0;
