@@ -81,6 +81,22 @@ void keepEarlierLog(const std::string& path) {
 std::string jsonNumber(double x) { return x < 0 ? "null" : fmt::format("{:.6g}", x); }
 // A value that may be NaN or infinite: JSON has no such numbers, so null (the record says why).
 std::string jsonFinite(double x) { return std::isfinite(x) ? fmt::format("{:.9g}", x) : "null"; }
+// The step's routing for an MoE model (empty for a dense one): the worst layer's load spread, drops,
+// the balance and z losses where their coefficients are set.
+std::string moeJson(const StepReport& r) {
+  if (r.moeLoadMax < 0) return "";
+  return fmt::format(
+      ", \"moe_load_max_over_mean\": {:.4f}, \"moe_load_min_over_mean\": {:.4f}, \"moe_dropped_frac\": {:.6f}, "
+      "\"moe_aux_loss\": {}, \"moe_z_loss\": {}",
+      r.moeLoadMax, r.moeLoadMin, r.moeDropped, jsonFinite(r.moeAuxLoss), jsonFinite(r.moeZLoss));
+}
+std::string moeText(const StepReport& r, const models::MoeConfig& m) {
+  if (r.moeLoadMax < 0) return "";
+  return fmt::format(" | moe: load max/mean {:.2f}, min/mean {:.2f}{}{}{}", r.moeLoadMax, r.moeLoadMin,
+                     m.capacityFactor > 0 ? fmt::format(", dropped {:.2f}%", 100 * r.moeDropped) : "",
+                     m.auxLossCoef > 0 ? fmt::format(", aux {:.4f}", r.moeAuxLoss) : "",
+                     m.zLossCoef > 0 ? fmt::format(", z {:.3f}", r.moeZLoss) : "");
+}
 // `s` as a JSON string literal.
 std::string jsonString(const std::string& s) {
   std::string out = "\"";
@@ -143,7 +159,7 @@ void Trainer::State::logStep(const StepReport& r) {
   }
   log::info(
       "step {}/{} loss {:.6f}{} | lr {:.3g} | grad norm {:.4f} | {:.0f} tok/s{} | step {:.1f} ms: compute ~{:.1f}, "
-      "exposed dp comm ~{}, bubble ~{:.1f}, optimizer {:.1f} | peak {:.2f} GiB{}{}{}",
+      "exposed dp comm ~{}, bubble ~{:.1f}, optimizer {:.1f} | peak {:.2f} GiB{}{}{}{}",
       r.step, o.optim.steps, r.loss, r.validLoss >= 0 ? fmt::format(" | valid loss {:.6f}", r.validLoss) : "", r.lr,
       r.gradNorm, r.tokensPerS, r.mfu >= 0 ? fmt::format(" | MFU {:.1f}%", 100 * r.mfu) : "", r.stepMs, r.computeMsEst,
       r.dpSyncMsEst >= 0 ? fmt::format("{:.1f}", r.dpSyncMsEst) : "n/a", r.bubbleMsEst, r.optimizerMs, r.peakMemGiB,
@@ -156,6 +172,7 @@ void Trainer::State::logStep(const StepReport& r) {
       r.fp8Values >= 0
           ? fmt::format(" | fp8: {} values, {} underflowed, {} saturated", r.fp8Values, r.fp8Underflows, r.fp8Saturated)
           : "",
+      moeText(r, o.model.cfg.moe),
       r.skipped     ? " | NOT FINITE: update skipped"
       : r.nonFinite ? " | NOT FINITE"
                     : "");
@@ -165,7 +182,7 @@ void Trainer::State::logStep(const StepReport& r) {
                "\"grad_norm\": {}, \"step_ms\": {:.3f}, "
                "\"tokens_per_s\": {:.1f}, \"mfu\": {}, \"peak_mem_gib\": {:.4f}, \"pipeline_ms\": {:.3f}, "
                "\"optimizer_ms\": {:.3f}, \"compute_ms_est\": {:.3f}, \"dp_sync_ms_est\": {}, "
-               "\"bubble_ms_est\": {:.3f}, \"wall_s\": {:.3f}{}{}{}}}",
+               "\"bubble_ms_est\": {:.3f}, \"wall_s\": {:.3f}{}{}{}{}}}",
                r.step, jsonFinite(r.loss), r.validLoss >= 0 ? jsonFinite(r.validLoss) : "null", r.lr,
                jsonFinite(r.gradNorm), r.stepMs, r.tokensPerS, jsonNumber(r.mfu), r.peakMemGiB, r.pipelineMs,
                r.optimizerMs, r.computeMsEst, jsonNumber(r.dpSyncMsEst), r.bubbleMsEst,
@@ -180,7 +197,7 @@ void Trainer::State::logStep(const StepReport& r) {
                                  r.memStepStartGiB, r.memBeforeBackwardGiB, r.memPeakForwardGiB, r.memPeakBackwardGiB,
                                  r.memPeakOptimizerGiB)
                    : "",
-               r.nonFinite ? fmt::format(", \"nonfinite\": true, \"skipped\": {}", r.skipped) : "")
+               moeJson(r), r.nonFinite ? fmt::format(", \"nonfinite\": true, \"skipped\": {}", r.skipped) : "")
         << std::endl;
 }
 

@@ -63,6 +63,7 @@ struct Trainer::State {
     std::shared_ptr<StreamMarks> marks;  // the step's start, its pipeline's end, the optimizer's end, its end
     Readback values;                     // float: loss, grad norm, peak, the five memory phases
     Readback fp8;                        // --fp8: int64 {values, underflows, saturated} over the world
+    Readback moe;                        // MoE: moe_stats.cpp's figures over the world
   };
   Pending queueStep(const data::TokenBatch& batch);
   StepReport finishStep(Pending& p);
@@ -72,8 +73,12 @@ struct Trainer::State {
   // The optimizer step, or with --nan-policy skip-step and a non-finite flag anywhere (`nonFinite`:
   // this rank's), the gradients dropped; too many skips in a row end the run (NonFiniteError).
   void update(Pending& p, const at::Tensor& nonFinite, const GradNormClip& clip);
-  // MoE layers' selection biases moved by the step's expert loads (models/moe.h; biasUpdateRate).
-  void balanceExperts();
+  // moe_stats.cpp, after the update: the step's routing figures queued (collective over the world,
+  // no host wait), then the MoE layers' selection biases moved by the step's expert loads
+  // (models/moe.h; biasUpdateRate). readMoeStats: the figures into the report (< 0: a dense model).
+  void afterUpdateMoe(Pending& p);
+  void queueMoeStats(Pending& p);
+  void readMoeStats(Pending& p, StepReport& rep);
   std::string keptCheckpoint() const;  // what a stopped run says of its last checkpoint
   // The last finished step's marks when the device went on from its end to the next step (no
   // validation, checkpoint or export between): a step's time runs from that end to its own.

@@ -96,7 +96,7 @@ Trainer::State::Pending Trainer::State::queueStep(const data::TokenBatch& batch)
       (at::logical_not(at::isfinite(l)) | at::logical_not(at::isfinite(clip.norm.reshape({1})))).to(at::kFloat);
   if (saver) saver->beforeUpdate();  // a save's host copies read the parameters: update after them
   update(p, nonFinite, clip);
-  balanceExperts();
+  afterUpdateMoe(p);
   p.marks->mark();
   if (o.precision.fp8 != fp8::Recipe::Off) {                          // validation's casts are counted in the next step
     auto sums = kernels::takeFp8CountsOn(device, fp8::takeCounts());  // the GPU casts' and the CPU emulation's
@@ -114,17 +114,6 @@ Trainer::State::Pending Trainer::State::queueStep(const data::TokenBatch& batch)
   p.values.queue(at::cat({l, clip.norm.reshape({1}).to(at::kFloat), peak}));
   p.marks->mark();  // the step's end: its last kernel queued
   return p;
-}
-
-void Trainer::State::balanceExperts() {
-  if (o.model.cfg.moe.experts == 0 || o.model.cfg.moe.biasUpdateRate == 0) return;
-  std::vector<CommPtr> groups{par.mesh->dataGroup()};  // every rank routing other tokens with the same bias
-  if (o.parallel.sequenceParallel) groups.push_back(par.mesh->tpGroup());
-  for (auto& chunk : par.chunks) {
-    for (auto& b : chunk->blocks) {
-      if (auto* l = dynamic_cast<models::LlamaBlockImpl*>(b.get()); l && l->moe) l->moe->updateBias(groups);
-    }
-  }
 }
 
 void Trainer::State::update(Pending& p, const at::Tensor& nonFinite, const GradNormClip& clip) {
@@ -166,6 +155,7 @@ StepReport Trainer::State::finishStep(Pending& p) {
     const int64_t* n = c.data_ptr<int64_t>();
     rep.fp8Values = n[0], rep.fp8Underflows = n[1], rep.fp8Saturated = n[2];
   }
+  readMoeStats(p, rep);
   rep.pipelineMs = p.marks->ms(0, 1);
   rep.optimizerMs = p.marks->ms(1, 2);
   // On the device's clock: from the previous step's end when the device went on from it to this

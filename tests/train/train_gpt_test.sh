@@ -179,6 +179,18 @@ case $CASE in
       grep -q "${BASH_REMATCH[1]} positions" "$WORK/got.jsonl" || fail "the model has no ${BASH_REMATCH[1]} positions"
     fi
     compare got --rtol "$RTOL"
+    if [[ ${TESSERA_TRAIN_PRESET:-} == moe-tiny ]]; then  # step 1 routes the same tokens by the same weights
+      python3 - "$WORK/ref.jsonl" "$WORK/got.jsonl" <<'PY' || fail "the MoE load figures of step 1 differ or are missing"
+import json, sys
+def first(f):
+    return next(json.loads(l) for l in open(f) if '"step": 1,' in l)
+a, b = first(sys.argv[1]), first(sys.argv[2])
+keys = ("moe_load_max_over_mean", "moe_load_min_over_mean")
+print("MoE step 1:", {k: (a.get(k), b.get(k)) for k in keys})
+assert all(k in a and k in b for k in keys) and a[keys[0]] >= 1.0 >= a[keys[1]] >= 0
+assert all(abs(a[k] - b[k]) <= 1e-4 for k in keys)
+PY
+    fi
     ;;
   fp8_layout)  # fp8_layout <nproc> <flags...>, with --fp8 in TESSERA_TRAIN_MODEL_FLAGS
     # An FP8 code flips where float32 sums taken in another order cross a rounding boundary, and

@@ -34,7 +34,8 @@ struct MoeOptions {
   uint64_t seed = 1234;
 };
 
-// Routing and load of the forwards since the last takeStats() (this rank's tokens).
+// Routing and load of the training forwards (autograd on: not validation, not the pipeline's shape
+// probe; with full recompute, the recomputation) since the last reset (this rank's tokens).
 struct MoeStats {
   at::Tensor load;      // [E] int64: assignments per expert (kept ones)
   int64_t dropped = 0;  // assignments over capacity
@@ -57,6 +58,11 @@ class MoeImpl : public torch::nn::Module {
   // each group. The load is reset; the bias is left alone when the rate is 0.
   void updateBias(const std::vector<CommPtr>& groups);
   MoeStats takeStats();  // local; resets the counters
+  // The same without a host wait: [E + 3] float32 on the weights' device: the load per expert since
+  // the last reset, the last forward's balance and z losses (0 when not computed), the dropped
+  // assignments. Local; resetLoad() zeroes the load and the drops (updateBias does too).
+  at::Tensor statsOnDevice() const;
+  void resetLoad();
 
   at::Tensor router;         // [E, d]
   at::Tensor w1, w3, w2;     // this rank's experts: [El, f, d], [El, f, d], [El, d, f]

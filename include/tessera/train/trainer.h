@@ -38,6 +38,10 @@ struct StepReport {
   bool nonFinite = false, skipped = false;
   // --fp8: the step's casts summed over the ranks (fp8::Counts); values < 0 without --fp8.
   int64_t fp8Values = -1, fp8Underflows = 0, fp8Saturated = 0;
+  // MoE (< 0 for a dense model): the step's expert load over every rank's tokens, per sparse layer,
+  // as max / mean and min / mean (the worst layers'); the share of assignments dropped (capacity);
+  // the balance and z losses before their coefficients, averaged over layers and ranks.
+  double moeLoadMax = -1, moeLoadMin = -1, moeDropped = -1, moeAuxLoss = -1, moeZLoss = -1;
   // --breakdown on GPUs, the fullest rank's GiB (< 0: not measured): allocated at the step's start
   // and before its first backward; the peak of the forward, the backward, the optimizer phase.
   double memStepStartGiB = -1, memBeforeBackwardGiB = -1, memPeakForwardGiB = -1, memPeakBackwardGiB = -1,

@@ -18,6 +18,9 @@ at::Tensor MoeImpl::experts(const at::Tensor& x2, const at::Tensor& chosen, cons
                             at::Tensor counts) {
   const auto& m = cfg_.moe;
   const int64_t n = x2.size(0), k = chosen.size(1), e = m.experts;
+  // Training forwards count (with full recompute, the recomputation in backward), not validation or
+  // the pipeline's shape probe, which run without autograd.
+  const bool counting = at::GradMode::is_enabled();
   auto flat = chosen.reshape(-1);
   // Assignments by expert, in token order within an expert (a stable sort).
   auto order = std::get<1>(at::sort(flat, /*stable=*/true, /*dim=*/0, /*descending=*/false));
@@ -26,12 +29,14 @@ at::Tensor MoeImpl::experts(const at::Tensor& x2, const at::Tensor& chosen, cons
     auto starts = at::cumsum(counts, 0) - counts;
     auto pos = at::arange(n * k, flat.options()) - starts.index_select(0, flat.index_select(0, order));
     auto keep = pos < cap;
-    dropped_ += (n * k) - keep.sum().item<int64_t>();
+    if (counting) dropped_ += (n * k) - keep.sum().item<int64_t>();
     order = order.masked_select(keep);
     counts = at::clamp_max(counts, cap);
   }
-  if (!load_.defined()) load_ = at::zeros({e}, counts.options());
-  load_ += counts;
+  if (counting) {
+    if (!load_.defined()) load_ = at::zeros({e}, counts.options());
+    load_ += counts;
+  }
   auto token = at::div(order, k, "floor");
   auto xs = x2.index_select(0, token);
   at::Tensor ys;

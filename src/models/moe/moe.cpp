@@ -156,9 +156,20 @@ at::Tensor MoeImpl::region(const at::Tensor& w) const {
 MoeStats MoeImpl::takeStats() {
   MoeStats s{load_.defined() ? load_.cpu().clone() : at::zeros({cfg_.moe.experts}, at::kLong), dropped_, tokens_,
              aux_.defined() ? aux_.item<double>() : 0.0, z_.defined() ? z_.item<double>() : 0.0};
+  resetLoad();
+  return s;
+}
+
+at::Tensor MoeImpl::statsOnDevice() const {
+  const auto opt = at::TensorOptions().dtype(at::kFloat).device(router.device());
+  auto load = load_.defined() ? load_.to(at::kFloat) : at::zeros({cfg_.moe.experts}, opt);
+  auto scalar = [&](const at::Tensor& t) { return t.defined() ? t.reshape({1}).to(at::kFloat) : at::zeros({1}, opt); };
+  return at::cat({load, scalar(aux_), scalar(z_), at::full({1}, static_cast<double>(dropped_), opt)});
+}
+
+void MoeImpl::resetLoad() {
   if (load_.defined()) load_.zero_();
   dropped_ = tokens_ = 0;
-  return s;
 }
 
 void MoeImpl::updateBias(const std::vector<CommPtr>& groups) {
@@ -170,7 +181,7 @@ void MoeImpl::updateBias(const std::vector<CommPtr>& groups) {
     at::NoGradGuard ng;
     bias.add_(at::sign(load.mean() - load).to(bias.device()) * cfg_.moe.biasUpdateRate);
   }
-  if (load_.defined()) load_.zero_();
+  resetLoad();
 }
 
 }  // namespace tessera::models
