@@ -37,5 +37,6 @@ void bindCheckpoint(pb::module_& m);
 void bindModels(pb::module_& m);
 void bindHf(pb::module_& m);
 void bindTrain(pb::module_& m);
+void bindMoe(pb::module_& m);
 
 }  // namespace tessera::py

@@ -74,4 +74,5 @@ PYBIND11_MODULE(_C, m) {
   bindModels(m);
   bindHf(m);
   bindTrain(m);
+  bindMoe(m);
 }

@@ -4,7 +4,7 @@
 # Brown corpus under torchrun on 4 ranks (Gloo). Exit 0 pass, 1 fail, 77 skip.
 #
 #   train_test.sh <python> <train_gpt> <case>
-# cases: ddp_2x2      DDP, dp 2 x tp 2, with validation
+# cases: ddp_2x2      DDP, dp 2 x tp 2, with validation; the MoE twin (moe-tiny) with its experts over --ep 2
 #        fsdp_2x2     FSDP, dp 2 x tp 2, saved at step 3 by Python and resumed by train_gpt to step 5
 #        cp2_fp8      dp 2 x cp 2 with --fp8 tensorwise (the CPU emulation)
 #        pp2_zb       pp 2 x tp 2 with the zero-bubble schedule (ZB-H1) and the tied table over pp
@@ -48,9 +48,10 @@ same() {  # same <ref log> <log> [--steps a-b]: bitwise equal losses and gradien
 
 case $CASE in
   ddp_2x2)
-    gpt ref --dp 2 --tp 2 --eval-every 5 --eval-batches 2
-    example got --dp 2 --tp 2 --eval-every 5 --eval-batches 2
+    gpt ref --dp 2 --tp 2 --eval-every 5 --eval-batches 2 --model moe-tiny --ep 2
+    example got --dp 2 --tp 2 --eval-every 5 --eval-batches 2 --model moe-tiny --ep 2
     grep -qE "step 5/5 loss [0-9.]+ \| valid loss [0-9.]+ \| lr" "$OUT" || fail "no progress line with validation"
+    grep -qE "step 5/5 .* \| moe: load max/mean [0-9.]+" "$OUT" || fail "no MoE routing in the progress line"
     same ref got
     ;;
   fsdp_2x2)
