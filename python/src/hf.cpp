@@ -54,8 +54,9 @@ void bindHf(pb::module_& m) {
         auto ps = toPieces(pieces);
         pb::gil_scoped_release nogil;
         const hf::SafetensorsCheckpoint ck(dir);
-        hf::checkLlamaTensors(ck, hf::readLlamaConfig(dir));
-        hf::fillLlamaPieces(ck, ps);
+        const auto c = hf::readLlamaConfig(dir);
+        hf::checkLlamaTensors(ck, c);
+        hf::fillLlamaPieces(ck, c, ps);
       },
       pb::arg("hf_dir"), pb::arg("pieces"),
       "Local: fills each (tessera name, global shape, offset, tensor) in place from the HF tensors' slices");
