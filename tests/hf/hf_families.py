@@ -2,11 +2,13 @@
 """Tiny Hugging Face Qwen3, Mixtral, Qwen3-MoE and OLMoE models written and run without tessera or
 transformers (Debian's python3 + torch + numpy; hf_llama.py's independent safetensors writer).
 
-  hf_families.py golden FILE CONFIG   tessera's logits and gradients (FILE, a pickle of tensors by
-                                      HF name: test_families.cpp) against forward() below
+  hf_families.py golden FILE CONFIG [FILE CONFIG ...]  tessera's logits and gradients (FILE, a
+                           pickle of tensors by HF name: test_families.cpp) against forward() below
   hf_families.py write DIR            one tiny directory per family under DIR
-  hf_families.py compare A B          B holds A's tensors (same names, equal values) and config
-
+  hf_families.py compare A B [A B ...]  B holds A's tensors (same names, equal values) and config
+  hf_families.py generate DIR FILE [DIR FILE ...]  tessera's greedy continuation of DIR's model and
+                           its logits (FILE, a pickle: test_families.cpp) against forward() rerun
+(pairs in one process: torch's import is most of the cost)
 forward(c, w, tokens) follows transformers' modeling_{qwen3,mixtral,qwen3_moe,olmoe}: rotate-half
 rotary with head_dim (not hidden/heads when given); Qwen3's q_norm/k_norm per head over head_dim
 after the view, OLMoE's over the whole q/k projection before it, both RMSNorm before the rotation;
@@ -233,11 +235,27 @@ def compare(a, b):
     return 1 if bad else 0
 
 
+def generate(path, file):
+    """The prompt's greedy continuation and every step's logits, rerunning the whole sequence."""
+    c, w = H.read_model(path)
+    d = torch.load(file)
+    ids, bad = d["prompt"][0].tolist(), []
+    for step, got in enumerate(d["tokens"].tolist()):
+        want = forward(c, w, torch.tensor([ids]))[0, -1]
+        rel = (d["logits"][step] - want).abs().max().item() / want.abs().max().item()
+        if rel > 1e-5 or int(want.argmax()) != got:
+            bad.append(f"step {step}: token {got}, reference {int(want.argmax())}; logits differ by {rel:.2e}")
+            break
+        ids.append(got)
+    print("\n".join(["MISMATCH " + b for b in bad] + [("FAILED" if bad else "ok") + f": {path} greedy, "
+                                                      f"{len(d['tokens'])} steps"]))
+    return 1 if bad else 0
+
+
 if __name__ == "__main__":
-    cmd = sys.argv[1]
-    if cmd == "golden":
-        sys.exit(golden(sys.argv[2], sys.argv[3]))
+    cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "write":
-        write(sys.argv[2])
+        write(args[0])
         sys.exit(0)
-    sys.exit(compare(sys.argv[2], sys.argv[3]))
+    fn = {"generate": generate, "golden": golden, "compare": compare}[cmd]
+    sys.exit(max(fn(a, b) for a, b in zip(args[0::2], args[1::2])))

@@ -5,6 +5,9 @@
 //   names (hf/families.h) and the config.json tessera writes: logits and every gradient.
 // - Tensor parallel: the q/k norms over tp 2 (per head and whole, kv heads split and replicated,
 //   with sequence parallel and selective recompute) against one process: loss and every gradient.
+// - Generation: tessera's greedy continuation of a tiny HF directory of each family (written by
+//   hf_families.py; the KV cache's decode path with q/k norms and experts) and its logits equal
+//   the reference's rerun of the whole sequence.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -18,6 +21,8 @@
 #include "harness/multiprocess.h"
 #include "hf/families.h"
 #include "hf/llama.h"
+#include "tessera/hf/model_source.h"
+#include "tessera/models/generate.h"
 #include "tessera/models/lm.h"
 
 using namespace tessera;
@@ -112,16 +117,18 @@ TESSERA_WORKER(families_golden_dump) {
 }  // namespace
 
 TEST(FamiliesGolden, MatchIndependentHuggingFaceStyleModels) {
+  std::string pairs;
+  std::vector<std::string> files;
   for (const char* family : {"qwen3", "mixtral", "qwen3_moe", "olmoe"}) {
     const auto file =
         std::filesystem::temp_directory_path() / fmt::format("tessera-family-{}-{}.pt", ::getpid(), family);
     expectAllOk(runWorkers("families_golden_dump", {.ranks = 1, .arg = fmt::format("{}|{}", file.string(), family)}));
-    const auto cmd = fmt::format("/usr/bin/python3 {}/tests/hf/hf_families.py golden {} {}.json", TESSERA_SOURCE_DIR,
-                                 file.string(), file.string());
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    std::filesystem::remove(file);
-    std::filesystem::remove(file.string() + ".json");
+    pairs += fmt::format(" {} {}.json", file.string(), file.string());
+    files.push_back(file.string());
   }
+  const auto cmd = fmt::format("/usr/bin/python3 {}/tests/hf/hf_families.py golden{}", TESSERA_SOURCE_DIR, pairs);
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  for (const auto& f : files) std::filesystem::remove(f), std::filesystem::remove(f + ".json");
 }
 
 namespace {
@@ -168,3 +175,43 @@ TESSERA_WORKER(families_qk_norm_tp) {
 }  // namespace
 
 TEST(FamiliesQkNorm, TensorParallelMatchesOneProcess) { expectAllOk(runWorkers("families_qk_norm_tp", {.ranks = 2})); }
+
+namespace {
+
+// arg: "DIR|FILE": DIR's model continues a prompt greedily; FILE gets the prompt, tokens, logits.
+TESSERA_WORKER(families_generate_dump) {
+  auto ctx = initWorker(w);
+  const auto bar = w.arg.find('|');
+  const auto source = hf::openModel(w.arg.substr(0, bar));
+  auto m = hf::loadWholeModel(source, ctx.world, at::kCPU);
+  const auto prompt = at::tensor({3, 17, 42, 5}, at::kLong).view({1, 4});
+  models::GenerateOptions o;
+  o.maxNewTokens = 6;
+  o.keepLogits = true;
+  const auto g = models::generate(*m, prompt, o);
+  c10::Dict<std::string, at::Tensor> d;
+  d.insert("prompt", prompt);
+  d.insert("tokens", at::tensor(g.tokens[0], at::kLong));
+  std::vector<at::Tensor> rows;
+  for (const auto& l : g.logits) rows.push_back(l[0]);
+  d.insert("logits", at::stack(rows));
+  const auto bytes = torch::pickle_save(c10::IValue(d));
+  std::ofstream(w.arg.substr(bar + 1), std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace
+
+TEST(FamiliesGolden, GreedyGenerationMatchesTheReference) {
+  const auto root = std::filesystem::temp_directory_path() / fmt::format("tessera-families-{}", ::getpid());
+  const auto script = fmt::format("/usr/bin/python3 {}/tests/hf/hf_families.py", TESSERA_SOURCE_DIR);
+  ASSERT_EQ(std::system(fmt::format("{} write {}", script, root.string()).c_str()), 0);
+  std::string pairs;
+  for (const char* family : {"qwen3", "mixtral", "qwen3_moe", "olmoe"}) {
+    const std::string dir = (root / family).string(), file = (root / family).string() + ".pt";
+    expectAllOk(runWorkers("families_generate_dump", {.ranks = 1, .arg = dir + "|" + file}));
+    pairs += " " + dir + " " + file;
+  }
+  EXPECT_EQ(std::system(fmt::format("{} generate{}", script, pairs).c_str()), 0) << pairs;
+  std::filesystem::remove_all(root);
+}
