@@ -211,7 +211,8 @@ def main():
     bad = [(dict(attention_bias=True), {}, "attention_bias"), (dict(mlp_bias=True), {}, "mlp_bias"),
            (dict(hidden_act="gelu"), {}, "hidden_act is 'gelu'"),
            (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), {}, "rope_type is 'yarn'"),
-           (dict(head_dim=32), {}, "head_dim is 32"),
+           (dict(head_dim=32), {}, "self_attn.k_proj.weight' has shape [64, 64], the config gives [128, 64]"),
+           (dict(kv_lora_rank=512), {}, "kv_lora_rank is set: multi-head latent attention"),
            ({}, dict(drop="model.layers.1.mlp.up_proj.weight"), "1 missing: model.layers.1.mlp.up_proj.weight"),
            ({}, dict(bias=True), "q_proj.bias' (a bias"),
            ({}, dict(shape=True), "has shape [64, 32], the config gives [64, 64]")]

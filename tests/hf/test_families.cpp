@@ -13,8 +13,6 @@
 #include <torch/serialize.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "harness/multiprocess.h"
 #include "hf/convert.h"
@@ -30,16 +28,6 @@ using namespace tessera::testing;
 namespace {
 
 models::ModelConfig parseJson(const nlohmann::json& j) { return llamaConfigFromHf(ConfigJson(j, "cfg.json")); }
-
-std::string errorText(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
 
 // The published config.json files' fields (Hugging Face hub, 2024-2025).
 nlohmann::json published(const std::string& preset) {
@@ -174,7 +162,7 @@ TEST(HfFamilies, RefusalsNameTheField) {
   for (const auto& [preset, field, value, want] : in) {
     auto j = published(preset);
     j[field] = value;
-    const auto e = errorText([&] { parseJson(j); });
+    const auto e = errorOf([&] { parseJson(j); });
     EXPECT_NE(e.find(want), std::string::npos) << field << ": " << e;
   }
   const auto moe = models::presetConfig("moe-tiny");  // a shared expert, layer 0 dense
@@ -191,10 +179,10 @@ TEST(HfFamilies, RefusalsNameTheField) {
   for (const auto& [change, want] : out) {
     auto c = olmoe;
     change(c);
-    const auto e = errorText([&] { llamaConfigToHf(c, "float32"); });
+    const auto e = errorOf([&] { llamaConfigToHf(c, "float32"); });
     EXPECT_NE(e.find(want), std::string::npos) << want << ": " << e;
   }
-  EXPECT_NE(errorText([&] { tensorMap(moe); }).find("moe.sharedFfn is 64"), std::string::npos);
+  EXPECT_NE(errorOf([&] { tensorMap(moe); }).find("moe.sharedFfn is 64"), std::string::npos);
 }
 
 TEST(HfFamilies, ExpertNames) {
@@ -217,17 +205,6 @@ TEST(HfFamilies, ExpertNames) {
   EXPECT_EQ(n[11].hf[127], "model.layers.0.mlp.experts.127.gate_proj.weight");
 }
 
-namespace {
-
-std::string bytesOf(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
-
 using HfFamiliesDir = HfDir;
 
 TEST_F(HfFamiliesDir, ImportExportRoundTrips) {
@@ -247,7 +224,7 @@ TEST_F(HfFamiliesDir, ImportExportRoundTrips) {
     exportLlama(path("ck2") + "/" + family, path("again") + "/" + family, o);
     size_t files = 0;
     for (const auto& f : std::filesystem::directory_iterator(out)) {
-      EXPECT_EQ(bytesOf(f.path()), bytesOf(std::filesystem::path(path("again")) / family / f.path().filename()))
+      EXPECT_EQ(readBytes(f.path()), readBytes(path("again") + "/" + family + "/" + f.path().filename().string()))
           << family << ": " << f.path().filename();
       ++files;
     }

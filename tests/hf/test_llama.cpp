@@ -39,24 +39,6 @@ nlohmann::json tinyConfig() {
 
 models::ModelConfig parse(const nlohmann::json& j) { return llamaConfigFromHf(ConfigJson(j, "cfg.json")); }
 
-// The error of `f`, which must throw.
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
-
-std::string readBytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 using HfLlama = HfDir;
 
 TEST(HfLlamaConfig, EveryFieldMaps) {
