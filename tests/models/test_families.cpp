@@ -4,7 +4,7 @@
 //   transformers' conventions (tests/hf/hf_families.py), which reads tessera's weights by their HF
 //   names (hf/families.h) and the config.json tessera writes: logits and every gradient.
 // - Tensor parallel: the q/k norms over tp 2 (per head and whole, kv heads split and replicated,
-//   with sequence parallel and selective recompute) against one process: loss and every gradient.
+//   with sequence parallel, recompute and the fused ops) against one process: loss and every gradient.
 // - Generation: tessera's greedy continuation of a tiny HF directory of each family (written by
 //   hf_families.py; the KV cache's decode path with q/k norms and experts) and its logits equal
 //   the reference's rerun of the whole sequence.
@@ -143,10 +143,12 @@ TESSERA_WORKER(families_qk_norm_tp) {
     int64_t kv;
     bool sp;
     nn::Recompute r;
+    bool fused;  // the fused ops' CPU references (norms with the residual adds)
   };
-  for (const auto& k :
-       {Case{QkNorm::PerHead, 1, false, nn::Recompute::None}, Case{QkNorm::Whole, 1, true, nn::Recompute::Selective},
-        Case{QkNorm::Whole, 2, false, nn::Recompute::Full}, Case{QkNorm::PerHead, 2, true, nn::Recompute::None}}) {
+  for (const auto& k : {Case{QkNorm::PerHead, 1, false, nn::Recompute::None, false},
+                        Case{QkNorm::Whole, 1, true, nn::Recompute::Selective, true},
+                        Case{QkNorm::Whole, 2, false, nn::Recompute::Full, false},
+                        Case{QkNorm::PerHead, 2, true, nn::Recompute::None, true}}) {
     auto c = familyConfig("olmoe");
     c.qkNorm = k.norm, c.kvHeads = k.kv, c.moe = {};
     const auto tokens = at::randint(0, c.vocab, {2, c.seqLen}, gen, at::kLong);
@@ -155,7 +157,7 @@ TESSERA_WORKER(families_qk_norm_tp) {
     const auto loss1 = lmLoss(one->forward(tokens), targets, solo, c.vocab);
     loss1.backward();
     LayerOptions o;
-    o.sequenceParallel = k.sp, o.recompute = k.r;
+    o.sequenceParallel = k.sp, o.recompute = k.r, o.fusedKernels = k.fused;
     auto two = drawnModel(c, ctx.world, o);
     const auto loss2 = lmLoss(two->forward(tokens), targets, ctx.world, c.vocab);
     loss2.backward();
