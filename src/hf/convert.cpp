@@ -157,20 +157,23 @@ void exportLlama(const std::string& ckptDir, const std::string& hfDir, const Con
   const DType d = exportDType(o);
   WriteOptions wo;
   wo.maxShardBytes = o.maxShardBytes;
-  CheckpointWriter w(hfDir, exportSpecs(c, d), {}, wo);
+  const auto specs = exportSpecs(c, d);
+  CheckpointWriter w(hfDir, specs, {}, wo);
   log::info("tessera-convert: exporting {} (step {}; {}) to {} as {}", r.dir(), r.metadata().step, c.describe(),
             hfDir, o.dtype);
-  const auto names = tensorMap(c);
-  Progress progress("tessera-convert: export", names.size(), o.progressEvery);
-  for (const auto& n : names) {
+  Progress progress("tessera-convert: export", specs.size(), o.progressEvery);
+  for (const auto& n : tensorMap(c)) {
     if (n.hf.empty()) continue;  // the selection bias: zero (familyOf refuses a model that moves it)
     const auto t = r.read(n.name).to(scalarType(d));
-    for (size_t k = 0; k < n.hf.size(); ++k) w.write(n.hf[k], n.hf.size() == 1 ? t : t[static_cast<int64_t>(k)]);
-    progress.done(static_cast<uint64_t>(t.numel()) * t.element_size());
+    for (size_t k = 0; k < n.hf.size(); ++k) {
+      const auto one = n.hf.size() == 1 ? t : t[static_cast<int64_t>(k)];
+      w.write(n.hf[k], one);
+      progress.done(static_cast<uint64_t>(one.numel()) * one.element_size());
+    }
   }
   const auto files = w.finish();
   writeHfSideFiles(c, base, source, hfDir, o);
-  log::info("tessera-convert: wrote {} ({} tensors in {})", hfDir, names.size(), fmt::join(files, ", "));
+  log::info("tessera-convert: wrote {} ({} tensors in {})", hfDir, specs.size(), fmt::join(files, ", "));
 }
 
 }  // namespace tessera::hf

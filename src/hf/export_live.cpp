@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <map>
@@ -118,6 +119,8 @@ void exportLlamaLive(Communicator& world, const models::ModelConfig& c, const st
   const DType d = o.dtype == "fp32" ? DType::F32 : DType::BF16;
   TESSERA_CHECK(o.dtype == "fp32" || o.dtype == "bf16", "tessera hf: export dtype '{}': bf16 or fp32", o.dtype);
   const auto names = tensorMap(c);
+  const auto total = static_cast<size_t>(
+      std::count_if(names.begin(), names.end(), [](const TensorMap& t) { return !t.hf.empty(); }));
   std::unique_ptr<CheckpointWriter> w;
   if (root) {
     WriteOptions wo;
@@ -152,16 +155,16 @@ void exportLlamaLive(Communicator& world, const models::ModelConfig& c, const st
       }
     }
     ++done;
-    if (root && o.progressEvery > 0 && (done % static_cast<size_t>(o.progressEvery) == 0 || done == names.size())) {
+    if (root && o.progressEvery > 0 && (done % static_cast<size_t>(o.progressEvery) == 0 || done == total)) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      log::info("tessera hf: export to {}: {}/{} tensors, {:.1f} MB, {:.1f} MB/s", hfDir, done, names.size(),
+      log::info("tessera hf: export to {}: {}/{} tensors, {:.1f} MB, {:.1f} MB/s", hfDir, done, total,
                 bytes / 1e6, bytes / 1e6 / std::max(s, 1e-9));
     }
   }
   if (root) {
     w->finish();
     writeHfSideFiles(c, base, source, hfDir, o);
-    log::info("tessera hf: wrote {} ({} tensors, {})", hfDir, names.size(), o.dtype);
+    log::info("tessera hf: wrote {} ({} tensors, {})", hfDir, total, o.dtype);
   }
   world.barrier()->wait();
 }

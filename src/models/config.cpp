@@ -164,7 +164,8 @@ int64_t paramCount(const ModelConfig& c) {
 }
 
 double flopsPerToken(const ModelConfig& c) {
-  const double attention = 12.0 * static_cast<double>(c.layers * c.d * c.seqLen);
+  // The scores and their use per head width: H·hd (= d unless the head size is explicit).
+  const double attention = 12.0 * static_cast<double>(c.layers * c.heads * c.headDim() * c.seqLen);
   if (c.arch == Arch::Gpt && !c.tiedEmbeddings) {
     const int64_t pos = c.positions == Positions::Learned ? c.seqLen * c.d : 0;
     return 6.0 * static_cast<double>(paramCount(c) - pos) + attention;

@@ -114,6 +114,9 @@ TEST(HfFamilies, PresetsAreTheirPublishedConfigs) {
   EXPECT_NEAR(models::paramCount(q) / 1e9, 30.5, 0.1);  // Qwen3-30B-A3B: 30.5 B parameters
   EXPECT_NEAR(models::paramCount(models::presetConfig("mixtral-8x7b")) / 1e9, 46.7, 0.1);
   EXPECT_NEAR(models::paramCount(models::presetConfig("olmoe-1b-7b")) / 1e9, 6.9, 0.1);
+  double active = 0;  // FLOPs: attention over 32 heads of 128 (4096 wide, not d = 2048)
+  for (int64_t l = 0; l < q.layers; ++l) active += static_cast<double>(models::activeBlockParamCount(q, l));
+  EXPECT_DOUBLE_EQ(models::flopsPerToken(q) - 6.0 * (active + 151936.0 * 2048), 12.0 * 48 * 4096 * 40960);
 }
 
 TEST(HfFamilies, EveryFieldBothWays) {

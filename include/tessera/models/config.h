@@ -105,7 +105,7 @@ int64_t blockParamCount(const ModelConfig& c, int64_t layer = 0);
 int64_t activeBlockParamCount(const ModelConfig& c, int64_t layer);
 int64_t paramCount(const ModelConfig& c);
 // Training FLOPs per token (forward + backward): 6 x the parameters every token multiplies
-// (blocks' active ones, and the head's V x d once, tied or not; not the embedding lookup) + 12 L d T for the
+// (blocks' active ones, and the head's V x d once, tied or not; not the embedding lookup) + 12 L (H hd) T for the
 // attention scores and their use (the anchors' GPT count keeps its 6 N with the embedding, as
 // its PyTorch twin counts). GQA's smaller k/v projections and SwiGLU's three matrices enter
 // through the block's parameters.
