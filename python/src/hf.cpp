@@ -14,6 +14,7 @@
 #include "hf/convert.h"
 #include "hf/json_io.h"
 #include "hf/llama.h"
+#include "tessera/common/error.h"
 #include "tessera/hf/safetensors.h"
 
 namespace tessera::py {
@@ -41,12 +42,23 @@ models::ModelConfig configOf(const pb::dict& d) {
   return c;
 }
 
+// The Python Llama (tessera/llama.py) is the plain Llama: a directory of another family (q/k norms,
+// an explicit head size, experts) is refused, not loaded without its norms or experts.
+models::ModelConfig plainLlama(const std::string& dir) {
+  const auto c = hf::readLlamaConfig(dir);
+  TESSERA_CHECK(c.qkNorm == models::QkNorm::None && c.headSize == 0 && c.moe.experts == 0,
+                "tessera.hf: {} is {}: the Python Llama has no q/k norm, explicit head size or experts (train_gpt "
+                "and tessera-convert take it)",
+                dir, c.describe());
+  return c;
+}
+
 }  // namespace
 
 void bindHf(pb::module_& m) {
   auto h = m.def_submodule("hf", "src/hf's Hugging Face Llama mapping (see tessera.hf)");
   h.def(
-      "llama_config", [](const std::string& dir) { return configDict(hf::readLlamaConfig(dir)); }, pb::arg("hf_dir"),
+      "llama_config", [](const std::string& dir) { return configDict(plainLlama(dir)); }, pb::arg("hf_dir"),
       "The tessera Llama config of an HF directory's config.json (refusals name the field)");
   h.def(
       "fill_llama",
@@ -54,8 +66,9 @@ void bindHf(pb::module_& m) {
         auto ps = toPieces(pieces);
         pb::gil_scoped_release nogil;
         const hf::SafetensorsCheckpoint ck(dir);
-        hf::checkLlamaTensors(ck, hf::readLlamaConfig(dir));
-        hf::fillLlamaPieces(ck, ps);
+        const auto c = plainLlama(dir);
+        hf::checkLlamaTensors(ck, c);
+        hf::fillLlamaPieces(ck, c, ps);
       },
       pb::arg("hf_dir"), pb::arg("pieces"),
       "Local: fills each (tessera name, global shape, offset, tensor) in place from the HF tensors' slices");

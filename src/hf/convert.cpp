@@ -12,6 +12,7 @@
 #include "tessera/checkpoint/stream_writer.h"
 #include "tessera/common/error.h"
 #include "tessera/common/log.h"
+#include "hf/families.h"
 #include "hf/json_io.h"
 #include "hf/llama.h"
 #include "tessera/hf/safetensors.h"
@@ -50,11 +51,19 @@ DType exportDType(const ConvertOptions& o) {
   return o.dtype == "bf16" ? DType::BF16 : DType::F32;
 }
 
+}  // namespace
+
 std::vector<TensorSpec> exportSpecs(const ModelConfig& c, DType d) {
   std::vector<TensorSpec> out;
-  for (const auto& n : llamaTensorNames(c)) out.push_back({hfName(n), d, llamaTensorShape(c, n)});
+  for (const auto& t : tensorMap(c)) {
+    for (const auto& h : t.hf) {
+      out.push_back({h, d, t.hf.size() == 1 ? t.shape : std::vector<int64_t>(t.shape.begin() + 1, t.shape.end())});
+    }
+  }
   return out;
 }
+
+namespace {
 
 const char* const kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                                        "tokenizer.model"};
@@ -105,13 +114,13 @@ void importLlama(const std::string& hfDir, const std::string& ckptDir, const Con
   // As a run's checkpoints are laid out (checkpoint/series.h): <ckptDir>/step-0 and `latest`.
   const std::string stepDir = checkpoint::stepDir(ckptDir, 0);
   checkpoint::StreamWriter w(stepDir, wo);
-  const auto names = llamaTensorNames(c);
+  const auto names = tensorMap(c);
   Progress progress("tessera-convert: import", names.size(), o.progressEvery);
-  for (const auto& n : names) {
-    const auto shape = llamaTensorShape(c, n);
-    std::vector<checkpoint::Piece> one{{n, shape, std::vector<int64_t>(shape.size(), 0), at::empty(shape, at::kFloat)}};
-    fillLlamaPieces(ck, one);
-    w.add(n, one[0].local);
+  for (const auto& t : names) {
+    std::vector<checkpoint::Piece> one{
+        {t.name, t.shape, std::vector<int64_t>(t.shape.size(), 0), at::empty(t.shape, at::kFloat)}};
+    fillLlamaPieces(ck, c, one);
+    w.add(t.name, one[0].local);
     progress.done(static_cast<uint64_t>(one[0].local.numel()) * 4);
   }
   std::error_code ec;
@@ -135,8 +144,11 @@ void exportLlama(const std::string& ckptDir, const std::string& hfDir, const Con
                 "it",
                 r.dir());
   const ModelConfig c = models::configFromJson(it->second);
-  TESSERA_CHECK(c.arch == models::Arch::Llama, "tessera hf: the checkpoint {} holds a {}: only the Llama exports to "
-                "Hugging Face", r.dir(), c.describe());
+  try {
+    familyOf(c);
+  } catch (const Error& e) {
+    throw Error(fmt::format("tessera hf: the checkpoint {} cannot be exported: {}", r.dir(), e.what()));
+  }
   std::optional<ConfigJson> base;
   if (auto b = extra.find("hf_config"); b != extra.end()) {
     base = ConfigJson(parseJson(b->second.data(), b->second.size(), r.dir() + ": hf_config"), r.dir() + ": hf_config");
@@ -145,19 +157,23 @@ void exportLlama(const std::string& ckptDir, const std::string& hfDir, const Con
   const DType d = exportDType(o);
   WriteOptions wo;
   wo.maxShardBytes = o.maxShardBytes;
-  CheckpointWriter w(hfDir, exportSpecs(c, d), {}, wo);
+  const auto specs = exportSpecs(c, d);
+  CheckpointWriter w(hfDir, specs, {}, wo);
   log::info("tessera-convert: exporting {} (step {}; {}) to {} as {}", r.dir(), r.metadata().step, c.describe(),
             hfDir, o.dtype);
-  const auto names = llamaTensorNames(c);
-  Progress progress("tessera-convert: export", names.size(), o.progressEvery);
-  for (const auto& n : names) {
-    const auto t = r.read(n).to(scalarType(d));
-    w.write(hfName(n), t);
-    progress.done(static_cast<uint64_t>(t.numel()) * t.element_size());
+  Progress progress("tessera-convert: export", specs.size(), o.progressEvery);
+  for (const auto& n : tensorMap(c)) {
+    if (n.hf.empty()) continue;  // the selection bias: zero (familyOf refuses a model that moves it)
+    const auto t = r.read(n.name).to(scalarType(d));
+    for (size_t k = 0; k < n.hf.size(); ++k) {
+      const auto one = n.hf.size() == 1 ? t : t[static_cast<int64_t>(k)];
+      w.write(n.hf[k], one);
+      progress.done(static_cast<uint64_t>(one.numel()) * one.element_size());
+    }
   }
   const auto files = w.finish();
   writeHfSideFiles(c, base, source, hfDir, o);
-  log::info("tessera-convert: wrote {} ({} tensors in {})", hfDir, names.size(), fmt::join(files, ", "));
+  log::info("tessera-convert: wrote {} ({} tensors in {})", hfDir, specs.size(), fmt::join(files, ", "));
 }
 
 }  // namespace tessera::hf

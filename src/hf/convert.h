@@ -1,6 +1,6 @@
 #pragma once
-// Hugging Face Llama directories <-> tessera checkpoints (tessera-convert import-hf / export-hf),
-// and the export of a running model (train_gpt --save-hf-*). The mapping: hf/llama.h.
+// Hugging Face directories of the Llama families (hf/families.h) <-> tessera checkpoints
+// (tessera-convert import-hf / export-hf), and the export of a running model (train_gpt --save-hf-*).
 //
 // An HF directory (written by export, read by import): config.json (hf/llama.h), the weights as
 // model.safetensors or model-0000k-of-0000n.safetensors + model.safetensors.index.json,
@@ -21,6 +21,7 @@
 #include "tessera/checkpoint/checkpoint.h"
 #include "tessera/comm/communicator.h"
 #include "hf/config.h"
+#include "tessera/hf/safetensors.h"
 #include "tessera/models/config.h"
 
 namespace tessera::hf {
@@ -43,7 +44,7 @@ void importLlama(const std::string& hfDir, const std::string& ckptDir, const Con
 void exportLlama(const std::string& ckptDir, const std::string& hfDir, const ConvertOptions& o = {});
 
 // This rank's pieces of tensor `name` (tessera name; views of its values, any device). Called
-// for every tensor in llamaTensorNames order on every rank; it may run collectives of a group
+// for every tensor with an HF name in llamaTensorNames order on every rank; it may run collectives of a group
 // whose ranks all hold pieces of `name` (FSDP: the unit's all-gather over dp).
 using PieceSource = std::function<std::vector<checkpoint::Piece>(const std::string& name)>;
 
@@ -61,5 +62,8 @@ void exportLlamaLive(Communicator& world, const models::ModelConfig& c, const st
 // `hfDir` (local; what both exports write beside the weights).
 void writeHfSideFiles(const models::ModelConfig& c, const std::optional<ConfigJson>& base, const std::string& source,
                       const std::string& hfDir, const ConvertOptions& o);
+// The HF tensors of the model in the order the exports write them (an expert tensor's experts in
+// order), in dtype `d`.
+std::vector<TensorSpec> exportSpecs(const models::ModelConfig& c, DType d);
 
 }  // namespace tessera::hf

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <map>
@@ -10,6 +11,7 @@
 #include "tessera/common/error.h"
 #include "tessera/common/log.h"
 #include "hf/convert.h"
+#include "hf/families.h"
 #include "hf/llama.h"
 #include "tessera/hf/safetensors.h"
 
@@ -96,6 +98,18 @@ at::Tensor collect(Communicator& world, const std::vector<int64_t>& shape, const
   return full;
 }
 
+// Expert `e`'s 2-D pieces [rows, cols] of this rank's 3-D pieces [E, rows, cols].
+std::vector<checkpoint::Piece> expertPieces(const std::vector<checkpoint::Piece>& pieces, int64_t e) {
+  std::vector<checkpoint::Piece> out;
+  for (const auto& p : pieces) {
+    TESSERA_CHECK(p.local.dim() == 3 && p.offset.size() == 3, "tessera hf: export of '{}': a piece of [{}] elements "
+                  "is not a box of the experts", p.name, fmt::join(p.local.sizes(), ", "));
+    if (e < p.offset[0] || e >= p.offset[0] + p.local.size(0)) continue;
+    out.push_back({p.name, {p.globalShape[1], p.globalShape[2]}, {p.offset[1], p.offset[2]}, p.local[e - p.offset[0]]});
+  }
+  return out;
+}
+
 }  // namespace
 
 void exportLlamaLive(Communicator& world, const models::ModelConfig& c, const std::optional<ConfigJson>& base,
@@ -104,42 +118,53 @@ void exportLlamaLive(Communicator& world, const models::ModelConfig& c, const st
   const bool root = world.rank() == 0;
   const DType d = o.dtype == "fp32" ? DType::F32 : DType::BF16;
   TESSERA_CHECK(o.dtype == "fp32" || o.dtype == "bf16", "tessera hf: export dtype '{}': bf16 or fp32", o.dtype);
-  const auto names = llamaTensorNames(c);
+  const auto names = tensorMap(c);
+  const auto total = static_cast<size_t>(
+      std::count_if(names.begin(), names.end(), [](const TensorMap& t) { return !t.hf.empty(); }));
   std::unique_ptr<CheckpointWriter> w;
   if (root) {
-    std::vector<TensorSpec> specs;
-    for (const auto& n : names) specs.push_back({hfName(n), d, llamaTensorShape(c, n)});
     WriteOptions wo;
     wo.maxShardBytes = o.maxShardBytes;
-    w = std::make_unique<CheckpointWriter>(hfDir, std::move(specs), Metadata{}, wo);
+    w = std::make_unique<CheckpointWriter>(hfDir, exportSpecs(c, d), Metadata{}, wo);
   }
   const auto dev = world.scratchOptions().device();
   size_t done = 0;
   uint64_t bytes = 0;
   const auto t0 = std::chrono::steady_clock::now();
-  for (const auto& name : names) {
-    const auto shape = llamaTensorShape(c, name);
-    const auto pieces = mine(name);
-    TESSERA_CHECK(static_cast<int>(pieces.size()) <= kMaxPieces, "tessera hf: rank {} holds {} pieces of '{}' (at most {})",
-                  world.rank(), pieces.size(), name, kMaxPieces);
+  auto gatherWrite = [&](const std::string& hf, const std::string& name, const std::vector<int64_t>& shape,
+                         const std::vector<checkpoint::Piece>& pieces) {
+    TESSERA_CHECK(static_cast<int>(pieces.size()) <= kMaxPieces,
+                  "tessera hf: rank {} holds {} pieces of '{}' (at most {})", world.rank(), pieces.size(), name,
+                  kMaxPieces);
     const auto owner = planBoxes(world, name, shape, pieces, dev);
     const auto full = collect(world, shape, pieces, owner, dev);
-    if (root) {
-      const auto t = full.to(scalarType(d));
-      w->write(hfName(name), t);
-      bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
-      ++done;
-      if (o.progressEvery > 0 && (done % static_cast<size_t>(o.progressEvery) == 0 || done == names.size())) {
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        log::info("tessera hf: export to {}: {}/{} tensors, {:.1f} MB, {:.1f} MB/s", hfDir, done, names.size(),
-                  bytes / 1e6, bytes / 1e6 / std::max(s, 1e-9));
+    if (!root) return;
+    const auto t = full.to(scalarType(d));
+    w->write(hf, t);
+    bytes += static_cast<uint64_t>(t.numel()) * t.element_size();
+  };
+  for (const auto& t : names) {
+    if (t.hf.empty()) continue;  // the router's selection bias (familyOf refuses a model that moves it)
+    const auto pieces = mine(t.name);
+    if (t.hf.size() == 1) {
+      gatherWrite(t.hf[0], t.name, t.shape, pieces);
+    } else {
+      const std::vector<int64_t> inner(t.shape.begin() + 1, t.shape.end());
+      for (size_t e = 0; e < t.hf.size(); ++e) {
+        gatherWrite(t.hf[e], t.name, inner, expertPieces(pieces, static_cast<int64_t>(e)));
       }
+    }
+    ++done;
+    if (root && o.progressEvery > 0 && (done % static_cast<size_t>(o.progressEvery) == 0 || done == total)) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      log::info("tessera hf: export to {}: {}/{} tensors, {:.1f} MB, {:.1f} MB/s", hfDir, done, total,
+                bytes / 1e6, bytes / 1e6 / std::max(s, 1e-9));
     }
   }
   if (root) {
     w->finish();
     writeHfSideFiles(c, base, source, hfDir, o);
-    log::info("tessera hf: wrote {} ({} tensors, {})", hfDir, names.size(), o.dtype);
+    log::info("tessera hf: wrote {} ({} tensors, {})", hfDir, total, o.dtype);
   }
   world.barrier()->wait();
 }

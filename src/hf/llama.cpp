@@ -9,6 +9,7 @@
 #include <regex>
 #include <set>
 
+#include "hf/families.h"
 #include "tessera/common/error.h"
 
 namespace tessera::hf {
@@ -48,6 +49,7 @@ const std::vector<std::pair<std::string, std::string>>& layerNames() {
       {"attn_norm.weight", "input_layernorm.weight"}, {"wq.weight", "self_attn.q_proj.weight"},
       {"wk.weight", "self_attn.k_proj.weight"},       {"wv.weight", "self_attn.v_proj.weight"},
       {"wo.weight", "self_attn.o_proj.weight"},       {"mlp_norm.weight", "post_attention_layernorm.weight"},
+      {"q_norm.weight", "self_attn.q_norm.weight"},   {"k_norm.weight", "self_attn.k_norm.weight"},
       {"w1.weight", "mlp.gate_proj.weight"},          {"w3.weight", "mlp.up_proj.weight"},
       {"w2.weight", "mlp.down_proj.weight"}};
   return names;
@@ -63,9 +65,7 @@ const std::map<std::string, std::string>& topNames() {
 }  // namespace
 
 ModelConfig llamaConfigFromHf(const ConfigJson& c) {
-  const std::string type = c.getString("model_type", "llama");
-  TESSERA_CHECK(type == "llama", "tessera hf: '{}': model_type is '{}': tessera maps Llama models only ('llama')",
-                c.where(), type);
+  const Family family = familyOfConfig(c);
   TESSERA_CHECK(!c.getBool("attention_bias", false),
                 "tessera hf: '{}': attention_bias is true: tessera's Llama has no attention biases", c.where());
   TESSERA_CHECK(!c.getBool("mlp_bias", false), "tessera hf: '{}': mlp_bias is true: tessera's Llama has no MLP biases",
@@ -86,12 +86,7 @@ ModelConfig llamaConfigFromHf(const ConfigJson& c) {
   m.ropeScaling = {};
   m.tiedEmbeddings = c.getBool("tie_word_embeddings", false);
   readRope(c, m);
-  if (c.has("head_dim") && m.heads > 0) {
-    TESSERA_CHECK(c.getInt("head_dim") * m.heads == m.d,
-                  "tessera hf: '{}': head_dim is {}, not hidden_size / num_attention_heads = {} / {}: tessera's heads "
-                  "split the hidden size",
-                  c.where(), c.getInt("head_dim"), m.d, m.heads);
-  }
+  readFamilyFields(c, family, m);
   try {
     models::validate(m);
   } catch (const Error& e) {
@@ -103,14 +98,11 @@ ModelConfig llamaConfigFromHf(const ConfigJson& c) {
 ModelConfig readLlamaConfig(const std::string& hfDir) { return llamaConfigFromHf(ConfigJson::read(hfDir)); }
 
 ConfigJson llamaConfigToHf(const ModelConfig& c, const std::string& dtype, const std::optional<ConfigJson>& base) {
-  TESSERA_CHECK(c.arch == models::Arch::Llama, "tessera hf: only the Llama maps to a Hugging Face model, not {}",
-                c.describe());
+  const Family family = familyOf(c);
   TESSERA_CHECK(dtype == "bfloat16" || dtype == "float32", "tessera hf: torch_dtype '{}' (bfloat16 or float32)", dtype);
   ConfigJson j = base ? *base : ConfigJson("config.json");
   auto& o = j.json();
   o.erase("rope_parameters");  // transformers 5 derives it from rope_theta / rope_scaling
-  o["architectures"] = {"LlamaForCausalLM"};
-  o["model_type"] = "llama";
   o["hidden_size"] = c.d;
   o["intermediate_size"] = c.ffnSize();
   o["num_hidden_layers"] = c.layers;
@@ -135,6 +127,7 @@ ConfigJson llamaConfigToHf(const ModelConfig& c, const std::string& dtype, const
   o["hidden_act"] = "silu";
   o["attention_bias"] = false;
   o["mlp_bias"] = false;
+  writeFamilyFields(c, family, o);
   o["torch_dtype"] = dtype;
   if (o.contains("dtype")) o["dtype"] = dtype;  // transformers 5's name for it
   if (!o.contains("initializer_range")) o["initializer_range"] = 0.02;
@@ -171,43 +164,28 @@ std::string tesseraName(const std::string& h) {
 }
 
 std::vector<std::string> llamaTensorNames(const ModelConfig& c) {
-  std::vector<std::string> out{"emb.weight"};
-  for (int64_t i = 0; i < c.layers; ++i) {
-    for (const auto& kv : layerNames()) out.push_back(fmt::format("blocks.{}.{}", i, kv.first));
-  }
-  out.push_back("norm.weight");
-  if (!c.tiedEmbeddings) out.push_back("head.weight");
+  std::vector<std::string> out;
+  for (const auto& t : tensorMap(c)) out.push_back(t.name);
   return out;
 }
 
 std::vector<int64_t> llamaTensorShape(const ModelConfig& c, const std::string& name) {
-  const int64_t d = c.d, hd = c.headDim(), f = c.ffnSize();
-  if (name == "emb.weight" || name == "head.weight") return {c.vocab, d};
-  if (name == "norm.weight") return {d};
-  const auto dot = name.find('.', 7);  // after "blocks.N"
-  const std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
-  static const std::map<std::string, int> kinds = {{"attn_norm.weight", 0}, {"mlp_norm.weight", 0}, {"wq.weight", 1},
-                                                   {"wk.weight", 2},        {"wv.weight", 2},       {"wo.weight", 3},
-                                                   {"w1.weight", 4},        {"w3.weight", 4},       {"w2.weight", 5}};
-  const auto it = kinds.find(leaf);
-  TESSERA_CHECK(name.rfind("blocks.", 0) == 0 && it != kinds.end(), "tessera hf: tensor '{}' is not a Llama tensor",
-                name);
-  switch (it->second) {
-    case 0: return {d};
-    case 1: return {c.heads * hd, d};
-    case 2: return {c.kvH() * hd, d};
-    case 3: return {d, c.heads * hd};
-    case 4: return {f, d};
-    default: return {d, f};
+  for (const auto& t : tensorMap(c)) {
+    if (t.name == name) return t.shape;
   }
+  throw Error(fmt::format("tessera hf: tensor '{}' is not a tensor of {}", name, c.describe()));
 }
 
 void checkLlamaTensors(const SafetensorsCheckpoint& ck, const ModelConfig& c) {
-  std::set<std::string> want;
-  for (const auto& n : llamaTensorNames(c)) want.insert(hfName(n));
+  std::map<std::string, std::vector<int64_t>> want;  // HF name -> shape
+  for (const auto& t : tensorMap(c)) {
+    for (const auto& h : t.hf) {
+      want[h] = t.hf.size() == 1 ? t.shape : std::vector<int64_t>(t.shape.begin() + 1, t.shape.end());
+    }
+  }
   std::vector<std::string> missing, unexpected;
-  for (const auto& n : want) {
-    if (!ck.contains(n)) missing.push_back(n);
+  for (const auto& kv : want) {
+    if (!ck.contains(kv.first)) missing.push_back(kv.first);
   }
   for (const auto& n : ck.names()) {
     const bool ignored = n.find("rotary_emb.inv_freq") != std::string::npos || (c.tiedEmbeddings && n == "lm_head.weight");
@@ -217,12 +195,11 @@ void checkLlamaTensors(const SafetensorsCheckpoint& ck, const ModelConfig& c) {
                                      ck.fileOf(n).path()));
   }
   TESSERA_CHECK(missing.empty() && unexpected.empty(),
-                "tessera hf: '{}' does not hold the Llama's tensors ({}): {} missing{}{}; {} unexpected{}{}", ck.path(),
+                "tessera hf: '{}' does not hold the model's tensors ({}): {} missing{}{}; {} unexpected{}{}", ck.path(),
                 c.describe(), missing.size(), missing.empty() ? "" : ": ", fmt::join(missing, ", "), unexpected.size(),
                 unexpected.empty() ? "" : ": ", fmt::join(unexpected, ", "));
-  for (const auto& t : llamaTensorNames(c)) {
-    const auto& e = ck.entry(hfName(t));
-    const auto shape = llamaTensorShape(c, t);
+  for (const auto& [name, shape] : want) {
+    const auto& e = ck.entry(name);
     TESSERA_CHECK(e.shape == shape, "tessera hf: '{}': tensor '{}' has shape [{}], the config gives [{}]",
                   ck.fileOf(e.name).path(), e.name, fmt::join(e.shape, ", "), fmt::join(shape, ", "));
     const bool isFloat = e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16 || e.dtype == DType::F64;
@@ -231,18 +208,42 @@ void checkLlamaTensors(const SafetensorsCheckpoint& ck, const ModelConfig& c) {
   }
 }
 
-void fillLlamaPieces(const SafetensorsCheckpoint& ck, std::vector<checkpoint::Piece>& pieces) {
+namespace {
+// `dst` (a box of HF tensor `h`, 1-D or 2-D, starting at `offset`) from the files.
+void fillBox(const SafetensorsCheckpoint& ck, const std::string& h, const std::string& piece,
+             const std::vector<int64_t>& offset, at::Tensor dst) {
+  const auto& e = ck.entry(h);
+  TESSERA_CHECK(dst.dim() == static_cast<int64_t>(e.shape.size()) && offset.size() == e.shape.size() &&
+                    !e.shape.empty() && e.shape.size() <= 2,
+                "tessera hf: '{}': tensor '{}' of shape [{}] does not fit '{}' (a box [{}] at [{}])",
+                ck.fileOf(h).path(), h, fmt::join(e.shape, ", "), piece, fmt::join(dst.sizes(), ", "),
+                fmt::join(offset, ", "));
+  const Range rows{offset[0], offset[0] + dst.size(0)};
+  const Range cols = e.shape.size() == 2 ? Range{offset[1], offset[1] + dst.size(1)} : Range{};
+  dst.copy_(ck.slice(h, rows, cols));
+}
+}  // namespace
+
+void fillLlamaPieces(const SafetensorsCheckpoint& ck, const ModelConfig& c, std::vector<checkpoint::Piece>& pieces) {
   at::NoGradGuard ng;
+  std::map<std::string, TensorMap> byName;
+  for (auto& t : tensorMap(c)) byName.emplace(t.name, std::move(t));
   for (auto& p : pieces) {
-    const std::string h = hfName(p.name);
-    const auto& e = ck.entry(h);
-    TESSERA_CHECK(e.shape == p.globalShape && p.local.dim() == static_cast<int64_t>(e.shape.size()) &&
-                      p.offset.size() == e.shape.size() && !e.shape.empty() && e.shape.size() <= 2,
-                  "tessera hf: '{}': tensor '{}' of shape [{}] does not fit '{}' of shape [{}]", ck.fileOf(h).path(), h,
-                  fmt::join(e.shape, ", "), p.name, fmt::join(p.globalShape, ", "));
-    const Range rows{p.offset[0], p.offset[0] + p.local.size(0)};
-    const Range cols = e.shape.size() == 2 ? Range{p.offset[1], p.offset[1] + p.local.size(1)} : Range{};
-    p.local.copy_(ck.slice(h, rows, cols));
+    const auto it = byName.find(p.name);
+    TESSERA_CHECK(it != byName.end() && it->second.shape == p.globalShape,
+                  "tessera hf: '{}' of shape [{}] is no tensor of the Hugging Face model ({})", p.name,
+                  fmt::join(p.globalShape, ", "), c.describe());
+    const auto& hf = it->second.hf;
+    if (hf.empty()) {  // the router's selection bias starts at zero
+      p.local.zero_();
+    } else if (hf.size() == 1) {
+      fillBox(ck, hf[0], p.name, p.offset, p.local);
+    } else {  // experts [first, first + n) of [E, rows, cols], each its own HF tensor
+      const std::vector<int64_t> inner(p.offset.begin() + 1, p.offset.end());
+      for (int64_t k = 0; k < p.local.size(0); ++k) {
+        fillBox(ck, hf[static_cast<size_t>(p.offset[0] + k)], p.name, inner, p.local[k]);
+      }
+    }
   }
 }
 

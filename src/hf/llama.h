@@ -1,14 +1,13 @@
 #pragma once
-// The Hugging Face Llama (transformers' LlamaForCausalLM) <-> tessera's Llama, both ways: the
-// config.json fields, the tensor names, and filling a layout's pieces from safetensors. Local, pure
-// functions over files; no communication. (The one file of src/hf that knows models/config.h,
-// which is pure data.)
+// Hugging Face models of the Llama block (Llama, Qwen3, Mixtral, Qwen3-MoE, OLMoE: hf/families.h)
+// <-> tessera's Llama, both ways: the config.json fields, the tensor names, and filling a layout's
+// pieces from safetensors. Local, pure functions over files; no communication.
 // Names (each with .weight): model.embed_tokens <-> emb; model.layers.N.input_layernorm <->
-// blocks.N.attn_norm; self_attn.{q,k,v,o}_proj <-> {wq,wk,wv,wo}; post_attention_layernorm <->
-// mlp_norm; mlp.{gate,up,down}_proj <-> w1, w3, w2; model.norm <-> norm; lm_head <-> head (absent
-// when tied: the head is emb.weight). q_proj and k_proj rows are taken as they are (rotate-half).
-// Errors: tessera::Error naming the field and value, or the tensor, its file and the box.
-// The config table, the refusals and why no rotary permutation: docs/design/hf.md.
+// blocks.N.attn_norm; self_attn.{q,k,v,o}_proj <-> {wq,wk,wv,wo}; self_attn.{q,k}_norm <->
+// {q,k}_norm; post_attention_layernorm <-> mlp_norm; mlp.{gate,up,down}_proj <-> w1, w3, w2;
+// experts: families.h; model.norm <-> norm; lm_head <-> head (absent when tied). q_proj and k_proj
+// rows are taken as they are (rotate-half). Errors: tessera::Error naming the field and value, or
+// the tensor, its file and the box. The config table and the refusals: docs/design/hf.md.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -22,15 +21,16 @@
 namespace tessera::hf {
 
 // config.json (a ConfigJson, or read from a directory holding it) -> ModelConfig (the fields and
-// defaults: docs/design/hf.md). Refused, naming the field and value: model_type other than "llama",
-// attention or MLP biases, hidden_act other than "silu", a rope type other than llama3, head_dim
-// other than hidden_size / heads, and what validate() refuses.
+// defaults: docs/design/hf.md). Refused, naming the field and value: a model_type other than the
+// five families', attention or MLP biases, hidden_act other than "silu", a rope type other than
+// llama3, sliding windows, latent attention, and what validate() refuses.
 models::ModelConfig llamaConfigFromHf(const ConfigJson& c);
 models::ModelConfig readLlamaConfig(const std::string& hfDir);
 
 // ModelConfig -> config.json. `dtype`: "bfloat16" | "float32" (torch_dtype). `base`: the
 // imported model's config.json, whose other fields (bos/eos ids, max_position_embeddings, ...)
-// are kept; the fields tessera maps are overwritten. A GPT (or anything but the Llama) is refused.
+// are kept; the fields tessera maps are overwritten. The family is familyOf(c)'s: a model no family
+// holds (a GPT, a sigmoid router, shared experts, ...) is refused naming the field.
 ConfigJson llamaConfigToHf(const models::ModelConfig& c, const std::string& dtype,
                            const std::optional<ConfigJson>& base = std::nullopt);
 
@@ -38,8 +38,9 @@ ConfigJson llamaConfigToHf(const models::ModelConfig& c, const std::string& dtyp
 std::string hfName(const std::string& tesseraName);
 std::string tesseraName(const std::string& hfName);
 
-// The model's tensors (tessera names) in transformers' order: embedding, layer by layer
-// (input_layernorm, q, k, v, o, post_attention_layernorm, gate, up, down), norm, head (untied).
+// The model's tensors (tessera names; tensorMap's): embedding, layer by layer (input_layernorm, q,
+// k, v, o, q/k norms, post_attention_layernorm, gate, up, down or the router, its bias and the
+// experts), norm, head (untied).
 std::vector<std::string> llamaTensorNames(const models::ModelConfig& c);
 std::vector<int64_t> llamaTensorShape(const models::ModelConfig& c, const std::string& tesseraName);
 
@@ -49,9 +50,11 @@ std::vector<int64_t> llamaTensorShape(const models::ModelConfig& c, const std::s
 // unexpected tensors (a bias is named as such: tessera's Llama has none).
 void checkLlamaTensors(const SafetensorsCheckpoint& ck, const models::ModelConfig& c);
 
-// Fills each piece (tessera name, box in the unsharded tensor: LmChunkImpl::pieces()) from the
-// slice of its transformers tensor (only those bytes are read from the mapped files), converted
-// to the piece's dtype. Errors name the tensor, its file and the box.
-void fillLlamaPieces(const SafetensorsCheckpoint& ck, std::vector<checkpoint::Piece>& pieces);
+// Fills each piece of a model of config `c` (tessera name, box in the unsharded tensor:
+// LmChunkImpl::pieces()) from the slice of its transformers tensor(s) (only those bytes are read
+// from the mapped files; an expert box from each expert's tensor), converted to the piece's dtype;
+// the router's selection bias with zeros. Errors name the tensor, its file and the box.
+void fillLlamaPieces(const SafetensorsCheckpoint& ck, const models::ModelConfig& c,
+                     std::vector<checkpoint::Piece>& pieces);
 
 }  // namespace tessera::hf

@@ -66,7 +66,7 @@ ModelSource openHf(const std::string& dir, const std::optional<ModelConfig>& fla
   auto ck = std::make_shared<hf::SafetensorsCheckpoint>(dir);
   hf::checkLlamaTensors(*ck, s.config);
   s.describe = fmt::format("Hugging Face model {} ({} safetensors files)", dir, ck->files().size());
-  s.fill = [ck](std::vector<checkpoint::Piece>& pieces) { hf::fillLlamaPieces(*ck, pieces); };
+  s.fill = [ck, cfg = s.config](std::vector<checkpoint::Piece>& pieces) { hf::fillLlamaPieces(*ck, cfg, pieces); };
   return s;
 }
 

@@ -23,8 +23,39 @@ constexpr Choices<RouterScore, 2> kScores{
 }  // namespace
 
 const char* toString(RouterScore s) { return kScores.name(s); }
+
+namespace {
+constexpr Choices<QkNorm, 3> kQkNorms{
+    "qk-norm", {{{QkNorm::None, "none"}, {QkNorm::PerHead, "per-head"}, {QkNorm::Whole, "whole"}}}};
+}  // namespace
+
+const char* toString(QkNorm q) { return kQkNorms.name(q); }
+QkNorm parseQkNorm(const std::string& s) { return kQkNorms.parse(s); }
 RouterScore parseRouterScore(const std::string& s) { return kScores.parse(s); }
 Positions parsePositions(const std::string& s) { return kPositions.parse(s); }
+
+namespace {
+// The MoE presets, as their Hugging Face config.json gives them (max_position_embeddings as seq).
+bool moePreset(const std::string& name, ModelConfig& c) {
+  if (name == "olmoe-1b-7b") {  // allenai/OLMoE-1B-7B-0924
+    c.d = 2048, c.layers = 16, c.heads = 16, c.kvHeads = 16, c.ffn = 1024, c.vocab = 50304, c.seqLen = 4096;
+    c.qkNorm = QkNorm::Whole;
+    c.moe = {.experts = 64, .topK = 8, .normTopK = false};
+  } else if (name == "qwen3-30b-a3b") {  // Qwen/Qwen3-30B-A3B: head_dim 128, not d / heads = 64
+    c.d = 2048, c.layers = 48, c.heads = 32, c.kvHeads = 4, c.ffn = 6144, c.vocab = 151936, c.seqLen = 40960;
+    c.headSize = 128, c.normEps = 1e-6, c.ropeTheta = 1e6;
+    c.qkNorm = QkNorm::PerHead;
+    c.moe = {.experts = 128, .topK = 8, .expertFfn = 768, .normTopK = true};
+  } else if (name == "mixtral-8x7b") {  // mistralai/Mixtral-8x7B-v0.1
+    c.d = 4096, c.layers = 32, c.heads = 32, c.kvHeads = 8, c.ffn = 14336, c.vocab = 32000, c.seqLen = 32768;
+    c.ropeTheta = 1e6;
+    c.moe = {.experts = 8, .topK = 2, .normTopK = true};
+  } else {
+    return false;
+  }
+  return true;
+}
+}  // namespace
 
 ModelConfig presetConfig(const std::string& name) {
   ModelConfig c;
@@ -52,18 +83,29 @@ ModelConfig presetConfig(const std::string& name) {
       c.ropeTheta = 500000;
     }
   } else {
-    throw Error(fmt::format("model: unknown preset '{}' ({})", name, fmt::join(presetNames(), ", ")));
+    c.arch = Arch::Llama;
+    c.positions = Positions::Rope;
+    if (!moePreset(name, c)) {
+      throw Error(fmt::format("model: unknown preset '{}' ({})", name, fmt::join(presetNames(), ", ")));
+    }
   }
   return c;
 }
 
-std::vector<std::string> presetNames() { return {"tiny", "small", "735m", "llama-tiny", "moe-tiny", "llama3-1b", "llama3-8b"}; }
+std::vector<std::string> presetNames() {
+  return {"tiny",      "small",       "735m",          "llama-tiny",  "moe-tiny",
+          "llama3-1b", "llama3-8b", "olmoe-1b-7b", "qwen3-30b-a3b", "mixtral-8x7b"};
+}
 
 void validate(const ModelConfig& c) {
   TESSERA_CHECK(c.d > 0 && c.layers > 0 && c.heads > 0 && c.vocab > 0 && c.seqLen > 0,
                 "model: d {}, layers {}, heads {}, vocab {}, seq-len {} must all be > 0", c.d, c.layers, c.heads,
                 c.vocab, c.seqLen);
-  TESSERA_CHECK(c.d % c.heads == 0, "model: d = {} is not divisible by heads = {}", c.d, c.heads);
+  TESSERA_CHECK(c.headSize > 0 || c.d % c.heads == 0, "model: d = {} is not divisible by heads = {}", c.d, c.heads);
+  TESSERA_CHECK(c.headSize >= 0 && (c.arch == Arch::Llama || c.headSize == 0),
+                "model: head size {} must be >= 0 (0: d / heads), and the GPT's heads split d", c.headSize);
+  TESSERA_CHECK(c.arch == Arch::Llama || c.qkNorm == QkNorm::None, "model: qk-norm '{}' needs the Llama block",
+                toString(c.qkNorm));
   TESSERA_CHECK(c.kvH() <= c.heads && c.heads % c.kvH() == 0,
                 "model: heads = {} is not a multiple of kv heads = {} (grouped-query attention)", c.heads, c.kvH());
   TESSERA_CHECK(c.arch == Arch::Llama || c.kvH() == c.heads, "model: the GPT has no grouped-query attention (kv heads {})",
@@ -71,7 +113,7 @@ void validate(const ModelConfig& c) {
   TESSERA_CHECK(c.arch == Arch::Gpt || c.positions == Positions::Rope,
                 "model: Llama takes rotary positions, not '{}'", toString(c.positions));
   TESSERA_CHECK(c.positions != Positions::Rope || c.headDim() % 2 == 0,
-                "model: rotary positions need an even head dimension (d / heads = {})", c.headDim());
+                "model: rotary positions need an even head dimension ({})", c.headDim());
   TESSERA_CHECK(c.ffnSize() > 0, "model: FFN size {} must be > 0", c.ffn);
   TESSERA_CHECK(c.ropeTheta > 0, "model: rope theta {} must be > 0", c.ropeTheta);
   const auto& m = c.moe;
@@ -86,12 +128,18 @@ void validate(const ModelConfig& c) {
                 "must be >= 0", m.capacityFactor, m.auxLossCoef, m.zLossCoef, m.biasUpdateRate);
   TESSERA_CHECK(m.sparseStep >= 1 && m.firstDense >= 0, "model: sparse step {} must be >= 1, first dense layers {} >= 0",
                 m.sparseStep, m.firstDense);
+  for (int64_t l : m.denseLayers) {
+    TESSERA_CHECK(l >= 0 && l < c.layers, "model: dense layer {} (mlp_only_layers) is not in [0, layers = {})", l,
+                  c.layers);
+  }
 }
 
 namespace {
 // A Llama block's parameters with `experts` of the routed experts counted.
 int64_t llamaBlock(const ModelConfig& c, int64_t layer, int64_t experts) {
-  const int64_t kv = c.kvH() * c.headDim(), attention = c.d * c.d * 2 + 2 * c.d * kv + 2 * c.d;
+  const int64_t q = c.heads * c.headDim(), kv = c.kvH() * c.headDim();
+  const int64_t qkNorm = c.qkNorm == QkNorm::PerHead ? 2 * c.headDim() : c.qkNorm == QkNorm::Whole ? q + kv : 0;
+  const int64_t attention = c.d * q * 2 + 2 * c.d * kv + 2 * c.d + qkNorm;
   if (!c.moe.sparse(layer)) return attention + 3 * c.d * c.ffnSize();
   return attention + c.moe.experts * c.d + 3 * c.d * (experts * c.expertFfn() + c.moe.sharedFfn);
 }
@@ -116,7 +164,8 @@ int64_t paramCount(const ModelConfig& c) {
 }
 
 double flopsPerToken(const ModelConfig& c) {
-  const double attention = 12.0 * static_cast<double>(c.layers * c.d * c.seqLen);
+  // The scores and their use per head width: H·hd (= d unless the head size is explicit).
+  const double attention = 12.0 * static_cast<double>(c.layers * c.heads * c.headDim() * c.seqLen);
   if (c.arch == Arch::Gpt && !c.tiedEmbeddings) {
     const int64_t pos = c.positions == Positions::Learned ? c.seqLen * c.d : 0;
     return 6.0 * static_cast<double>(paramCount(c) - pos) + attention;
@@ -130,6 +179,8 @@ double flopsPerToken(const ModelConfig& c) {
 std::string ModelConfig::describe() const {
   std::string s = fmt::format("{} d {} layers {} heads {}", toString(arch), d, layers, heads);
   if (arch == Arch::Llama) s += fmt::format(" kv heads {} ffn {}", kvH(), ffnSize());
+  if (headSize > 0) s += fmt::format(" head size {}", headSize);
+  if (qkNorm != QkNorm::None) s += fmt::format(" qk-norm {}", toString(qkNorm));
   s += fmt::format(" vocab {} T {}, {} positions", vocab, seqLen, toString(positions));
   if (positions == Positions::Rope) {
     s += fmt::format(" (theta {:g}{})", ropeTheta,
@@ -149,7 +200,11 @@ std::string ModelConfig::signature() const {
                      positions == Positions::Learned ? fmt::format(" T {}", seqLen) : "", tiedEmbeddings) +
          (moe.experts > 0 ? fmt::format(" experts {} expert-ffn {} shared-ffn {} first-dense {} sparse-step {}",
                                         moe.experts, expertFfn(), moe.sharedFfn, moe.firstDense, moe.sparseStep)
-                          : "");
+                          : "") +
+         (moe.experts > 0 && !moe.denseLayers.empty() ? fmt::format(" dense-layers {}", fmt::join(moe.denseLayers, ","))
+                                                      : "") +
+         (headSize > 0 ? fmt::format(" head-size {}", headSize) : "") +
+         (qkNorm != QkNorm::None ? fmt::format(" qk-norm {}", toString(qkNorm)) : "");
 }
 
 }  // namespace tessera::models

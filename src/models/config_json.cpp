@@ -33,6 +33,18 @@ std::string configToJson(const ModelConfig& c) {
   }
   j["tiedEmbeddings"] = c.tiedEmbeddings;
   j["normEps"] = c.normEps;
+  if (c.headSize > 0) j["headSize"] = c.headSize;
+  if (c.qkNorm != QkNorm::None) j["qkNorm"] = toString(c.qkNorm);
+  if (c.moe.experts > 0) {
+    const auto& m = c.moe;
+    j["moe"] = {{"experts", m.experts},       {"topK", m.topK},
+                {"expertFfn", m.expertFfn},   {"sharedFfn", m.sharedFfn},
+                {"score", toString(m.score)}, {"normTopK", m.normTopK},
+                {"routedScale", m.routedScale}, {"capacityFactor", m.capacityFactor},
+                {"auxLossCoef", m.auxLossCoef}, {"zLossCoef", m.zLossCoef},
+                {"biasUpdateRate", m.biasUpdateRate}, {"firstDense", m.firstDense},
+                {"sparseStep", m.sparseStep}, {"denseLayers", m.denseLayers}};
+  }
   return j.dump();
 }
 
@@ -66,6 +78,37 @@ void onlyKnown(const json& j, const std::set<std::string>& known, const char* wh
   }
 }
 
+// The "moe" object (configToJson's) into c.moe.
+void readMoe(const json& j, MoeConfig& m) {
+  TESSERA_CHECK(j.is_object(), "model config JSON: field 'moe' must be an object, got {}", j.dump());
+  onlyKnown(j,
+            {"experts", "topK", "expertFfn", "sharedFfn", "score", "normTopK", "routedScale", "capacityFactor",
+             "auxLossCoef", "zLossCoef", "biasUpdateRate", "firstDense", "sparseStep", "denseLayers"},
+            "moe ");
+  std::string score = toString(m.score);
+  read(j, "experts", m.experts, true, "moe ");
+  read(j, "topK", m.topK, true, "moe ");
+  read(j, "expertFfn", m.expertFfn, false, "moe ");
+  read(j, "sharedFfn", m.sharedFfn, false, "moe ");
+  read(j, "score", score, false, "moe ");
+  m.score = parseRouterScore(score);
+  read(j, "normTopK", m.normTopK, false, "moe ");
+  read(j, "routedScale", m.routedScale, false, "moe ");
+  read(j, "capacityFactor", m.capacityFactor, false, "moe ");
+  read(j, "auxLossCoef", m.auxLossCoef, false, "moe ");
+  read(j, "zLossCoef", m.zLossCoef, false, "moe ");
+  read(j, "biasUpdateRate", m.biasUpdateRate, false, "moe ");
+  read(j, "firstDense", m.firstDense, false, "moe ");
+  read(j, "sparseStep", m.sparseStep, false, "moe ");
+  if (const auto it = j.find("denseLayers"); it != j.end()) {
+    TESSERA_CHECK(it->is_array(), "model config JSON: field 'moe denseLayers' must be an array, got {}", it->dump());
+    for (const auto& l : *it) {
+      TESSERA_CHECK(l.is_number_integer(), "model config JSON: field 'moe denseLayers' holds {}", l.dump());
+      m.denseLayers.push_back(l.get<int64_t>());
+    }
+  }
+}
+
 }  // namespace
 
 ModelConfig configFromJson(const std::string& text) {
@@ -78,7 +121,7 @@ ModelConfig configFromJson(const std::string& text) {
   TESSERA_CHECK(j.is_object(), "model config JSON: expected an object, got '{}'", text.substr(0, 200));
   onlyKnown(j,
             {"arch", "d", "layers", "heads", "kvHeads", "ffn", "vocab", "seqLen", "positions", "ropeTheta",
-             "ropeScaling", "tiedEmbeddings", "normEps"},
+             "ropeScaling", "tiedEmbeddings", "normEps", "headSize", "qkNorm", "moe"},
             "");
   ModelConfig c;
   std::string arch, positions;
@@ -109,6 +152,11 @@ ModelConfig configFromJson(const std::string& text) {
   }
   read(j, "tiedEmbeddings", c.tiedEmbeddings, false, "");
   read(j, "normEps", c.normEps, false, "");
+  read(j, "headSize", c.headSize, false, "");
+  std::string qk = "none";
+  read(j, "qkNorm", qk, false, "");
+  c.qkNorm = parseQkNorm(qk);
+  if (const auto it = j.find("moe"); it != j.end()) readMoe(*it, c.moe);
   validate(c);
   return c;
 }

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "models/qk_norm.h"
 #include "tessera/common/attention.h"
 #include "tessera/common/error.h"
 #include "tessera/models/kv_cache.h"
@@ -17,32 +18,6 @@
 #include "tessera/parallel/tensor/mappings.h"
 
 namespace tessera::models {
-
-RmsNormImpl::RmsNormImpl(int64_t d, double eps_, CommPtr tp_, bool sp_) : eps(eps_), tp(std::move(tp_)), sp(sp_) {
-  weight = register_parameter("weight", at::ones({d}));
-}
-
-at::Tensor RmsNormImpl::forward(const at::Tensor& x) {
-  const auto w = sp && tp ? tp::copyToRegion(weight, tp) : weight;
-  if (fused) return nn::rmsNorm(x, w, eps);
-  auto xf = x.to(at::kFloat);
-  auto y = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return (y * w.to(at::kFloat)).to(x.scalar_type());
-}
-
-std::vector<NamedParam> RmsNormImpl::params(const std::string& prefix) {
-  return {{prefix + "norm.weight", weight, true}};
-}
-
-std::vector<checkpoint::Piece> RmsNormImpl::pieces(const std::string& prefix) {
-  return {checkpoint::whole(prefix + "norm.weight", weight.detach())};
-}
-
-nn::AddNormResult RmsNormImpl::addForward(const at::Tensor& x, const at::Tensor& branch) {
-  if (fused) return nn::addRmsNorm(x, branch, sp && tp ? tp::copyToRegion(weight, tp) : weight, eps);
-  auto s = branch.defined() ? x + branch : x;
-  return {s, forward(s)};
-}
 
 CommPtr llamaKvGroup(const ModelConfig& c, const CommPtr& tp) {
   const int t = tp->size();
@@ -73,6 +48,11 @@ std::map<std::string, at::Tensor> llamaBlockInit(const ModelConfig& c, int64_t l
   }
   if (c.moe.sparse(layer) && experts) {
     for (auto& [n, t] : moeInit(c, layer, seed)) w["moe." + n] = t;
+  }
+  if (c.qkNorm != QkNorm::None) {
+    const bool whole = c.qkNorm == QkNorm::Whole;
+    w["q_norm.weight"] = at::ones({whole ? c.heads * hd : hd});
+    w["k_norm.weight"] = at::ones({whole ? c.kvH() * hd : hd});
   }
   w["attn_norm.weight"] = at::ones({d});
   w["mlp_norm.weight"] = at::ones({d});
@@ -118,6 +98,11 @@ LlamaBlockImpl::LlamaBlockImpl(const ModelConfig& c, CommPtr tp, CommPtr kvGroup
   // The column layers' "out" is the unsharded width this rank's rows are a tp-th of.
   wqkv = register_module("wqkv", tp::ColumnParallelLinear(tp_, c.d, t * (lq_ + 2 * lkv_) * hd_, opts("wqkv")));
   wo = register_module("wo", tp::RowParallelLinear(tp_, c.heads * hd_, c.d, opts("wo")));
+  if (c.qkNorm != QkNorm::None) {
+    const bool whole = c.qkNorm == QkNorm::Whole;
+    qNorm = register_parameter("q_norm", at::ones({whole ? lq_ * hd_ : hd_}));
+    kNorm = register_parameter("k_norm", at::ones({whole ? lkv_ * hd_ : hd_}));
+  }
   if (c.moe.sparse(layer)) {
     moe = register_module("moe", Moe(c, layer, MoeOptions{o_.experts, tp_, o_.sequenceParallel, o_.moeLossScale, o_.seed}));
   } else {
@@ -154,6 +139,19 @@ void LlamaBlockImpl::loadParts(const std::map<std::string, at::Tensor>& full, co
   }
   attnNorm->weight.copy_(get("attn_norm.weight"));
   mlpNorm->weight.copy_(get("mlp_norm.weight"));
+  if (qNorm.defined()) {
+    const bool whole = cfg_.qkNorm == QkNorm::Whole;
+    qNorm.copy_(whole ? rows(get("q_norm.weight"), firstQ_ * hd_, lq_ * hd_) : get("q_norm.weight"));
+    kNorm.copy_(whole ? rows(get("k_norm.weight"), firstKv_ * hd_, lkv_ * hd_) : get("k_norm.weight"));
+  }
+}
+
+std::pair<at::Tensor, at::Tensor> LlamaBlockImpl::normQk(const at::Tensor& q, const at::Tensor& k) const {
+  if (!qNorm.defined()) return {q, k};
+  const auto kind = cfg_.qkNorm;
+  const detail::QkNormGroup qg{tp_, nullptr, 1}, kg{tp_, kvGroup_, kvReplicas_};
+  return {detail::qkNorm(q, qNorm, kind, cfg_.normEps, cfg_.heads * hd_, qg),
+          detail::qkNorm(k, kNorm, kind, cfg_.normEps, cfg_.kvH() * hd_, kg)};
 }
 
 at::Tensor LlamaBlockImpl::attention(const at::Tensor& x) {
@@ -175,13 +173,15 @@ at::Tensor LlamaBlockImpl::attention(const at::Tensor& x) {
     tables = {cp::shard(tables.cos, 0, n, r), cp::shard(tables.sin, 0, n, r)};
   }
   at::Tensor q, k;
-  if (o_.fusedKernels) {  // q and k rotated in place in the projection's output
+  if (o_.fusedKernels && !qNorm.defined()) {  // q and k rotated in place in the projection's output
     h = nn::ropeQkInPlace(h, lq_ + lkv_, tables);
     q = h.narrow(2, 0, lq_ * hd_).view({s, b, lq_, hd_});
     k = h.narrow(2, lq_ * hd_, lkv_ * hd_).view({s, b, lkv_, hd_});
   } else {
-    q = nn::applyRope(h.narrow(2, 0, lq_ * hd_).view({s, b, lq_, hd_}), tables);
-    k = nn::applyRope(h.narrow(2, lq_ * hd_, lkv_ * hd_).view({s, b, lkv_, hd_}), tables);
+    std::tie(q, k) = normQk(h.narrow(2, 0, lq_ * hd_).view({s, b, lq_, hd_}),
+                            h.narrow(2, lq_ * hd_, lkv_ * hd_).view({s, b, lkv_, hd_}));
+    q = nn::applyRope(q, tables);
+    k = nn::applyRope(k, tables);
   }
   auto v = h.narrow(2, (lq_ + lkv_) * hd_, lkv_ * hd_).view({s, b, lkv_, hd_});
   const nn::MultiFn core = [s, b, this](const std::vector<at::Tensor>& t) {
@@ -232,6 +232,13 @@ std::vector<checkpoint::Piece> LlamaBlockImpl::pieces(const std::string& p) {
       {p + "wv.weight", {kv * hd_, d}, {firstKv_ * hd_, 0}, w.narrow(0, (lq_ + lkv_) * hd_, lkv_ * hd_)},
       checkpoint::whole(p + "mlp_norm.weight", mlpNorm->weight.detach())};
   for (auto& x : tp::rowPieces(*wo, p + "wo")) out.push_back(std::move(x));
+  if (cfg_.qkNorm == QkNorm::PerHead) {
+    out.push_back(checkpoint::whole(p + "q_norm.weight", qNorm.detach()));
+    out.push_back(checkpoint::whole(p + "k_norm.weight", kNorm.detach()));
+  } else if (cfg_.qkNorm == QkNorm::Whole) {
+    out.push_back({p + "q_norm.weight", {cfg_.heads * hd_}, {firstQ_ * hd_}, qNorm.detach()});
+    out.push_back({p + "k_norm.weight", {kv * hd_}, {firstKv_ * hd_}, kNorm.detach()});
+  }
   if (moe) {
     for (auto& x : moe->pieces(p + "moe.")) out.push_back(std::move(x));
     return out;
@@ -253,6 +260,13 @@ std::vector<NamedParam> LlamaBlockImpl::params(const std::string& p) {
                               qkv,
                               {p + "wo.weight", wo->weight},
                               {p + "mlp_norm.weight", mlpNorm->weight, true}};
+  if (qNorm.defined()) {
+    const bool perHead = cfg_.qkNorm == QkNorm::PerHead;
+    out.push_back({p + "q_norm.weight", qNorm, perHead});
+    NamedParam k{p + "k_norm.weight", kNorm, perHead};
+    if (!perHead && kvReplicas_ > 1) k.replicatedFrom = 0, k.replicas = kvReplicas_;
+    out.push_back(k);
+  }
   if (moe) {
     for (auto& x : moe->params(p + "moe.")) out.push_back(std::move(x));
   } else {
@@ -266,8 +280,10 @@ at::Tensor LlamaBlockImpl::decode(const at::Tensor& x, KvCache& cache, size_t la
   const int64_t n = x.size(0), b = x.size(1);
   auto h = wqkv->forward(attnNorm->forward(x));  // [n, b, (lq + 2 lkv) hd]: [q | k | v]
   const auto t = cachedRope(cfg_, cfg_.ropeTheta, cfg_.ropeScaling, cache, n, x.device());
-  auto q = nn::applyRope(h.narrow(2, 0, lq_ * hd_).view({n, b, lq_, hd_}), t);
-  auto k = nn::applyRope(h.narrow(2, lq_ * hd_, lkv_ * hd_).view({n, b, lkv_, hd_}), t);
+  auto [qn, kn] = normQk(h.narrow(2, 0, lq_ * hd_).view({n, b, lq_, hd_}),
+                         h.narrow(2, lq_ * hd_, lkv_ * hd_).view({n, b, lkv_, hd_}));
+  auto q = nn::applyRope(qn, t);
+  auto k = nn::applyRope(kn, t);
   auto v = h.narrow(2, (lq_ + lkv_) * hd_, lkv_ * hd_).view({n, b, lkv_, hd_});
   auto y = x + wo->forward(cachedAttention(q, k, v, cache, layer));
   if (moe) return y + moe->forward(mlpNorm->forward(y));

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "hf/families.h"
 #include "tessera/train/model_spec.h"
 #include "train/flags.h"
 
@@ -33,6 +34,16 @@ void checkPaths(const Config& o) {
               "train_gpt: --checkpoint-dir '{}' is a file; expected a directory", o.checkpoint.dir);
 }
 
+// Why the model cannot be exported to Hugging Face (hf::familyOf's refusal), or empty.
+std::string hfRefusal(const models::ModelConfig& c) {
+  try {
+    hf::familyOf(c);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace
 
 void checkConfig(Config& o, bool onGpu) {
@@ -54,6 +65,9 @@ void checkConfig(Config& o, bool onGpu) {
   USAGE_CHECK(!hf || modelSpec(o.model.cfg.arch).huggingFace,
               "train_gpt: --init-from-hf and --save-hf-* take a Llama (--model llama-*), not {}",
               o.model.cfg.describe());
+  const bool saveHf = o.checkpoint.saveHfEvery > 0 || !o.checkpoint.saveHfAtEnd.empty();
+  USAGE_CHECK(!saveHf || hfRefusal(o.model.cfg).empty(), "train_gpt: --save-hf-* cannot export this model: {}",
+              hfRefusal(o.model.cfg));
   USAGE_CHECK(o.precision.fp8SkipBlocks.empty() || o.precision.fp8 != fp8::Recipe::Off,
               "train_gpt: --fp8-skip-blocks needs --fp8");
   USAGE_CHECK(o.logging.syncDebug != SyncDebug::Error || !o.logging.breakdown,

@@ -92,6 +92,11 @@ void modelFlags(Table& t) {
       "--positions", "none|learned|rope", "position encoding (Llama: rope)", models::parsePositions,
       [](models::Positions p) { return models::toString(p); }, FIELD(model.cfg.positions))));
   t.add(ofPreset(numberFlag("--rope-theta", "X", "rotary base", 0, true, FIELD(model.cfg.ropeTheta))));
+  t.add(ofPreset(integerFlag("--kv-channels", "HD", "each head's width (HF head_dim; 0: D / heads; Llama)", 0, kNoMax,
+                             FIELD(model.cfg.headSize))));
+  t.add(ofPreset(choiceFlag(
+      "--qk-norm", "none|per-head|whole", "RMSNorm of q and k before the rotation (Qwen3: per-head, OLMoE: whole)",
+      models::parseQkNorm, [](models::QkNorm q) { return models::toString(q); }, FIELD(model.cfg.qkNorm))));
   t.add(ofPreset(
       switchFlag("--tie-embeddings", "the head shares the embedding table", false, FIELD(model.cfg.tiedEmbeddings))));
   Flag untie = switchFlag("--untie-embeddings", "the head has its own table", true, FIELD(model.cfg.tiedEmbeddings));

@@ -52,7 +52,7 @@ void Trainer::State::initFromHf(std::vector<models::LmChunk>& chunks) {
   at::NoGradGuard ng;
   for (auto& c : chunks) {
     auto pieces = c->pieces();
-    hf::fillLlamaPieces(ck, pieces);
+    hf::fillLlamaPieces(ck, o.model.cfg, pieces);
   }
   hfConfig = cfgJson.json().dump();
   hfSource = std::filesystem::absolute(o.checkpoint.initFromHf).lexically_normal().string();

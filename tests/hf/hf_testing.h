@@ -1,15 +1,19 @@
 #pragma once
 // Helpers of the src/hf suites: the value pattern tessera's tests and tests/hf/interop.py agree
-// on, a byte-level safetensors writer independent of tessera's (for malformed files), and the
-// fixture (a fresh directory per test, tests/data/writers.h).
+// on, a byte-level safetensors writer independent of tessera's (for malformed files), the
+// fixture (a fresh directory per test, tests/data/writers.h), a thrown error's message, a file's bytes.
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <fstream>
+#include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "data/writers.h"
+#include "tessera/common/error.h"
 #include "tessera/hf/safetensors.h"
 
 namespace tessera::testing {
@@ -43,5 +47,23 @@ inline std::string rawSafetensors(const std::string& header, const std::string& 
 inline std::string zeros(size_t n) { return std::string(n, '\0'); }
 
 using HfDir = DataDirTest;
+
+// The message of the tessera::Error `f` throws (a test failure when it throws none).
+inline std::string errorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+inline std::string readBytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
 
 }  // namespace tessera::testing

@@ -22,6 +22,9 @@ under the launcher (mpirun or torchrun), Gloo on the CPU.
 5. export -> import -> export (bf16, sharded with an index) is byte-identical; tokenizer files
    travel along.
 6. Bad inputs: each refused with the exit status and a message naming the field or tensor.
+7. The MoE families (tiny Qwen3-MoE in dp 2 x tp 2, Mixtral in FSDP over 2, from hf_families.py):
+   train_gpt --init-from-hf's step-1 loss as the reference's; the live export after 2 steps
+   byte-identical to export-hf of the run's checkpoint (expert tensors gathered one at a time).
 Prints "roundtrip: OK" and exits 0, or the first failure and exits 1."""
 import filecmp
 import os
@@ -34,6 +37,7 @@ import tempfile
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_families as F  # noqa: E402
 import hf_llama as H  # noqa: E402
 
 BUILD, SOURCE, LAUNCHER = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2]), sys.argv[3]
@@ -90,9 +94,9 @@ def step1_loss(jsonl):
     fail(f"{jsonl}: no step 1")
 
 
-def ref_loss(c, w, batch):
+def ref_loss(c, w, batch, forward=H.forward):
     tokens, targets = H.synthetic_batch(1234, 0, batch, c["vocab_size"], c["max_position_embeddings"])
-    logits = H.forward(c, w, tokens)
+    logits = forward(c, w, tokens)
     return float(torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)))
 
 
@@ -211,7 +215,8 @@ def main():
     bad = [(dict(attention_bias=True), {}, "attention_bias"), (dict(mlp_bias=True), {}, "mlp_bias"),
            (dict(hidden_act="gelu"), {}, "hidden_act is 'gelu'"),
            (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), {}, "rope_type is 'yarn'"),
-           (dict(head_dim=32), {}, "head_dim is 32"),
+           (dict(head_dim=32), {}, "self_attn.k_proj.weight' has shape [64, 64], the config gives [128, 64]"),
+           (dict(kv_lora_rank=512), {}, "kv_lora_rank is set: multi-head latent attention"),
            ({}, dict(drop="model.layers.1.mlp.up_proj.weight"), "1 missing: model.layers.1.mlp.up_proj.weight"),
            ({}, dict(bias=True), "q_proj.bias' (a bias"),
            ({}, dict(shape=True), "has shape [64, 32], the config gives [64, 64]")]
@@ -242,13 +247,38 @@ def main():
                            ([TRAIN, "--model", "llama-tiny", "--init-from-hf", path("hf_tied"), "--steps", "1"], 1,
                             "of another model"),
                            ([TRAIN, "--save-hf-every", "2", "--steps", "1", "--model", "llama-tiny"], 2,
-                            "--save-hf-dir")):
+                            "--save-hf-dir"),
+                           ([TRAIN, "--model", "moe-tiny", "--save-hf-at-end", path("x"), "--steps", "1"], 2,
+                            "moe.sharedFfn is 64 (shared experts)")):
         out = run(argv, expect=rc)
         if want not in out:
             fail(f"{' '.join(argv)}: the message lacks '{want}': {out[-500:]}")
-    print(f"roundtrip: {len(bad) + 7} bad inputs refused, each naming what is wrong")
+    print(f"roundtrip: {len(bad) + 8} bad inputs refused, each naming what is wrong")
+    families()
     shutil.rmtree(WORK)
     print("roundtrip: OK")
+
+
+def families():
+    """7. The MoE families through train_gpt: --init-from-hf's step-1 loss, the live export."""
+    F.write(path("fam"))
+    for fam, layout, flags in (("qwen3_moe", "2x1x2", []), ("mixtral", "2x1x1", ["--dp-mode", "fsdp"])):
+        c, w = H.read_model(path("fam", fam))
+        run_dir, live, offline = path("famck_" + fam), path("famlive_" + fam), path("famoff_" + fam)
+        got = train(run_dir, eval(layout.replace("x", "*")), layout, flags + [
+            "--init-from-hf", path("fam", fam), "--lr", "1e-2", "--save-hf-at-end", live, "--save-hf-dtype", "fp32"],
+            "fam_" + fam, steps=2)
+        want = ref_loss(c, w, 4, F.forward)
+        if abs(got - want) > LOSS_TOL * want:
+            fail(f"{fam} {layout}: step-1 loss {got}, the reference's {want}")
+        run([CONVERT, "export-hf", run_dir, offline, "--dtype", "fp32"])
+        for f in sorted(os.listdir(offline)):
+            if not filecmp.cmp(os.path.join(live, f), os.path.join(offline, f), shallow=False):
+                fail(f"{fam}: {f} of the live export differs from export-hf's")
+        if H.read_model(offline)[1]["model.norm.weight"].equal(w["model.norm.weight"]):
+            fail(f"{fam}: the fine-tuned model equals the imported one (no training?)")
+        print(f"roundtrip: {fam} {layout}{' fsdp' if flags else ''}: step-1 loss {got:.6f} as the reference; "
+              f"live export = export-hf, byte for byte")
 
 
 if __name__ == "__main__":

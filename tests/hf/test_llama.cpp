@@ -39,24 +39,6 @@ nlohmann::json tinyConfig() {
 
 models::ModelConfig parse(const nlohmann::json& j) { return llamaConfigFromHf(ConfigJson(j, "cfg.json")); }
 
-// The error of `f`, which must throw.
-std::string errorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no error";
-  return "";
-}
-
-std::string readBytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 using HfLlama = HfDir;
 
 TEST(HfLlamaConfig, EveryFieldMaps) {
@@ -93,6 +75,12 @@ TEST(HfLlamaConfig, EveryFieldMaps) {
   j["rope_parameters"]["rope_theta"] = 10.0;
   EXPECT_TRUE(parse(j).ropeScaling.enabled);
   EXPECT_DOUBLE_EQ(parse(j).ropeTheta, 10.0);
+  // An explicit head_dim: heads of 32 over d 64 (q and o are [128, 64], [64, 128]).
+  j["head_dim"] = 32;
+  EXPECT_EQ(parse(j).headDim(), 32);
+  EXPECT_EQ(llamaTensorShape(parse(j), "blocks.0.wo.weight"), (std::vector<int64_t>{64, 128}));
+  j["head_dim"] = 16;
+  EXPECT_EQ(parse(j).headSize, 0);  // = d / heads: no explicit size
 }
 
 TEST(HfLlamaConfig, RefusalsNameTheField) {
@@ -101,7 +89,11 @@ TEST(HfLlamaConfig, RefusalsNameTheField) {
       {"mlp_bias", true, "mlp_bias"},
       {"hidden_act", "gelu", "hidden_act is 'gelu'"},
       {"model_type", "mistral", "model_type is 'mistral'"},
-      {"head_dim", 32, "head_dim is 32"},
+      {"head_dim", 0, "head_dim is 0"},
+      {"sliding_window", 4096, "sliding_window is 4096"},
+      {"kv_lora_rank", 512, "kv_lora_rank is set: multi-head latent attention"},
+      {"q_lora_rank", 1536, "q_lora_rank is set"},
+      {"layer_types", {"full_attention", "sliding_attention"}, "layer_types holds \"sliding_attention\""},
       {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}, "rope_type is 'yarn'"},
       {"rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}, "rope_type is 'dynamic'"},
       {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}, "low_freq_factor"},
@@ -213,13 +205,16 @@ TEST_F(HfLlama, FillsTpShardsFromBf16Slices) {
   std::vector<checkpoint::Piece> pieces{{"blocks.1.wq.weight", {64, 64}, {32, 0}, at::empty({32, 64})},
                                         {"blocks.0.wo.weight", {64, 64}, {0, 32}, at::empty({64, 32})},
                                         {"norm.weight", {64}, {0}, at::empty({64})}};
-  fillLlamaPieces(ck, pieces);
+  fillLlamaPieces(ck, c, pieces);
   EXPECT_TRUE(at::equal(pieces[0].local, wq.narrow(0, 32, 32)));
   EXPECT_TRUE(at::equal(pieces[1].local, wo.narrow(1, 32, 32)));
   EXPECT_TRUE(at::equal(pieces[2].local, norm));
   std::vector<checkpoint::Piece> bad{{"blocks.1.wq.weight", {64, 32}, {0, 0}, at::empty({64, 32})}};
-  const auto e = errorOf([&] { fillLlamaPieces(ck, bad); });
-  EXPECT_NE(e.find("does not fit 'blocks.1.wq.weight' of shape [64, 32]"), std::string::npos) << e;
+  auto e = errorOf([&] { fillLlamaPieces(ck, c, bad); });
+  EXPECT_NE(e.find("'blocks.1.wq.weight' of shape [64, 32] is no tensor"), std::string::npos) << e;
+  bad = {{"blocks.1.wq.weight", {64, 64}, {0, 0, 0}, at::empty({64, 32, 1})}};
+  e = errorOf([&] { fillLlamaPieces(ck, c, bad); });
+  EXPECT_NE(e.find("does not fit 'blocks.1.wq.weight'"), std::string::npos) << e;
 }
 
 TEST_F(HfLlama, StreamedFilesAreWriteCheckpointsBytes) {

@@ -240,7 +240,13 @@ TEST(Sampler, SeedReproducesAndTopPKeepsTheNucleus) {
 TEST(ConfigJson, RoundTripsEveryFieldAndNamesBadInput) {
   auto scaled = presetConfig("llama3-1b");
   scaled.normEps = 1e-6;
-  for (auto c : {presetConfig("tiny"), presetConfig("735m"), presetConfig("llama-tiny"), scaled}) {
+  auto moe = presetConfig("moe-tiny");  // every MoE field away from its default
+  moe.moe = {.experts = 6, .topK = 3, .expertFfn = 32, .sharedFfn = 16, .score = RouterScore::Sigmoid,
+             .normTopK = false, .routedScale = 2.5, .capacityFactor = 1.25, .auxLossCoef = 0.01, .zLossCoef = 1e-3,
+             .biasUpdateRate = 1e-3, .firstDense = 1, .sparseStep = 2, .denseLayers = {3}};
+  moe.headSize = 32, moe.qkNorm = QkNorm::Whole;
+  for (auto c : {presetConfig("tiny"), presetConfig("735m"), presetConfig("llama-tiny"), scaled, moe,
+                 presetConfig("qwen3-30b-a3b"), presetConfig("olmoe-1b-7b")}) {
     const auto back = configFromJson(configToJson(c));
     EXPECT_EQ(configToJson(back), configToJson(c));
     EXPECT_EQ(back.signature(), c.signature());
@@ -267,6 +273,9 @@ TEST(ConfigJson, RoundTripsEveryFieldAndNamesBadInput) {
   expectError(R"({"arch": "gpt", "d": "64", "layers": 2})", "'d' has the wrong type");
   expectError("{not json", "not JSON");
   expectError(R"({"arch": "llama", "kvHeads": 3, )" + ok + "}", "kv heads");
+  expectError(R"({"arch": "llama", "qkNorm": "rms", )" + ok + "}", "rms");
+  expectError(R"({"arch": "llama", "moe": {"experts": 4, "topK": 2, "colour": 1}, )" + ok + "}",
+              "unknown moe field 'colour'");
 }
 
 }  // namespace

@@ -2,8 +2,9 @@
 on 2 ranks, against tests/hf/hf_llama.py (an independent safetensors writer and reader, and a
 PyTorch forward with transformers' conventions): loaded into tp 2, pp 2 and FSDP over dp 2 the
 logits equal the reference's (fp32 tolerance); saved back from tp 2 the tensors are the source's
-(fp32 exactly, bf16 rounded once); a config tessera cannot express and a model of another shape
-are tessera.Error naming the field."""
+(fp32 exactly, bf16 rounded once); a config tessera cannot express, a family the Python Llama is
+not (Qwen3-MoE: q/k norms, head size, experts) and a model of another shape are tessera.Error
+naming the field."""
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ import tessera
 from tessera import llama
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "hf"))
+import hf_families as F  # noqa: E402
 import hf_llama as H  # noqa: E402
 
 TOL = dict(rtol=1e-4, atol=2e-4)
@@ -63,6 +65,9 @@ def test_config_maps_and_refuses(world, hf_dir, tmp_path):
     bad.mkdir()
     (bad / "config.json").write_text(json.dumps(H.config(VARIANT, hidden_act="gelu")))
     with pytest.raises(tessera.Error, match="hidden_act is 'gelu'"):
+        tessera.hf.config(bad)
+    (bad / "config.json").write_text(json.dumps(F.tiny_config("qwen3_moe")))
+    with pytest.raises(tessera.Error, match="the Python Llama has no q/k norm, explicit head size or experts"):
         tessera.hf.config(bad)
 
 

@@ -93,6 +93,15 @@ TEST(ConfigTest, ShapeFlagsMegatronNamesAndAliases) {
   EXPECT_EQ(a.model.cfg.ffn, 256);
   EXPECT_EQ(a.model.cfg.vocab, 512);
   EXPECT_EQ(a.model.cfg.seqLen, 48);
+  // The families' attention: the preset's q/k norm and head size, overridden by --qk-norm, --kv-channels.
+  const auto q = parse({"--model", "qwen3-30b-a3b", "--num-layers", "2"});
+  EXPECT_EQ(q.model.cfg.qkNorm, tessera::models::QkNorm::PerHead);
+  EXPECT_EQ(q.model.cfg.headDim(), 128);
+  const auto o = parse({"--model", "llama-tiny", "--qk-norm", "whole", "--kv-channels", "32"});
+  EXPECT_EQ(o.model.cfg.qkNorm, tessera::models::QkNorm::Whole);
+  EXPECT_EQ(o.model.cfg.headDim(), 32);
+  EXPECT_NE(refusal({"--model", "llama-tiny", "--qk-norm", "rms"}).find("'rms'"), std::string::npos);
+  EXPECT_NE(refusal({"--model", "tiny", "--qk-norm", "per-head"}).find("needs the Llama block"), std::string::npos);
   // --d was ambiguous under torchrun 2.11; its refusal names the new flag.
   EXPECT_NE(refusal({"--d", "64"}).find("--hidden-size"), std::string::npos);
 }

@@ -6,7 +6,8 @@
 //    "seqLen": 64, "positions": "rope", "ropeTheta": 10000, "ropeScaling": null, "tiedEmbeddings":
 //    true, "normEps": 1e-05}
 // ropeScaling is null when disabled, else {"factor", "lowFreqFactor", "highFreqFactor",
-// "originalMaxPositions"}. Numbers round-trip exactly (doubles printed with 17 digits).
+// "originalMaxPositions"}. Written only when set: "headSize", "qkNorm" ("per-head" | "whole") and
+// "moe" (MoeConfig's fields by name; "score" as "softmax" | "sigmoid"). Numbers round-trip exactly.
 // Local; pure functions.
 #include <string>
 

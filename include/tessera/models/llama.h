@@ -10,10 +10,9 @@
 // Initial weights: llamaBlockInit's unsharded draws (nn::seededNormal, std 0.02; wo and w2 scaled
 // by 1/sqrt(2·layers)), of which each rank keeps its shards (docs/design/models.md). Unsharded
 // names (checkpoints, loadFull): attn_norm.weight, wq/wk/wv.weight [H·hd | KV·hd, d], wo.weight
-// [d, H·hd], mlp_norm.weight, w1/w3.weight [ffn, d], w2.weight [d, ffn]; a sparse layer
-// (ModelConfig::moe) has moe.* (moe.h) instead of w1/w3/w2.
-// Forward/backward are collective over tp (and over the kv group when kv heads are replicated);
-// construction is local.
+// [d, H·hd], mlp_norm.weight, w1/w3.weight [ffn, d], w2.weight [d, ffn]; a sparse layer has moe.*
+// (moe.h) instead of w1/w3/w2; qk-norm adds q_norm/k_norm.weight ([hd]; whole: [H·hd], [KV·hd]).
+// Forward/backward are collective over tp (and the kv group when kv heads are replicated).
 #include <torch/nn/module.h>
 
 #include <map>
@@ -68,10 +67,13 @@ class LlamaBlockImpl : public BlockImpl {
   tp::ColumnParallelLinear wqkv{nullptr}, w13{nullptr};
   tp::RowParallelLinear wo{nullptr}, w2{nullptr};  // w13, w2: null in a sparse layer
   Moe moe{nullptr};                                  // a sparse layer's MLP
+  at::Tensor qNorm, kNorm;  // qk-norm weights (this rank's slices when whole); undefined without
 
  private:
   at::Tensor attention(const at::Tensor& x);
   at::Tensor mlp(const at::Tensor& x);
+  // q [.., lq, hd] and k [.., lkv, hd] through the qk-norm (unchanged without one).
+  std::pair<at::Tensor, at::Tensor> normQk(const at::Tensor& q, const at::Tensor& k) const;
   // loadFull; the experts too when `experts` (the constructor's Moe draws its own).
   void loadParts(const std::map<std::string, at::Tensor>& full, const std::string& prefix, bool experts);
   ModelConfig cfg_;
