@@ -44,8 +44,10 @@ at::Tensor MoeImpl::experts(const at::Tensor& x2, const at::Tensor& chosen, cons
     ys = runExperts(xs, counts, region(w1), region(w3), region(w2));  // counts on the device: no host read
   } else {
     const int p = o_.ep->size();
-    auto mine = hostCounts(counts);                                       // [P * El]: what this rank sends each expert
-    auto theirs = hostCounts(moe_detail::exchangeCounts(counts, o_.ep));  // [P * El]: what each rank sends mine
+    // [P * El] each: what this rank sends each expert, what each rank sends mine; one host read for both.
+    const auto e2 = counts.numel();
+    const auto both = hostCounts(at::cat({counts.to(at::kLong), moe_detail::exchangeCounts(counts, o_.ep)}));
+    const std::vector<int64_t> mine(both.begin(), both.begin() + e2), theirs(both.begin() + e2, both.end());
     std::vector<int64_t> send(p, 0), recv(p, 0), perExpert(local_, 0);
     for (int q = 0; q < p; ++q) {
       for (int64_t j = 0; j < local_; ++j) {
