@@ -7,7 +7,7 @@ import os
 
 from . import schema, suite, suites
 
-MAX_FILES = 30
+MAX_FILES = 32
 
 
 def load_all(results):

@@ -106,6 +106,14 @@ SUITES = {
               "save costs the training).",
         columns={"train": ["system", "step_ms", "first_save_cost_ms", "later_save_cost_ms", "save_cost_in_steps",
                            "tokens_per_s", "peak_mem_gib"]}),
+    "moe": dict(
+        title="Mixture of experts and expert parallelism beside a torchtitan-style PyTorch MoE",
+        about="An OLMoE-1B-7B-shaped MoE (64 experts, top 8, seq 4096) trained by `train_gpt --ep N` (FSDP and DDP) "
+              "beside a torchtitan-style PyTorch MoE (`torch._grouped_mm` experts, `all_to_all_single` expert "
+              "parallel, FSDP2, compiled blocks) with real and forced-balanced routing; MFU on active parameters, "
+              "expert-load spread; a loss check of `--ep 2` against one rank first.",
+        columns={"train": ["system", "layout", "gpus", "routing", "tokens_per_s", "tokens_per_s_per_gpu", "step_ms",
+                           "mfu", "peak_mem_gib", "load_max_over_mean", "vs_pytorch", "vs_pytorch_balanced"]}),
     "hf_memory": dict(
         title="Hugging Face import and export: host memory",
         about="`tessera-convert import-hf` / `export-hf` and `train_gpt --init-from-hf` on a llama3-8b-shaped "
