@@ -163,10 +163,12 @@ void FullyShardedDataParallel::Impl::processGrads(int u) {
       flat = at::zeros({l.paddedNumel}, f32.dtype(opts_.reduceDtype));
       kernels::flattenScaleCast(grads, flat, offs, scale);
     }
-    x.rsOut = at::empty({l.shardNumel}, f32.dtype(opts_.reduceDtype));
     if (shardComm_->size() == 1) {
-      x.rsOut.copy_(flat);
+      // A group of one: the input is the output (no second unit-sized buffer and no copy; addIntoGrad
+      // then adopts it as the grad shard when there is none yet).
+      x.rsOut = flat.narrow(0, 0, l.shardNumel);
     } else {
+      x.rsOut = at::empty({l.shardNumel}, f32.dtype(opts_.reduceDtype));
       x.rsWork = shardComm_->reduceScatter(x.rsOut, flat, ReduceOp::Sum, Keep::ByCaller);
       reduceIns_.emplace_back(flat, x.rsWork);
     }

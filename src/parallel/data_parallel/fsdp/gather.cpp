@@ -26,10 +26,12 @@ void FullyShardedDataParallel::Impl::gather(int u, bool prefetch) {
   fsdp::allocateStorage(x.full, unitBytes_[u]);
   {
     torch::NoGradGuard ng;
-    x.gatherIn = opts_.paramDtype == at::kFloat ? x.master : x.master.to(opts_.paramDtype);
     if (shardComm_->size() == 1) {
-      x.full.copy_(x.gatherIn);
+      // The cast in the copy: no second copy of the whole unit kept until it runs (gatherIn would be
+      // the whole unit in paramDtype beside x.full, twice a prefetched unit's planned bytes).
+      x.full.copy_(x.master);
     } else {
+      x.gatherIn = opts_.paramDtype == at::kFloat ? x.master : x.master.to(opts_.paramDtype);
       x.gatherWork = shardComm_->allGather(x.full, x.gatherIn, Keep::ByCaller);
     }
   }
@@ -77,7 +79,7 @@ void FullyShardedDataParallel::Impl::unshardAll() {
 }
 
 std::vector<int> FullyShardedDataParallel::Impl::leadingUnits() const {
-  if (plannedOrder_.empty() || opts_.prefetchBudgetBytes == 0) return {};
+  if (plannedOrder_.empty() || opts_.prefetchBudgetBytes == 0 || shardComm_->size() == 1) return {};
   const int first = plannedOrder_.front();
   auto alive = alive_;
   size_t bytes = stats_.unshardedBytes;
@@ -103,6 +105,7 @@ void FullyShardedDataParallel::Impl::gatherForNextForward(const std::vector<int>
 }
 
 void FullyShardedDataParallel::Impl::prefetchAfter(const std::vector<int>& order, int u) {
+  if (shardComm_->size() == 1) return;  // nothing to hide (fsdp.h, prefetchBudgetBytes)
   fsdp::PrefetchPlanner planner(opts_.prefetchBudgetBytes);
   for (int p : planner.pick(order, u, unitBytes_, alive_, stats_.unshardedBytes)) gather(p, true);
 }

@@ -34,6 +34,8 @@ struct FsdpOptions {
   bool reshardAfterForward = true;           // default for units that do not say
   // Bytes (paramDtype, padded) of unsharded parameters allowed alive at once counting
   // prefetches: prefetch goes as deep as this allows (autoPrefetchBudget, unit.h). 0: no prefetch.
+  // A shard group of one never prefetches (nor gathers after the step): its gather is a local cast
+  // on the compute stream, with no communication to hide, and a unit gathered early only holds memory.
   size_t prefetchBudgetBytes = 0;
   int shardGroupSize = 0;  // 0 or world size: plain FSDP; else hybrid (divides the world size)
   bool syncModuleStates = true;
