@@ -5,8 +5,9 @@ fullest rank's peak over all steps; moe_load_max_over_mean: the worst layer's ma
 loads summed over the data-parallel ranks, its median over the timed steps), the anchor's RESULT lines
 (bench/moe/anchor.py), and the correctness check (check.json) as a table of the run.
   bench/moe/file.py LOGS --machine M --environment E --command C [--run R] [--results DIR]
-vs_pytorch: tokens/s over the anchor's real-routing row on the same GPUs (compiled; eager where only that ran);
-vs_pytorch_balanced: over its forced-balanced row; mem_vs_pytorch: peak memory over the real-routing row's."""
+A tessera row named *-balanced ran with --moe-force-balanced (the anchor's balanced rule). vs_pytorch: tokens/s
+over the anchor's row of the same routing on the same GPUs (compiled; eager where only that ran); mem_vs_pytorch:
+peak memory over that row's."""
 import argparse
 import glob
 import json
@@ -26,10 +27,10 @@ def median(xs):
 
 
 def layout(system, gpus):
-    if gpus == 1:
-        return "single"
-    mode = "ddp" if system.endswith("-ddp") else "fsdp"
-    return f"ep {gpus} + {mode} {gpus}"
+    base = system.replace("-balanced", "")
+    if gpus == 1:  # tessera-single: DDP's path on one rank; *-fsdp and the anchor: FSDP over one rank
+        return "single, fsdp" if base.endswith("-fsdp") or base.startswith("pytorch") else "single"
+    return f"ep {gpus} + {'ddp' if base.endswith('-ddp') else 'fsdp'} {gpus}"
 
 
 def tessera_row(path):
@@ -42,7 +43,8 @@ def tessera_row(path):
     med = median([s["step_ms"] for s in timed])
     at = min(timed, key=lambda s: abs(s["step_ms"] - med))
     spread = [s["moe_load_max_over_mean"] for s in timed if s.get("moe_load_max_over_mean") is not None]
-    return dict(system=system, layout=layout(system, cfg["world"]), gpus=cfg["world"], routing="real",
+    return dict(system=system, layout=layout(system, cfg["world"]), gpus=cfg["world"],
+                routing="balanced" if system.endswith("-balanced") else "real",
                 global_batch=cfg["batch"], seq_len=cfg["seq_len"], step_ms=round(med, 2),
                 tokens_per_s=round(cfg["batch"] * cfg["seq_len"] / med * 1e3),
                 mfu=at["mfu"] and round(at["mfu"] * at["step_ms"] / med, 3),
@@ -89,16 +91,12 @@ def main():
     for r in rows:  # tessera against the anchor on the same GPUs (compiled, else eager)
         if not r["system"].startswith("tessera"):
             continue
-        same = [p for p in rows if p["system"].startswith("pytorch") and p["gpus"] == r["gpus"]]
-        real = next((p for p in same if p["routing"] == "real" and "eager" not in p["system"]), None) or \
-            next((p for p in same if p["routing"] == "real"), None)
-        bal = next((p for p in same if p["routing"] == "balanced" and "eager" not in p["system"]), None) or \
-            next((p for p in same if p["routing"] == "balanced"), None)
-        if real:
-            r["vs_pytorch"] = round(r["tokens_per_s"] / real["tokens_per_s"], 3)
-            r["mem_vs_pytorch"] = round(r["peak_mem_gib"] / real["peak_mem_gib"], 3)
-        if bal:
-            r["vs_pytorch_balanced"] = round(r["tokens_per_s"] / bal["tokens_per_s"], 3)
+        same = [p for p in rows if p["system"].startswith("pytorch") and p["gpus"] == r["gpus"]
+                and p["routing"] == r["routing"]]
+        ref = next((p for p in same if "eager" not in p["system"]), None) or next(iter(same), None)
+        if ref:
+            r["vs_pytorch"] = round(r["tokens_per_s"] / ref["tokens_per_s"], 3)
+            r["mem_vs_pytorch"] = round(r["peak_mem_gib"] / ref["peak_mem_gib"], 3)
     rows.sort(key=lambda r: (r["gpus"], not r["system"].startswith("tessera"), r["system"]))
     model = "olmoe-1b-7b" if layers == 16 else f"olmoe-1b-7b, {layers} of 16 layers"
     gpus = max(r["gpus"] for r in rows)
@@ -128,10 +126,10 @@ def main():
         notes.append(f"{layers} of OLMoE's 16 blocks: on one GPU, 16 blocks' fp32 weights, gradients and Adam "
                      "moments (6.9 B parameters, 110 GB) leave too little room for the activations.")
     notes += [
-        "train_gpt has no forced-balanced routing (no flag or setting overrides the router's choice): its rows are "
-        "real routing only, with the load spread it measured (load_max_over_mean: per step the worst layer's max / "
-        "mean expert load over all ranks, the median over the timed steps); the anchor ran both routings, "
-        "vs_pytorch_balanced compares tessera's real routing with the anchor's balanced one.",
+        "Routing: real (the router's top 8) and balanced (token i of a rank's batch -> experts (i k + j) mod E, "
+        "weighted by the router's probabilities of those: train_gpt --moe-force-balanced, the anchor's --routing "
+        "balanced); vs_pytorch and mem_vs_pytorch compare rows of the same routing. load_max_over_mean: per step "
+        "the worst layer's max / mean expert load over all ranks (train_gpt: the median over the timed steps).",
         f"Both systems: q/k norm {qk} ({'OLMoE' + chr(39) + 's whole-projection RMSNorm in float32' if qk == 'whole' else 'OLMoE has whole q/k RMSNorm; left out on both sides'}), "
         "no auxiliary load-balancing or z-loss (OLMoE trains with 0.01 and 0.001: left out on both sides), "
         "no shared expert, top-8 probabilities not renormalised, dropless, softmax router in float32, "
@@ -141,7 +139,8 @@ def main():
         "3 x d x f; the flop_convention column's 'block parameters' are these active ones.",
         "train_gpt: --model olmoe-1b-7b --num-layers L --qk-norm Q --moe-norm-topk off --moe-aux-loss-coeff 0 "
         "--moe-z-loss-coeff 0 --moe-shared-expert-intermediate-size 0 --moe-first-dense-layers 0 --untie-embeddings "
-        "--seq-len 4096 --precision bf16 --recompute none --batch <gpus> --ep <gpus> [--dp-mode fsdp], synthetic "
+        "--seq-len 4096 --precision bf16 --recompute none --batch <gpus> --ep <gpus> [--dp-mode fsdp] "
+        "[--moe-force-balanced], synthetic "
         "tokens; its expert GEMMs are at::_grouped_mm on the device; with ep > 1 the counts are read on the host "
         "(docs/design/models.md, \"Mixture of experts\").",
         "The anchor (bench/moe/anchor.py, torchtitan-style, written for this benchmark): FSDP2 fully_shard on each "
@@ -165,7 +164,7 @@ def main():
                       "warm-ups (2 more before its balanced steps) then the median of 10 steps, the device "
                       "synchronised around each; peak memory = the caching allocator's max allocated on the "
                       "fullest rank",
-               columns=["routing", "load_max_over_mean", "vs_pytorch", "vs_pytorch_balanced", "mem_vs_pytorch"],
+               columns=["routing", "load_max_over_mean", "vs_pytorch", "mem_vs_pytorch"],
                rows=rows, tables=tables, notes=notes)
     run = {k: v for k, v in run.items() if v not in (None, "", [])}
     md, problems = results.put_run(a.results, "moe", run, dict(kind="train", model=model, seq_len=4096,

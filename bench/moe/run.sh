@@ -9,9 +9,9 @@
 # of this machine's): an OLMoE-1B-7B shape (d 2048, LAYERS blocks, 16 heads, 16 kv heads, 64 experts top 8 of
 # expert FFN 1024, no shared expert, top-k probabilities not renormalised, no auxiliary losses, vocabulary 50304
 # untied, q/k norm QK_NORM, seq 4096, bf16 over fp32 weights, no recompute, one sequence per GPU a step):
-# train_gpt --ep NPROC --dp-mode fsdp (and --ep NPROC in DDP with DDP=1), real routing (train_gpt has no forced
-# routing: its measured load spread is reported), beside bench/moe/anchor.py (torchtitan-style PyTorch MoE:
-# grouped_mm, all_to_all_single EP, FSDP2, compiled blocks) with real and with forced-balanced routing.
+# train_gpt --ep NPROC --dp-mode fsdp (ep 1 on one GPU; and in DDP with DDP=1) with real routing and with
+# --moe-force-balanced, beside bench/moe/anchor.py (torchtitan-style PyTorch MoE: grouped_mm, all_to_all_single
+# EP, FSDP2, compiled blocks) with real and with forced-balanced routing (the same rule).
 # Then `file`: bench/moe/file.py files the run RUN of suite moe (bench/results/moe.{json,md}).
 #   bench/moe/run.sh BUILD LOGS [check] [tessera] [pytorch] [file]   (default: all four)
 # Sections may run in separate calls on the same LOGS; `file` alone files what LOGS holds, on any machine.
@@ -48,7 +48,7 @@ rc=0 logs=()
 BENCH="moe bench"
 source "$HERE/../run_lib.sh"  # run, budget_run, torchrun_cmd, machine, environment
 torchrun_cmd
-if has tessera || has pytorch || has check; then
+if has tessera || has pytorch; then  # the benchmark's machine (a check alone may run elsewhere: its backend says where)
   machine "$N" >"$LOGS/machine.txt"
   PYTHON=$PY environment >"$LOGS/environment.txt"
   echo "LAYERS=$LAYERS QK_NORM=$QK_NORM STEPS=$STEPS NPROC=$N COMPILE=$COMPILE" >"$LOGS/settings.txt"
@@ -112,7 +112,9 @@ fi
 SHAPE=(--model olmoe-1b-7b --num-layers "$LAYERS" --qk-norm "$QK_NORM" --moe-norm-topk off --moe-aux-loss-coeff 0
        --moe-z-loss-coeff 0 --moe-shared-expert-intermediate-size 0 --moe-first-dense-layers 0 --untie-embeddings
        --seq-len 4096 --precision bf16 --recompute none)
-if ((N >= 2)); then TNAME=(tessera-ep$N-fsdp tessera-ep$N-ddp) PNAME=pytorch-ep$N-fsdp; else TNAME=(tessera-single) PNAME=pytorch-single; fi
+if ((N >= 2)); then TNAME=(tessera-ep$N-fsdp tessera-ep$N-ddp) PNAME=pytorch-ep$N-fsdp; else TNAME=(tessera-single-fsdp tessera-single) PNAME=pytorch-single; fi
+TFLAGS=(--dp-mode fsdp)
+((N >= 2)) && TFLAGS+=(--ep "$N")
 
 if has tessera; then
   train() {  # train NAME flags...: the OLMoE shape on N GPUs, one sequence per GPU, 3 warm-ups + STEPS
@@ -123,11 +125,8 @@ if has tessera; then
       --batch "$N" --steps $((STEPS + 3)) --log-jsonl "$LOGS/$name.jsonl" "$@" &&
       grep -E "step [0-9]+/[0-9]+ loss" "$LOGS/$name.log" | tail -2 | cut -c1-300 | sed 's/^/  /'
   }
-  if ((N >= 2)); then
-    train "${TNAME[0]}" --ep "$N" --dp-mode fsdp
-  else
-    train "${TNAME[0]}"
-  fi
+  train "${TNAME[0]}" "${TFLAGS[@]}"
+  train "${TNAME[0]}-balanced" "${TFLAGS[@]}" --moe-force-balanced
 fi
 if has pytorch; then
   anchor() {  # anchor NAME COMPILE
@@ -137,8 +136,8 @@ if has pytorch; then
   anchor "$PNAME" "$COMPILE" ||
     { [ "$COMPILE" = 1 ] && [ -z "${budget_skipped:-}" ] && anchor "${PNAME/pytorch-/pytorch-eager-}" 0; }
 fi
-if has tessera && ((N >= 2)) && [ "$DDP" = 1 ]; then
-  train "${TNAME[1]}" --ep "$N"
+if has tessera && [ "$DDP" = 1 ]; then  # DDP's path (one GPU: no data parallel wrapper's sharding)
+  train "${TNAME[1]}" "${TFLAGS[@]:2}"
 fi
 
 if has file; then

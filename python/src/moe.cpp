@@ -76,7 +76,11 @@ void bindMoe(pb::module_& parent) {
              MoeArgs a{d,     experts, topK,     expertFfn,   sharedFfn,      layer,       score,
                        normTopK, routedScale, capacityFactor, auxLossCoef, zLossCoef, biasUpdateRate};
              return std::make_shared<MoeImpl>(moeModel(a), layer,
-                                              models::MoeOptions{ep, tp, sequenceParallel, lossScale, seed});
+                                              models::MoeOptions{.ep = ep,
+                                                                 .tp = tp,
+                                                                 .sequenceParallel = sequenceParallel,
+                                                                 .lossScale = lossScale,
+                                                                 .seed = seed});
            }),
            pb::arg("d"), pb::arg("experts"), pb::arg("top_k"), pb::arg("expert_ffn"), pb::arg("shared_ffn"),
            pb::arg("score"), pb::arg("norm_topk"), pb::arg("routed_scale"), pb::arg("capacity_factor"),

@@ -104,7 +104,13 @@ LlamaBlockImpl::LlamaBlockImpl(const ModelConfig& c, CommPtr tp, CommPtr kvGroup
     kNorm = register_parameter("k_norm", at::ones({whole ? lkv_ * hd_ : hd_}));
   }
   if (c.moe.sparse(layer)) {
-    moe = register_module("moe", Moe(c, layer, MoeOptions{o_.experts, tp_, o_.sequenceParallel, o_.moeLossScale, o_.seed}));
+    moe = register_module("moe", Moe(c, layer,
+                                     MoeOptions{.ep = o_.experts,
+                                                .tp = tp_,
+                                                .sequenceParallel = o_.sequenceParallel,
+                                                .lossScale = o_.moeLossScale,
+                                                .seed = o_.seed,
+                                                .forceBalanced = o_.moeForceBalanced}));
   } else {
     w13 = register_module("w13", tp::ColumnParallelLinear(tp_, c.d, 2 * c.ffnSize(), opts("w13")));
     w2 = register_module("w2", tp::RowParallelLinear(tp_, c.ffnSize(), c.d, opts("w2")));

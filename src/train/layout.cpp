@@ -15,6 +15,8 @@ void checkExperts(const Config& o) {
   const auto& p = o.parallel;
   const auto& m = o.model.cfg.moe;
   USAGE_CHECK(p.ep >= 1, "train_gpt: --ep must be >= 1, got {}", p.ep);
+  USAGE_CHECK(!o.model.moeForceBalanced || m.experts > 0,
+              "train_gpt: --moe-force-balanced needs a mixture-of-experts model (--num-experts; the model has none)");
   if (p.ep == 1) return;
   USAGE_CHECK(m.experts > 0, "train_gpt: --ep {} needs a mixture-of-experts model (--num-experts; the model has none)",
               p.ep);

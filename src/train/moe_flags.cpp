@@ -29,6 +29,10 @@ std::vector<Flag> moeFlags() {
                           0, false, FIELD(model.cfg.moe.capacityFactor))),
       ofPreset(integerFlag("--moe-first-dense-layers", "N", "the first N layers keep a dense MLP", 0, kNoMax,
                            FIELD(model.cfg.moe.firstDense))),
+      switchFlag("--moe-force-balanced",
+                 "benchmarks: token i of a rank's forward to experts (i k + j) mod E, not the router's top k (its "
+                 "scores still weigh them)",
+                 false, FIELD(model.moeForceBalanced)),
   };
 }
 

@@ -40,6 +40,7 @@ std::vector<models::LmChunk> buildChunks(const Config& c, const Parallel& p, con
   lo.experts = p.mesh->expertGroup();  // null without --ep
   lo.repeatKvHeads = c.precision.repeatKvHeads;
   lo.moeLossScale = 1.0 / c.parallel.microBatches;  // as the LM loss of each micro-batch
+  lo.moeForceBalanced = c.model.moeForceBalanced;
   std::vector<models::LmChunk> chunks;
   for (int k = 0; k < c.parallel.chunks; ++k) {
     const auto range = chunkRange(p.partition, p.partition.stageOf(p.mesh->coord().pp, k));

@@ -4,7 +4,7 @@
 //   with a selection bias, a shared expert, the per-layer load-balancing and z losses): output,
 //   input gradient and every weight's gradient.
 // - Routing edge cases: ties, every token to one expert (with and without a capacity), an expert
-//   with no tokens, the selection bias's update.
+//   with no tokens, the selection bias's update, the benchmarks' forced-balanced routing.
 // - Expert parallel on Gloo (ep 2 and 4) against one process holding every expert: outputs,
 //   gradients and weights after three SGD steps.
 #include <ATen/ATen.h>
@@ -145,6 +145,38 @@ TEST(MoeRouting, BiasMovesTowardsTheMeanLoad) {
   EXPECT_FLOAT_EQ(m->bias[3].item<float>(), -0.01f);        // overloaded: down
   EXPECT_FLOAT_EQ(m->bias[0].item<float>(), 0.01f);         // idle: up
   EXPECT_EQ(m->takeStats().load.sum().item<int64_t>(), 0);  // the update consumed the load
+}
+
+// Benchmarks' forced-balanced routing: token i to experts (i k + j) mod E whatever the router says, each weighted
+// by the router's probability of it, and the router still learns.
+TEST(MoeRouting, ForceBalancedChoosesByPosition) {
+  auto c = moeConfig(2);  // no shared expert, probabilities not renormalised
+  MoeOptions o;
+  o.forceBalanced = true;
+  Moe m(c, 1, o);
+  {
+    at::NoGradGuard ng;
+    m->router[3].fill_(1.0);  // the router prefers expert 3 for every positive token
+  }
+  const int64_t n = 12, k = c.moe.topK, e = c.moe.experts;
+  auto x = at::rand({n, c.d}) + 0.1;
+  auto y = m->forward(x);
+  y.sum().backward();
+  const auto load = m->takeStats().load;
+  EXPECT_TRUE(load.eq(n * k / e).all().item<bool>()) << load;  // 12 tokens x top 2 over 8 experts: 3 each
+  at::NoGradGuard ng;
+  const auto p = at::softmax(at::linear(x, m->router), -1);
+  for (int64_t i = 0; i < n; ++i) {
+    auto want = at::zeros({c.d});
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t ex = (i * k + j) % e;
+      auto h = at::silu(at::mv(m->w1[ex], x[i])) * at::mv(m->w3[ex], x[i]);
+      want += p[i][ex] * at::mv(m->w2[ex], h);
+    }
+    EXPECT_TRUE(at::allclose(y[i], want, 1e-5, 1e-6)) << "token " << i;
+  }
+  ASSERT_TRUE(m->router.grad().defined());
+  EXPECT_GT(m->router.grad().abs().sum().item<double>(), 0);
 }
 
 TEST(MoeRouting, BadShapesAreNamed) {

@@ -216,6 +216,10 @@ TEST(ConfigTest, LayoutErrorsAreUsageErrors) {
   refusedLayout({"--model", "moe-tiny", "--ep", "3"}, 4, "--ep 3 must divide the data-parallel ranks dp 4 = 4");
   refusedLayout({"--model", "moe-tiny", "--ep", "2", "--tp", "2"}, 2, "--ep 2 must divide the data-parallel ranks dp 1");
   refusedLayout({"--model", "moe-tiny", "--ep", "3", "--num-experts", "8"}, 3, "--ep 3 does not divide the 8 experts");
+  refusedLayout({"--moe-force-balanced"}, 1, "--moe-force-balanced needs a mixture-of-experts model");
+  o = parse({"--model", "moe-tiny", "--moe-force-balanced"});
+  EXPECT_NO_THROW(o.resolve(1));
+  EXPECT_TRUE(o.model.moeForceBalanced);
   o = parse({"--model", "moe-tiny", "--ep", "4", "--cp", "2"});
   EXPECT_NO_THROW(o.resolve(8));  // the ep group spans dp 4 x cp 2
   EXPECT_EQ(o.parallel.ep, 4);

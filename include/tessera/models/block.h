@@ -37,6 +37,7 @@ struct LayerOptions {
   // the factor of the auxiliary losses' gradients (the trainer's factor of the LM loss).
   CommPtr experts;
   double moeLossScale = 1.0;
+  bool moeForceBalanced = false;  // MoeOptions::forceBalanced (benchmarks)
 };
 
 // A layer with one input and one output: a transformer block or the final norm.

@@ -32,6 +32,10 @@ struct MoeOptions {
   bool sequenceParallel = false;
   double lossScale = 1.0;  // the auxiliary losses' gradient factor
   uint64_t seed = 1234;
+  // Benchmarks only: the experts are chosen by position, token i of this rank's forward to experts
+  // (i·k + j) mod E, j < k (every expert the same load when N·k divides by E); the router's scores
+  // of those experts still weigh them (and take gradients). The same rule as bench/moe/anchor.py's.
+  bool forceBalanced = false;
 };
 
 // Routing and load of the training forwards (autograd on: not validation, not the pipeline's shape

@@ -50,6 +50,7 @@ struct Machine {
 struct ModelSection {
   std::string preset;       // --model; "hf" or "checkpoint" when the model came from there
   models::ModelConfig cfg;  // the preset, then the shape flags
+  bool moeForceBalanced = false;  // benchmarks: experts chosen by token position (models/moe.h)
 };
 
 struct ParallelSection {

@@ -136,7 +136,7 @@ at::Tensor MoeImpl::forward(const at::Tensor& x) {
   TESSERA_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == cfg_.d, "{}: input must be [..., {}], got [{}]", name_,
                 cfg_.d, x.defined() ? c10::str(x.sizes()) : "undefined");
   auto x2 = x.reshape({-1, cfg_.d});
-  auto r = moe_detail::route(x2, region(router), m.biasUpdateRate > 0 ? bias : at::Tensor(), m);
+  auto r = moe_detail::route(x2, region(router), m.biasUpdateRate > 0 ? bias : at::Tensor(), m, o_.forceBalanced);
   auto y = experts(x2, r.chosen, r.weights, r.counts);
   if (sw1.defined()) y = y + swiglu(x2, region(sw1), region(sw3), region(sw2));
   tokens_ += x2.size(0);

@@ -5,15 +5,23 @@
 
 namespace tessera::models::moe_detail {
 
-Routing route(const at::Tensor& x2d, const at::Tensor& router, const at::Tensor& bias, const MoeConfig& m) {
+Routing route(const at::Tensor& x2d, const at::Tensor& router, const at::Tensor& bias, const MoeConfig& m,
+              bool forceBalanced) {
   Routing r;
   r.logits = at::linear(x2d.to(at::kFloat), router.to(at::kFloat));
   r.scores = m.score == RouterScore::Softmax ? at::softmax(r.logits, -1) : at::sigmoid(r.logits);
-  auto select = r.scores.detach();
-  if (bias.defined()) select = select + bias.to(select.device(), at::kFloat);
-  // A stable sort: equal scores keep expert order, so ties go to the lower expert on every rank.
-  auto order = std::get<1>(at::sort(select, /*stable=*/true, /*dim=*/-1, /*descending=*/true));
-  r.chosen = order.narrow(1, 0, m.topK).contiguous();
+  if (forceBalanced) {
+    const auto idx = at::TensorOptions().dtype(at::kLong).device(x2d.device());
+    r.chosen = (at::arange(x2d.size(0), idx).unsqueeze(1) * m.topK + at::arange(m.topK, idx).unsqueeze(0))
+                   .remainder(m.experts)
+                   .contiguous();
+  } else {
+    auto select = r.scores.detach();
+    if (bias.defined()) select = select + bias.to(select.device(), at::kFloat);
+    // A stable sort: equal scores keep expert order, so ties go to the lower expert on every rank.
+    auto order = std::get<1>(at::sort(select, /*stable=*/true, /*dim=*/-1, /*descending=*/true));
+    r.chosen = order.narrow(1, 0, m.topK).contiguous();
+  }
   // A scatter-add, not at::bincount: CUDA's bincount reads the input's min and max on the host (two syncs a layer).
   auto flat = r.chosen.reshape(-1);
   r.counts = at::zeros({m.experts}, flat.options()).scatter_add_(0, flat, at::ones_like(flat));

@@ -15,8 +15,10 @@ struct Routing {
   at::Tensor counts;   // [E] int64: the assignments to each expert
 };
 
-// x2d [N, d]; router [E, d]; bias [E] (selection only; may be undefined).
-Routing route(const at::Tensor& x2d, const at::Tensor& router, const at::Tensor& bias, const MoeConfig& m);
+// x2d [N, d]; router [E, d]; bias [E] (selection only; may be undefined). forceBalanced: token i to
+// experts (i·k + j) mod E instead of the top k (MoeOptions::forceBalanced).
+Routing route(const at::Tensor& x2d, const at::Tensor& router, const at::Tensor& bias, const MoeConfig& m,
+              bool forceBalanced = false);
 // E · Σ_e f_e P_e with f_e = (assignments to e) / N and P_e the mean (per-token renormalised, for
 // sigmoid) score: HF's load_balancing_loss_func on one layer. Differentiable through the scores.
 at::Tensor balanceLoss(const Routing& r, const MoeConfig& m);
