@@ -31,30 +31,27 @@ std::vector<CommPtr> routingGroups(const Config& o, const ProcessMesh& mesh) {
 
 void Trainer::State::afterUpdateMoe(Pending& p) {
   if (o.model.cfg.moe.experts == 0) return;
-  queueMoeStats(p);  // before the balancing, which resets the loads
-  for (auto* m : moeLayers(par)) {
-    if (o.model.cfg.moe.biasUpdateRate > 0) {
-      m->updateBias(routingGroups(o, *par.mesh));
-    } else {
-      m->resetLoad();  // the step's loads were reported (queueMoeStats)
-    }
-  }
+  // The loads summed over the routing groups once, for the report and the balancing (which resets them).
+  const auto load = queueMoeStats(p);
+  const auto layers = moeLayers(par);
+  for (size_t i = 0; i < layers.size(); ++i) layers[i]->updateBiasFrom(load[static_cast<int64_t>(i)]);
 }
 
 // Per layer [E + 3]: the loads summed over the routing groups, then over the world (pipeline
 // stages' layers, replicas over tp) the worst ratios by max and {aux, z, dropped, assignments,
 // layers} by sum: two small collectives on the device, read back with the step's values.
-void Trainer::State::queueMoeStats(Pending& p) {
+at::Tensor Trainer::State::queueMoeStats(Pending& p) {
   const auto& m = o.model.cfg.moe;
   const auto layers = moeLayers(par);
   const auto opt = at::TensorOptions().dtype(at::kFloat).device(device);
   auto worst = at::full({2}, -1e30, opt);  // max over layers of max/mean and of -(min/mean)
   auto sums = at::zeros({5}, opt);
+  at::Tensor load;
   if (!layers.empty()) {
     std::vector<at::Tensor> rows;
     for (auto* l : layers) rows.push_back(l->statsOnDevice().to(device));
     auto s = at::stack(rows);  // [layers, E + 3]
-    auto load = s.narrow(1, 0, m.experts).contiguous();
+    load = s.narrow(1, 0, m.experts).contiguous();
     for (const auto& g : routingGroups(o, *par.mesh)) {
       if (g && g->size() > 1) g->allReduce(load, ReduceOp::Sum)->wait();
     }
@@ -67,6 +64,7 @@ void Trainer::State::queueMoeStats(Pending& p) {
   ctx.world->allReduce(worst, ReduceOp::Max)->wait();
   ctx.world->allReduce(sums, ReduceOp::Sum)->wait();
   p.moe.queue(at::cat({worst, sums}));
+  return load;
 }
 
 void Trainer::State::readMoeStats(Pending& p, StepReport& rep) {

@@ -77,7 +77,8 @@ struct Trainer::State {
   // no host wait), then the MoE layers' selection biases moved by the step's expert loads
   // (models/moe.h; biasUpdateRate). readMoeStats: the figures into the report (< 0: a dense model).
   void afterUpdateMoe(Pending& p);
-  void queueMoeStats(Pending& p);
+  // Returns the loads per sparse layer [layers, E] float32, summed over the routing groups (undefined: none).
+  at::Tensor queueMoeStats(Pending& p);
   void readMoeStats(Pending& p, StepReport& rep);
   std::string keptCheckpoint() const;  // what a stopped run says of its last checkpoint
   // The last finished step's marks when the device went on from its end to the next step (no

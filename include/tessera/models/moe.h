@@ -61,6 +61,8 @@ class MoeImpl : public torch::nn::Module {
   // load: bias_e += rate · sign(mean − load_e), equal on every rank of the groups. Collective over
   // each group. The load is reset; the bias is left alone when the rate is 0.
   void updateBias(const std::vector<CommPtr>& groups);
+  // The same with the load already summed over those groups ([E], any dtype, any device): local.
+  void updateBiasFrom(const at::Tensor& summedLoad);
   MoeStats takeStats();  // local; resets the counters
   // The same without a host wait: [E + 3] float32 on the weights' device: the load per expert since
   // the last reset, the last forward's balance and z losses (0 when not computed), the dropped

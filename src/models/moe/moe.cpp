@@ -177,9 +177,16 @@ void MoeImpl::updateBias(const std::vector<CommPtr>& groups) {
   for (const auto& g : groups) {
     if (g && g->size() > 1) g->allReduce(load)->wait();
   }
+  updateBiasFrom(load);
+}
+
+void MoeImpl::updateBiasFrom(const at::Tensor& summedLoad) {
+  TESSERA_CHECK(summedLoad.numel() == cfg_.moe.experts, "{}: updateBiasFrom: a load of {} experts, the layer has {}",
+                name_, summedLoad.numel(), cfg_.moe.experts);
   if (cfg_.moe.biasUpdateRate > 0) {
     at::NoGradGuard ng;
-    bias.add_(at::sign(load.mean() - load).to(bias.device()) * cfg_.moe.biasUpdateRate);
+    const auto load = summedLoad.reshape({-1}).to(bias.device(), at::kFloat);
+    bias.add_(at::sign(load.mean() - load) * cfg_.moe.biasUpdateRate);
   }
   resetLoad();
 }
