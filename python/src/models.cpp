@@ -43,6 +43,9 @@ void bindModels(pb::module_& m) {
         pb::dict d = configDict(c);
         d["arch"] = models::toString(c.arch);
         d["positions"] = models::toString(c.positions);
+        // What tessera/llama.py's plain Llama cannot express (it refuses such presets by this description).
+        d["plain_llama"] = c.qkNorm == models::QkNorm::None && c.headSize == 0 && c.moe.experts == 0;
+        d["describe"] = c.describe();
         return d;
       },
       pb::arg("name"), "A preset's fields (an unknown name is a tessera.Error listing the presets)");

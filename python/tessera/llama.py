@@ -47,6 +47,9 @@ class LlamaConfig:
         p = _models.preset(name)
         if p["arch"] != "llama":
             raise _C.Error(f"llama: preset '{name}' is a {p['arch']} model, not a Llama")
+        if not p["plain_llama"]:
+            raise _C.Error(f"llama: preset '{name}' is {p['describe']}: the Python Llama has no q/k norm, explicit "
+                           "head size or experts (tessera.train and tessera.nn.MoE take them)")
         fields = {k: p[k] for k in ("d", "layers", "heads", "kv_heads", "ffn", "vocab", "seq_len", "rope_theta",
                                     "rope_scaling", "norm_eps")}
         fields["tied"] = p["tied"]

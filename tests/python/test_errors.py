@@ -31,6 +31,14 @@ def test_bad_peer_and_sizes(world):
     assert t.tolist() == [float(n)] * 2
 
 
+def test_the_python_llama_refuses_other_families(world):
+    for name in ("olmoe-1b-7b", "qwen3-30b-a3b", "mixtral-8x7b", "moe-tiny"):
+        with pytest.raises(tessera.Error, match=rf"llama: preset '{name}' is .*: the Python Llama has no q/k norm, "
+                                               r"explicit head size or experts"):
+            tessera.llama.LlamaConfig.preset(name)
+    assert tessera.llama.LlamaConfig.preset("llama3-1b").d == 2048  # a plain Llama is taken
+
+
 def test_mesh_shape_error(world):
     n = world.size
     with pytest.raises(tessera.Error, match=rf"ProcessMesh: dp 3 x pp 1 x tp {n} = {3 * n} does not match the world "
