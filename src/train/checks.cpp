@@ -87,7 +87,12 @@ void checkConfig(Config& o, bool onGpu) {
   } catch (const Error& e) {
     throw UsageError(fmt::format("train_gpt: {}", e.what()));
   }
-  if (o.parallel.schedule != pipeline::ScheduleKind::Interleaved1F1B) o.parallel.chunks = 1;
+  // ZB-V's two chunks are its V; interleaved takes --chunks; the others run one.
+  if (o.parallel.schedule == pipeline::ScheduleKind::ZeroBubbleV) {
+    o.parallel.chunks = 2;
+  } else if (o.parallel.schedule != pipeline::ScheduleKind::Interleaved1F1B) {
+    o.parallel.chunks = 1;
+  }
 }
 
 }  // namespace tessera::train

@@ -59,11 +59,11 @@ void layoutFlags(Table& t) {
                              INT_MAX, FIELD(parallel.microBatches)),
                  "1, with pp 2 * pp", 0, FIELD(parallel.microBatches)));
   t.add(choiceFlag(
-      "--schedule", "1f1b|gpipe|interleaved|zb-h1", "pipeline schedule", pipeline::parseScheduleKind,
+      "--schedule", "1f1b|gpipe|interleaved|zb-h1|zbv", "pipeline schedule", pipeline::parseScheduleKind,
       [](pipeline::ScheduleKind k) { return pipeline::scheduleName(k); }, FIELD(parallel.schedule)));
   Flag chunks =
       integerFlag("--chunks", "V", "virtual stages per rank (interleaved only)", 1, INT_MAX, FIELD(parallel.chunks));
-  chunks.shown = "2 with interleaved, else 1";
+  chunks.shown = "2 with interleaved, else 1 (zbv: its V's 2)";
   t.add(chunks);
   t.add(integerFlag("--extra-warmup", "K", "1F1B's extra warm-up forwards (1f1b only)", 0, INT_MAX,
                     FIELD(parallel.extraWarmup)));

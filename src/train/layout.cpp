@@ -79,9 +79,11 @@ void Config::resolve(int world) {
               "train_gpt: --dp-mode fsdp with --schedule interleaved is not supported (FSDP reduces a unit's "
               "gradients in the last backward that runs it, which interleaving splits across chunks); use 1f1b or "
               "gpipe");
-  USAGE_CHECK(!(p.dpMode == DpMode::Fsdp && p.schedule == pipeline::ScheduleKind::ZeroBubbleH1),
-              "train_gpt: --dp-mode fsdp with --schedule zb-h1 is not supported (FSDP reduce-scatters a unit's "
-              "gradients in its backward, before the deferred weight-gradient passes); use --dp-mode ddp or 1f1b");
+  const bool zeroBubble = p.schedule == pipeline::ScheduleKind::ZeroBubbleH1 || p.schedule == pipeline::ScheduleKind::ZeroBubbleV;
+  USAGE_CHECK(!(p.dpMode == DpMode::Fsdp && zeroBubble),
+              "train_gpt: --dp-mode fsdp with --schedule {} is not supported (FSDP reduce-scatters a unit's "
+              "gradients in its backward, before the deferred weight-gradient passes); use --dp-mode ddp or 1f1b",
+              pipeline::scheduleName(p.schedule));
 }
 
 std::string Config::toToml() const {

@@ -8,8 +8,9 @@ const ModelSpec& modelSpec(models::Arch arch) {
 }
 
 pipeline::Partition partitionModel(const models::ModelConfig& c, int pp, int chunks,
-                                   const std::vector<int>& layersPerStage) {
+                                   const std::vector<int>& layersPerStage, bool vShape) {
   pipeline::PartitionOptions o;
+  o.vShape = vShape;
   o.pp = pp;
   o.chunks = chunks;
   o.layersPerStage = layersPerStage;

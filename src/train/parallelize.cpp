@@ -135,6 +135,16 @@ std::vector<checkpoint::Piece> Parallel::pieces() const {
 }
 
 void Parallel::syncTiedEmbeddings() {
+  if (partition.vShape) {  // ZB-V: the embedding (chunk 0) and the head's copy (chunk 1) on pp rank 0
+    if (chunks.size() != 2 || !chunks[0]->tiedTable().defined() || !chunks[1]->tiedTable().defined()) return;
+    auto g0 = dp->partGrad(0, 0), g1 = dp->partGrad(1, chunks[1]->parts().size() - 1);
+    TESSERA_CHECK(g0.defined() && g1.defined(), "train: rank {}: the tied embedding table has no gradient on {}",
+                  mesh->world()->rank(), g0.defined() ? "the head's stage" : "the first stage");
+    at::NoGradGuard ng;
+    g0.add_(g1);
+    g1.copy_(g0);
+    return;
+  }
   if (!embGroup) return;
   for (size_t k = 0; k < chunks.size(); ++k) {
     auto& c = chunks[k];
@@ -156,11 +166,12 @@ Parallel parallelize(const Config& c, const Context& ctx, const ParallelizeHooks
   p.mesh = std::make_unique<ProcessMesh>(ctx.world, par.dp, par.pp, par.tp, par.cp, par.ep);
   const auto me = p.mesh->coord();
   const auto& cfg = c.model.cfg;
-  p.partition = partitionModel(cfg, par.pp, par.chunks, par.layersPerStage);
+  const bool vShape = par.schedule == pipeline::ScheduleKind::ZeroBubbleV;
+  p.partition = partitionModel(cfg, par.pp, par.chunks, par.layersPerStage, vShape);
   // Collective splits, in the same order on every rank: the family's group (Llama, tp > kv heads),
   // then the embedding group (tied embeddings over pp > 1).
   CommPtr kvGroup = models::familyGroup(cfg, p.mesh->tpGroup());
-  if (cfg.tiedEmbeddings && par.pp > 1) {
+  if (cfg.tiedEmbeddings && par.pp > 1 && !vShape) {  // ZB-V: both ends on pp rank 0 (syncTiedEmbeddings)
     const bool end = me.pp == 0 || me.pp == par.pp - 1;
     p.embGroup = ctx.world->split(end ? (me.dp * par.cp + me.cp) * par.tp + me.tp : -1, me.pp, "emb");
   }

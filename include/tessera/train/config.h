@@ -59,7 +59,7 @@ struct ParallelSection {
   DpMode dpMode = DpMode::Ddp;
   int microBatches = 0;  // 0: 1 without pp, else 2 · pp (gradient accumulation without pp)
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
-  int chunks = 2;        // virtual stages per rank (interleaved only; 1 otherwise)
+  int chunks = 2;        // virtual stages per rank (interleaved; zbv: 2; 1 otherwise)
   int extraWarmup = 0;   // 1F1B's extra warm-up forwards
   std::vector<int> layersPerStage;  // empty: balanced by compute
   bool sequenceParallel = false;

@@ -18,9 +18,10 @@ struct ModelSpec {
 const ModelSpec& modelSpec(models::Arch arch);
 
 // The blocks of `c` over pp · chunks stages, balanced by compute (the embedding is a lookup, the
-// head counts as a GEMM) unless layersPerStage is given. Errors name the numbers.
+// head counts as a GEMM) unless layersPerStage is given; vShape: ZB-V's placement of the stages.
+// Errors name the numbers.
 pipeline::Partition partitionModel(const models::ModelConfig& c, int pp, int chunks,
-                                   const std::vector<int>& layersPerStage);
+                                   const std::vector<int>& layersPerStage, bool vShape = false);
 // Stage `stage` of `part` as the model takes it.
 models::ChunkRange chunkRange(const pipeline::Partition& part, int stage);
 // FSDP's unit policy: the head stays gathered from its forward (last) to its backward (first), as

@@ -29,7 +29,7 @@ struct Parallel {
   CommPtr embGroup;  // a tied table over pp > 1: this (dp, cp, tp) slot's first and last stage ranks
 
   bool firstStage() const { return mesh->coord().pp == 0; }
-  bool lastStage() const { return mesh->coord().pp == mesh->ppSize() - 1; }
+  bool lastStage() const { return mesh->coord().pp == (partition.vShape ? 0 : mesh->ppSize() - 1); }  // ZB-V: rank 0
   std::vector<checkpoint::Piece> pieces() const;  // every chunk's checkpoint pieces
   // The tied table's gradient summed over the embedding group (pp > 1), before clipping. Collective.
   void syncTiedEmbeddings();

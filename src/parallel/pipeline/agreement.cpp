@@ -42,7 +42,7 @@ std::vector<int64_t> PipelineExecutor::preamble(const at::Tensor& input, const a
       for (int64_t d = 0; d < std::min<int64_t>(input.dim(), kMaxHeaderDims); ++d) v[kDims + d] = input.size(d);
     }
   }
-  if (r == P - 1) v[1] = !loss_ ? -2 : target.defined() && target.dim() > 0 ? target.size(0) : -1;
+  if (r == sched_.lastStageRank()) v[1] = !loss_ ? -2 : target.defined() && target.dim() > 0 ? target.size(0) : -1;
   v[kCfg + kPer * r] = static_cast<int64_t>(sched_.kind) + 1;
   v[kCfg + kPer * r + 1] = M;
   v[kCfg + kPer * r + 2] = sched_.chunks;
@@ -75,8 +75,8 @@ std::vector<int64_t> PipelineExecutor::preamble(const at::Tensor& input, const a
                     g[kCfg + kPer * q + 1], g[kCfg + kPer * q + 2], g[kCfg + kPer * q + 3]);
   const int64_t B = g[0], T = g[1];
   TESSERA_CHECK(B >= 0, "pipeline step: pp rank 0 (the first stage) was given no input batch (an undefined or 0-dim tensor)");
-  TESSERA_CHECK(T != -2, "pipeline step: pp rank {} (the last stage) has no loss function", P - 1);
-  TESSERA_CHECK(T >= 0, "pipeline step: pp rank {} (the last stage) was given no target batch", P - 1);
+  TESSERA_CHECK(T != -2, "pipeline step: pp rank {} (the last stage) has no loss function", sched_.lastStageRank());
+  TESSERA_CHECK(T >= 0, "pipeline step: pp rank {} (the last stage) was given no target batch", sched_.lastStageRank());
   TESSERA_CHECK(g[3] <= kMaxHeaderDims, "pipeline step: the input has {} dims; at most {} are supported", g[3], kMaxHeaderDims);
   TESSERA_CHECK(B % M == 0 && B > 0,
                 "pipeline step: a batch of {} samples is not divisible into {} micro-batches ({} schedule, pp = {})", B,
@@ -98,10 +98,11 @@ void PipelineExecutor::probe(const at::Tensor& input0, const at::Tensor& target0
     const int s = sched_.stageOf(r, c);
     const bool first = s == 0, last = s == sched_.numStages() - 1;
     at::Tensor x;
+    const int local = sched_.localPrevChunk(r, c);  // ZB-V's turn: chunk `local`'s output, on this rank
     if (first) {
       x = input0;
     } else {
-      auto h = p2p_->recvHeader(p2p_->prev());
+      Header h = local >= 0 ? Header{failed, outMeta_[local]} : p2p_->recvHeader(sched_.rankOfStage(s - 1));
       failed = h.status;
       inMeta_[c] = h.meta;
       if (!failed) x = at::zeros(h.meta.shape, at::TensorOptions().dtype(h.meta.dtype).device(opts_.device));
@@ -124,7 +125,7 @@ void PipelineExecutor::probe(const at::Tensor& input0, const at::Tensor& target0
         failedIn = TensorMeta::of(x);
       }
     }
-    if (!last) p2p_->sendHeader({failed, out}, p2p_->next());
+    if (!last && sched_.localNextChunk(r, c) < 0) p2p_->sendHeader({failed, out}, sched_.rankOfStage(s + 1));
     outMeta_[c] = out;
   }
   // Only the first failing stage contributes; everyone learns which it was.
@@ -140,7 +141,7 @@ void PipelineExecutor::probe(const at::Tensor& input0, const at::Tensor& target0
   group_->allReduce(t, ReduceOp::Sum)->wait();
   auto g = toVector(t);
   if (g[0] == 0) return;
-  const int s = static_cast<int>(g[0] - 1), owner = s % sched_.pp, chunk = s / sched_.pp;
+  const int s = static_cast<int>(g[0] - 1), owner = sched_.rankOfStage(s), chunk = sched_.chunkOfStage(s);
   TensorMeta in{std::vector<int64_t>(g.begin() + 3, g.begin() + 3 + g[2]), static_cast<at::ScalarType>(g[1])};
   std::string from = s == 0 ? "the batch" : fmt::format("stage {}", s - 1);
   if (!why.empty())

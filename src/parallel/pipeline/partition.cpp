@@ -26,6 +26,7 @@ Partition partitionBlocks(const std::vector<int64_t>& blockParams, const Partiti
   Partition p;
   p.pp = o.pp;
   p.chunks = o.chunks;
+  p.vShape = o.vShape;
   if (!o.layersPerStage.empty()) {
     TESSERA_CHECK(static_cast<int>(o.layersPerStage.size()) == S,
                   "pipeline partition: layers per stage [{}] has {} entries, but pp {} x {} chunks = {} stages",

@@ -57,7 +57,13 @@ struct PipelineExecutor::Run {
 
   void forward(int m, int c) {
     const bool first = e.sched_.isFirstStage(r, c), last = e.sched_.isLastStage(r, c);
-    if (!first) arrived(inWork[c][m]);
+    const int local = e.sched_.localPrevChunk(r, c);  // ZB-V's turn: the input is this rank's output
+    if (!first && local < 0) arrived(inWork[c][m]);
+    if (local >= 0) {
+      TESSERA_CHECK(out[local][m].defined(), "pipeline executor: {} before the forward of chunk {}",
+                    where("forward", m, c), local);
+      in[c][m] = out[local][m].detach();
+    }
     at::Tensor x = first ? inputs.at(m) : in[c][m];
     TESSERA_CHECK(x.defined(), "pipeline executor: {} has no input", where("forward", m, c));
     if (!first) x.requires_grad_(true);
@@ -98,6 +104,10 @@ struct PipelineExecutor::Run {
     if (!first) {
       auto g = in[c][m].grad();
       inGrad[c][m] = g.defined() ? g : at::zeros_like(in[c][m]);
+      if (const int local = e.sched_.localPrevChunk(r, c); local >= 0) {
+        outGrad[local][m] = inGrad[c][m];  // ZB-V's turn: the gradient stays on this rank
+        inGrad[c][m] = at::Tensor();
+      }
     }
     held -= bytesOf(y);
     y = at::Tensor();
@@ -130,10 +140,10 @@ struct PipelineExecutor::Run {
     for (const auto& t : a.comm) {
       const int tm = t.micro, tc = t.chunk;
       switch (t.kind) {
-        case CommKind::SendForward: ops.push_back({t.kind, e.outMeta_[tc], out[tc][tm], where("activation", tm, tc)}); break;
-        case CommKind::RecvForward: ops.push_back({t.kind, e.inMeta_[tc], {}, where("activation", tm, tc)}); break;
-        case CommKind::SendBackward: ops.push_back({t.kind, e.inMeta_[tc], inGrad[tc][tm], where("input gradient", tm, tc)}); break;
-        case CommKind::RecvBackward: ops.push_back({t.kind, e.outMeta_[tc], {}, where("output gradient", tm, tc)}); break;
+        case CommKind::SendForward: ops.push_back({t.kind, e.outMeta_[tc], out[tc][tm], where("activation", tm, tc), t.peer}); break;
+        case CommKind::RecvForward: ops.push_back({t.kind, e.inMeta_[tc], {}, where("activation", tm, tc), t.peer}); break;
+        case CommKind::SendBackward: ops.push_back({t.kind, e.inMeta_[tc], inGrad[tc][tm], where("input gradient", tm, tc), t.peer}); break;
+        case CommKind::RecvBackward: ops.push_back({t.kind, e.outMeta_[tc], {}, where("output gradient", tm, tc), t.peer}); break;
       }
     }
     auto posted = e.p2p_->post(ops);

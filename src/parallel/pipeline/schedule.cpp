@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "common/choice.h"
+#include "parallel/pipeline/zero_bubble_v.h"
 #include "tessera/common/error.h"
 
 namespace tessera::pipeline {
@@ -16,16 +17,18 @@ const char* toString(ScheduleKind k) {
     case ScheduleKind::OneFOneB: return "1F1B";
     case ScheduleKind::Interleaved1F1B: return "interleaved 1F1B";
     case ScheduleKind::ZeroBubbleH1: return "ZB-H1";
+    case ScheduleKind::ZeroBubbleV: return "ZB-V";
   }
   return "?";
 }
 
 namespace {
-constexpr Choices<ScheduleKind, 4> kScheduleNames{"pipeline schedule",
+constexpr Choices<ScheduleKind, 5> kScheduleNames{"pipeline schedule",
                                                   {{{ScheduleKind::OneFOneB, "1f1b"},
                                                     {ScheduleKind::GPipe, "gpipe"},
                                                     {ScheduleKind::Interleaved1F1B, "interleaved"},
-                                                    {ScheduleKind::ZeroBubbleH1, "zb-h1"}}}};
+                                                    {ScheduleKind::ZeroBubbleH1, "zb-h1"},
+                                                    {ScheduleKind::ZeroBubbleV, "zbv"}}}};
 }  // namespace
 
 ScheduleKind parseScheduleKind(const std::string& s) { return kScheduleNames.parse(s); }
@@ -42,6 +45,16 @@ const char* toString(CommKind k) {
 }
 
 bool isSend(CommKind k) { return k == CommKind::SendForward || k == CommKind::SendBackward; }
+
+int Schedule::localPrevChunk(int rank, int chunk) const {
+  const int s = stageOf(rank, chunk);
+  return s > 0 && rankOfStage(s - 1) == rank ? chunkOfStage(s - 1) : -1;
+}
+
+int Schedule::localNextChunk(int rank, int chunk) const {
+  const int s = stageOf(rank, chunk);
+  return s < numStages() - 1 && rankOfStage(s + 1) == rank ? chunkOfStage(s + 1) : -1;
+}
 
 int oneFOneBBound(int pp, int rank, int numMicro, int extraWarmup) {
   return std::min(pp - rank + (rank < pp - 1 ? extraWarmup : 0), numMicro);
@@ -126,7 +139,11 @@ void placeCommunication(Schedule& s) {
   // have[r][c * M + m]: bit 0 input arrived, bit 1 output gradient arrived, bit 2 forward done,
   // bit 3 backward (B) done.
   std::vector<std::vector<int>> have(P, std::vector<int>(s.chunks * s.numMicro, 0));
-  for (int r = 0; r < P; ++r) order[r] = computeOrder(s.kind, P, r, s.numMicro, s.chunks, s.extraWarmup);
+  if (s.kind == ScheduleKind::ZeroBubbleV) {
+    order = detail::zeroBubbleVOrders(P, s.numMicro);
+  } else {
+    for (int r = 0; r < P; ++r) order[r] = computeOrder(s.kind, P, r, s.numMicro, s.chunks, s.extraWarmup);
+  }
   s.ranks.assign(P, {});
   struct Move {
     bool fwd;
@@ -151,9 +168,9 @@ void placeCommunication(Schedule& s) {
       if (a.kind == Action::Forward) h |= 4;
       if (a.kind == Action::Backward) h |= 8;
       if (a.kind == Action::Forward && st < S - 1)
-        moves.push_back({true, r, (st + 1) % P, a.micro, a.chunk, (st + 1) / P});
+        moves.push_back({true, r, s.rankOfStage(st + 1), a.micro, a.chunk, s.chunkOfStage(st + 1)});
       if (a.kind == Action::Backward && st > 0)
-        moves.push_back({false, r, (st - 1) % P, a.micro, a.chunk, (st - 1) / P});
+        moves.push_back({false, r, s.rankOfStage(st - 1), a.micro, a.chunk, s.chunkOfStage(st - 1)});
     }
     if (!busy) return;
     TESSERA_CHECK(progress, "pipeline schedule: internal error: the {} compute order for pp = {}, {} micro-batches, "
@@ -162,6 +179,10 @@ void placeCommunication(Schedule& s) {
     std::vector<Action> batch(P);
     for (auto& b : batch) b.kind = Action::Comm;
     for (const auto& mv : moves) {  // already in a global order (by sender, one move each)
+      if (mv.from == mv.to) {  // ZB-V's turn: handed over on the rank (the executor), arrived next tick
+        have[mv.to][mv.toChunk * s.numMicro + mv.micro] |= mv.fwd ? 1 : 2;
+        continue;
+      }
       batch[mv.from].comm.push_back(
           {mv.fwd ? CommKind::SendForward : CommKind::SendBackward, mv.micro, mv.fromChunk, mv.to});
       batch[mv.to].comm.push_back({mv.fwd ? CommKind::RecvForward : CommKind::RecvBackward, mv.micro, mv.toChunk, mv.from});
@@ -180,7 +201,10 @@ Schedule makeSchedule(ScheduleKind kind, int pp, int M, int V, int extraWarmup) 
   TESSERA_CHECK(extraWarmup == 0 || kind == ScheduleKind::OneFOneB,
                 "pipeline schedule: extra warm-up forwards ({}) are for 1F1B only, not {}", extraWarmup, toString(kind));
   TESSERA_CHECK(M >= 1, "pipeline schedule: {} micro-batches (must be >= 1)", M);
-  if (kind == ScheduleKind::Interleaved1F1B) {
+  if (kind == ScheduleKind::ZeroBubbleV) {
+    TESSERA_CHECK(V == 2, "ZB-V runs two chunks per rank (a V), got {}", V);
+    TESSERA_CHECK(pp >= 2, "ZB-V needs pp >= 2, got pp = {}", pp);
+  } else if (kind == ScheduleKind::Interleaved1F1B) {
     TESSERA_CHECK(V >= 2, "interleaved 1F1B needs at least 2 virtual stages (chunks) per rank, got {}", V);
     TESSERA_CHECK(pp >= 2, "interleaved 1F1B needs pp >= 2, got pp = {}", pp);
     TESSERA_CHECK(M % pp == 0,
@@ -191,7 +215,8 @@ Schedule makeSchedule(ScheduleKind kind, int pp, int M, int V, int extraWarmup) 
     TESSERA_CHECK(V == 1, "{} takes one chunk per rank, got {} (use interleaved 1F1B for virtual stages)",
                   toString(kind), V);
   }
-  TESSERA_CHECK((kind != ScheduleKind::OneFOneB && kind != ScheduleKind::ZeroBubbleH1) || M >= pp,
+  TESSERA_CHECK((kind != ScheduleKind::OneFOneB && kind != ScheduleKind::ZeroBubbleH1 &&
+                 kind != ScheduleKind::ZeroBubbleV) || M >= pp,
                 "{} needs at least as many micro-batches as pipeline stages: {} micro-batches, pp = {} "
                 "(use more micro-batches, or GPipe)",
                 toString(kind), M, pp);

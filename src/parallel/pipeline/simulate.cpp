@@ -77,8 +77,10 @@ SimulatedStep simulateStep(const Schedule& s, const std::vector<StageCost>& cost
         }
         const int st = s.stageOf(r, a.chunk);
         const bool fwd = a.kind == Action::Forward, bwd = a.kind == Action::Backward;
-        if (fwd && st > 0) compute = std::max(compute, inAt.at({a.micro, a.chunk}));
-        if (bwd && st < s.numStages() - 1) compute = std::max(compute, gradAt.at({a.micro, a.chunk}));
+        // ZB-V's turn (the neighbouring stage on this rank) needs no wait: it ran before on this stream.
+        if (fwd && st > 0 && s.localPrevChunk(r, a.chunk) < 0) compute = std::max(compute, inAt.at({a.micro, a.chunk}));
+        if (bwd && st < s.numStages() - 1 && s.localNextChunk(r, a.chunk) < 0)
+          compute = std::max(compute, gradAt.at({a.micro, a.chunk}));
         const auto& k = costs[st];
         const double c = fwd ? k.forward : bwd ? k.backward + (s.splitsBackward() ? 0 : k.weight) : k.weight;
         compute += c;

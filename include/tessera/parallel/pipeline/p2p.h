@@ -48,6 +48,7 @@ struct Transfer {
   TensorMeta meta;
   at::Tensor tensor;
   std::string what;  // for errors: "activation of micro-batch 3 (stage 1)"
+  int peer = -1;     // the other rank; -1: by kind (next() for SendForward / RecvBackward, else prev())
 };
 
 class StageP2P {

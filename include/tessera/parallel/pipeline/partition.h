@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "tessera/parallel/pipeline/schedule.h"
+
 namespace tessera::pipeline {
 
 struct PartitionOptions {
@@ -31,15 +33,17 @@ struct PartitionOptions {
   // GPT whose untied embedding and head are as large as a block or more, this moves blocks
   // from the last stage to the first, where the head and loss do not run.
   bool embeddingIsLookup = false;
+  bool vShape = false;  // ZB-V's placement of the stages on ranks (schedule.h): only stageOf changes
 };
 
 struct Partition {
   int pp = 1, chunks = 1;
+  bool vShape = false;         // PartitionOptions::vShape
   std::vector<int> bounds;     // numStages() + 1 entries: stage s owns blocks [bounds[s], bounds[s+1])
   std::vector<int64_t> params;  // per stage, embedding/head included
 
   int numStages() const { return pp * chunks; }
-  int stageOf(int rank, int chunk) const { return chunk * pp + rank; }
+  int stageOf(int rank, int chunk) const { return stageOfRank(pp, rank, chunk, vShape); }
   int firstBlock(int stage) const { return bounds.at(stage); }
   int endBlock(int stage) const { return bounds.at(stage + 1); }
   std::string describe() const;  // "stage 0: blocks [0, 3) 1234 params; ..."

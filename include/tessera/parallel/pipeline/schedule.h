@@ -2,24 +2,31 @@
 // Pipeline schedules as data: for every pp rank, the ordered actions of one training step:
 // Forward, Backward (or B and W, when split) of a (micro-batch, chunk), and Comm batches (sends and
 // receives issued together as one batchP2P). Pure functions, local: no device, no communication.
-// Rank r's chunk c is virtual stage c·pp + r; stage 0 takes the input, stage pp·chunks − 1 computes
-// the loss. Between two ranks the k-th send a→b matches the k-th receive b←a; no table deadlocks.
+// Rank r's chunk c is virtual stage c·pp + r (ZB-V: r and 2·pp − 1 − r, a V); stage 0 takes the
+// input, stage pp·chunks − 1 computes the loss. The k-th send a→b matches the k-th receive b←a.
 // Schedules (M micro-batches, P = pp; in flight: micro-batches between F and B, or W when split):
 // - GPipe: every forward, then every backward. Any M >= 1.
 // - 1F1B: min(P − r − 1 + k, M) warm-up forwards (k = extraWarmup, 0 on the last rank), then one
 //   forward one backward. M >= P; at most P − r + k in flight on rank r.
 // - Interleaved 1F1B (Megatron's order): chunks >= 2, pp >= 2, M % pp == 0.
-// - ZB-H1 (zero bubble): backward split into B (input gradient) and W (weight gradient, run later
-//   to fill the cool-down). M >= pp, one chunk; at most min(P, M) in flight.
+// - ZB-H1: backward split into B and W (weight gradients, later). M >= pp, one chunk; min(P, M) in flight.
+// - ZB-V: two chunks in a V, B and W split, a greedy zero-bubble order of at most 2·P chunk
+//   activations per rank (1F1B's memory). pp >= 2, M >= pp.
 // Why, and how the ticks place communication: docs/design/pipeline.md.
 #include <string>
 #include <vector>
 
 namespace tessera::pipeline {
 
-enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1 };
-const char* toString(ScheduleKind k);  // "GPipe", "1F1B", "interleaved 1F1B", "ZB-H1" (for people)
-// The command line's spellings: "gpipe" | "1f1b" | "interleaved" | "zb-h1"; anything else is an error.
+// Virtual stage of a rank's chunk: chunk·pp + rank, or in a V (vShape: two chunks) rank for chunk 0
+// and 2·pp − 1 − rank for chunk 1.
+inline int stageOfRank(int pp, int rank, int chunk, bool vShape) {
+  return vShape && chunk == 1 ? 2 * pp - 1 - rank : chunk * pp + rank;
+}
+
+enum class ScheduleKind { GPipe, OneFOneB, Interleaved1F1B, ZeroBubbleH1, ZeroBubbleV };
+const char* toString(ScheduleKind k);  // "GPipe", "1F1B", "interleaved 1F1B", "ZB-H1", "ZB-V" (for people)
+// The command line's spellings: "gpipe" | "1f1b" | "interleaved" | "zb-h1" | "zbv"; anything else is an error.
 ScheduleKind parseScheduleKind(const std::string& s);
 const char* scheduleName(ScheduleKind k);
 
@@ -53,11 +60,20 @@ struct Schedule {
   std::vector<std::vector<Action>> ranks;  // ranks[r][tick]
 
   int numStages() const { return pp * chunks; }
-  // True when backward is split into B and W actions (ZB-H1).
-  bool splitsBackward() const { return kind == ScheduleKind::ZeroBubbleH1; }
-  int stageOf(int rank, int chunk) const { return chunk * pp + rank; }
+  // True when backward is split into B and W actions (ZB-H1, ZB-V).
+  bool splitsBackward() const { return kind == ScheduleKind::ZeroBubbleH1 || kind == ScheduleKind::ZeroBubbleV; }
+  bool vShape() const { return kind == ScheduleKind::ZeroBubbleV; }
+  int stageOf(int rank, int chunk) const { return stageOfRank(pp, rank, chunk, vShape()); }
+  int rankOfStage(int stage) const { return vShape() && stage >= pp ? 2 * pp - 1 - stage : stage % pp; }
+  int chunkOfStage(int stage) const { return stage / pp; }
   bool isFirstStage(int rank, int chunk) const { return stageOf(rank, chunk) == 0; }
   bool isLastStage(int rank, int chunk) const { return stageOf(rank, chunk) == numStages() - 1; }
+  int firstStageRank() const { return 0; }
+  int lastStageRank() const { return rankOfStage(numStages() - 1); }  // pp − 1; ZB-V: 0
+  // This rank's chunk that holds the stage before (after) chunk c's when that stage is on this rank
+  // too (ZB-V's turn at rank pp − 1), else −1: its output is handed over without communication.
+  int localPrevChunk(int rank, int chunk) const;
+  int localNextChunk(int rank, int chunk) const;
   // Max over the table of (forwards done − backwards done) on `rank`, in (micro, chunk) units;
   // when the schedule splits backward, a micro-batch is done at its W.
   int peakInFlight(int rank) const;
@@ -72,8 +88,9 @@ struct Schedule {
 //     tessera::log::info("rank {}: at most {} in flight\n{}", r, s.peakInFlight(r), s.describe(r));
 
 // Throws tessera::Error naming the numbers when the combination is invalid (pp < 1, M < 1,
-// 1F1B or ZB-H1 with M < pp, interleaved with M % pp != 0, chunks < 2 or pp < 2, chunks != 1
-// for GPipe/1F1B/ZB-H1, extraWarmup < 0 or given to a schedule other than 1F1B).
+// 1F1B, ZB-H1 or ZB-V with M < pp, interleaved with M % pp != 0, chunks < 2 or pp < 2, chunks != 1
+// for GPipe/1F1B/ZB-H1, ZB-V with chunks != 2 or pp < 2, extraWarmup < 0 or given to a schedule
+// other than 1F1B).
 Schedule makeSchedule(ScheduleKind kind, int pp, int numMicro, int chunks = 1, int extraWarmup = 0);
 
 // The 1F1B bound of in-flight micro-batches on `rank`: pp − rank, plus extraWarmup on every
