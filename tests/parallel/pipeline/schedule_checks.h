@@ -164,6 +164,17 @@ inline void checkAll(ScheduleKind kind, int pp, int M, int V, int extra = 0) {
   EXPECT_EQ(err, "") << where;
 }
 
+// fn() throws a tessera::Error whose message holds every one of parts.
+template <typename Fn>
+void expectError(Fn fn, const std::vector<std::string>& parts) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error";
+  } catch (const tessera::Error& e) {
+    for (auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << " lacks " << p;
+  }
+}
+
 }  // namespace schedule_checks
 
 }  // namespace tessera::pipeline
