@@ -29,7 +29,8 @@ ScheduleKind toScheduleKind(const std::string& s) {
   if (s == "1f1b") return ScheduleKind::OneFOneB;
   if (s == "interleaved_1f1b" || s == "interleaved") return ScheduleKind::Interleaved1F1B;
   if (s == "zb_h1" || s == "zb-h1") return ScheduleKind::ZeroBubbleH1;
-  throw Error("tessera pipeline: schedule '" + s + "' is not one of gpipe, 1f1b, interleaved_1f1b, zb_h1");
+  if (s == "zbv" || s == "zb_v") return ScheduleKind::ZeroBubbleV;
+  throw Error("tessera pipeline: schedule '" + s + "' is not one of gpipe, 1f1b, interleaved_1f1b, zb_h1, zbv");
 }
 
 // step / evaluate with the GIL released (the executor takes it back for each stage call).

@@ -123,18 +123,20 @@ class Pipeline:
     group is used). See src/parallel/pipeline/executor.h for the full contract.
 
     ``stages``: this rank's chunks in order; with ``schedule="interleaved_1f1b"`` rank r holds
-    stages r, r + pp, r + 2 pp, ... (one per chunk), else exactly one stage. Stage 0 takes the
-    micro-batch, the last stage's output goes to ``loss_fn(output, target)``.
+    stages r, r + pp, r + 2 pp, ... (one per chunk), with ``"zbv"`` the two stages r and
+    2 pp - 1 - r (a V: pp rank 0 holds the first and the last), else exactly one stage. Stage 0
+    takes the micro-batch, the last stage's output goes to ``loss_fn(output, target)``.
     ``schedule``: ``"1f1b"`` (default), ``"gpipe"``, ``"interleaved_1f1b"`` or ``"zb_h1"`` (zero
     bubble: backward split into input- and weight-gradient passes; only tessera's own linears defer
     their weight gradients, so with ``torch.nn`` layers its weight passes are empty and it runs
-    1F1B's order; not with data-parallel gradient hooks, which fire before the weight passes).
+    1F1B's order; not with data-parallel gradient hooks, which fire before the weight passes), or
+    ``"zbv"`` (zero bubble over two chunks per rank in a V, the same split).
     ``micro_batches``: the batch (dim 0) is split into this many equal micro-batches.
     ``extra_warmup``: with ``"1f1b"``, this many more warm-up forwards on every stage but the
     last (for stages of unequal cost; at most pp − rank + extra_warmup micro-batches in flight).
 
     :meth:`step` is collective over the group: pass ``input`` on pp rank 0 and ``target`` on
-    the last pp rank (``None`` elsewhere). It runs forward and backward of every micro-batch;
+    the rank of the last stage (the last pp rank; pp rank 0 with ``"zbv"``; ``None`` elsewhere). It runs forward and backward of every micro-batch;
     the gradients of the mean loss accumulate into the stages' parameters (zero them yourself,
     e.g. ``optimizer.zero_grad()``), and the mean loss comes back on every rank. The GIL is
     released while the schedule runs and taken again for each call of a stage or of

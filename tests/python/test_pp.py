@@ -27,30 +27,37 @@ def batch():
     return torch.randn(BATCH, D, generator=g), torch.randn(BATCH, OUT, generator=g)
 
 
-def my_stages(world, chunks):
-    """This rank's stages: the blocks split evenly over pp * chunks stages (stage s = chunk * pp
-    + rank), the head appended to the last; returns (stage modules, all blocks, head)."""
+def stage_of(world, chunk, v=False):
+    """Stage of this rank's chunk: chunk * pp + rank, or in zbv's V rank and 2 pp - 1 - rank."""
+    return (2 * world.size - 1 - world.rank if chunk == 1 else world.rank) if v else chunk * world.size + world.rank
+
+
+def my_stages(world, chunks, v=False):
+    """This rank's stages: the blocks split evenly over pp * chunks stages (stage_of), the head
+    appended to the last; returns (stage modules, all blocks, head)."""
     blocks, head = model()
     n_stages = world.size * chunks
     per = BLOCKS // n_stages
     stages = []
     for c in range(chunks):
-        s = c * world.size + world.rank
+        s = stage_of(world, c, v)
         mods = blocks[s * per:(s + 1) * per] + ([head] if s == n_stages - 1 else [])
         stages.append(torch.nn.Sequential(*mods))
     return stages, blocks, head
 
 
 @pytest.mark.parametrize("schedule,micro,chunks,extra", [("1f1b", 4, 1, 0), ("gpipe", 2, 1, 0), ("1f1b", 8, 1, 0),
-                                                         ("1f1b", 8, 1, 2), ("interleaved_1f1b", 4, 2, 0)])
+                                                         ("1f1b", 8, 1, 2), ("interleaved_1f1b", 4, 2, 0),
+                                                         ("zbv", 4, 2, 0)])
 def test_pipeline_matches_unsplit_model(world, schedule, micro, chunks, extra):
     if BLOCKS % (world.size * chunks):
         pytest.skip("needs pp * chunks to divide the blocks")
-    stages, _, _ = my_stages(world, chunks)
+    v = schedule == "zbv"  # rank 0 holds the first and the last stage
+    stages, _, _ = my_stages(world, chunks, v)
     pipe = tessera.Pipeline(stages, world, micro_batches=micro, loss_fn=F.mse_loss, schedule=schedule,
                             extra_warmup=extra)
     x, y = batch()
-    first, last = world.rank == 0, world.rank == world.size - 1
+    first, last = world.rank == 0, world.rank == (0 if v else world.size - 1)
     loss = pipe.step(x if first else None, y if last else None)
 
     ref_blocks, ref_head = model()
@@ -64,7 +71,7 @@ def test_pipeline_matches_unsplit_model(world, schedule, micro, chunks, extra):
     per = BLOCKS // n_stages
     checked = 0
     for c, stage in enumerate(stages):
-        s = c * world.size + world.rank
+        s = stage_of(world, c, v)
         ref_mods = ref_blocks[s * per:(s + 1) * per] + ([ref_head] if s == n_stages - 1 else [])
         ref_params = [p for m in ref_mods for p in m.parameters()]
         for (n, p), q in zip(stage.named_parameters(), ref_params):
