@@ -113,8 +113,9 @@ SHAPE=(--model olmoe-1b-7b --num-layers "$LAYERS" --qk-norm "$QK_NORM" --moe-nor
        --moe-z-loss-coeff 0 --moe-shared-expert-intermediate-size 0 --moe-first-dense-layers 0 --untie-embeddings
        --seq-len 4096 --precision bf16 --recompute none)
 if ((N >= 2)); then TNAME=(tessera-ep$N-fsdp tessera-ep$N-ddp) PNAME=pytorch-ep$N-fsdp; else TNAME=(tessera-single-fsdp tessera-single) PNAME=pytorch-single; fi
-TFLAGS=(--dp-mode fsdp)
-((N >= 2)) && TFLAGS+=(--ep "$N")
+EP=()  # expert parallel over every GPU (none on one)
+((N >= 2)) && EP=(--ep "$N")
+TFLAGS=(--dp-mode fsdp "${EP[@]}")
 
 if has tessera; then
   train() {  # train NAME flags...: the OLMoE shape on N GPUs, one sequence per GPU, 3 warm-ups + STEPS
@@ -137,7 +138,7 @@ if has pytorch; then
     { [ "$COMPILE" = 1 ] && [ -z "${budget_skipped:-}" ] && anchor "${PNAME/pytorch-/pytorch-eager-}" 0; }
 fi
 if has tessera && [ "$DDP" = 1 ]; then  # DDP's path (one GPU: no data parallel wrapper's sharding)
-  train "${TNAME[1]}" "${TFLAGS[@]:2}"
+  train "${TNAME[1]}" "${EP[@]}"
 fi
 
 if has file; then

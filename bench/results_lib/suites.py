@@ -113,7 +113,7 @@ SUITES = {
               "parallel, FSDP2, compiled blocks) with real and forced-balanced routing; MFU on active parameters, "
               "expert-load spread; a loss check of `--ep 2` against one rank first.",
         columns={"train": ["system", "layout", "gpus", "routing", "tokens_per_s", "tokens_per_s_per_gpu", "step_ms",
-                           "mfu", "peak_mem_gib", "load_max_over_mean", "vs_pytorch", "vs_pytorch_balanced"]}),
+                           "mfu", "peak_mem_gib", "load_max_over_mean", "vs_pytorch", "mem_vs_pytorch"]}),
     "hf_memory": dict(
         title="Hugging Face import and export: host memory",
         about="`tessera-convert import-hf` / `export-hf` and `train_gpt --init-from-hf` on a llama3-8b-shaped "

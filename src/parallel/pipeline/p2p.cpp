@@ -25,8 +25,9 @@ StageP2P::StageP2P(CommPtr group, at::Device device) : group_(std::move(group)),
   TESSERA_CHECK(group_ != nullptr, "pipeline p2p: no communicator");
 }
 
-int StageP2P::peerOf(CommKind k) const {
-  return k == CommKind::SendForward || k == CommKind::RecvBackward ? next() : prev();
+int StageP2P::peerOf(const Transfer& t) const {
+  if (t.peer >= 0) return t.peer;
+  return t.kind == CommKind::SendForward || t.kind == CommKind::RecvBackward ? next() : prev();
 }
 
 void StageP2P::sendHeader(const Header& h, int peer) {
@@ -76,17 +77,17 @@ StageP2P::Posted StageP2P::post(const std::vector<Transfer>& ops) {
                   "pipeline p2p: rank {} of '{}' would {} {} as {}, but the shape announced to rank {} is {} "
                   "(a stage's output shape and dtype must be a function of its input's)",
                   rank(), group_->name(), toString(t.kind), t.what, t.tensor.defined() ? TensorMeta::of(t.tensor).str() : "undefined",
-                  (t.peer >= 0 ? t.peer : peerOf(t.kind)), t.meta.str());
+                  peerOf(t), t.meta.str());
   }
   for (size_t i = 0; i < ops.size(); ++i) {
     const auto& t = ops[i];
     if (isSend(t.kind)) {
       // A detached alias: the caller may free the original's storage right after (the
       // communicator keeps this alias, and so the storage, until the op completes).
-      batch.push_back({P2POp::Send, t.tensor.detach().contiguous(), (t.peer >= 0 ? t.peer : peerOf(t.kind))});
+      batch.push_back({P2POp::Send, t.tensor.detach().contiguous(), peerOf(t)});
     } else {
       out[i] = at::empty(t.meta.shape, at::TensorOptions().dtype(t.meta.dtype).device(device_));
-      batch.push_back({P2POp::Recv, out[i], (t.peer >= 0 ? t.peer : peerOf(t.kind))});
+      batch.push_back({P2POp::Recv, out[i], peerOf(t)});
     }
   }
   Posted p{std::move(out), nullptr};

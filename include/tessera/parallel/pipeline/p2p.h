@@ -88,7 +88,7 @@ class StageP2P {
   at::Tensor sendBackwardRecvForward(const at::Tensor& grad, const TensorMeta& gradMeta, const TensorMeta& actMeta);
 
  private:
-  int peerOf(CommKind k) const;
+  int peerOf(const Transfer& t) const;  // t.peer, else by its kind
   CommPtr group_;
   at::Device device_;
 };

@@ -68,7 +68,6 @@ struct Schedule {
   int chunkOfStage(int stage) const { return stage / pp; }
   bool isFirstStage(int rank, int chunk) const { return stageOf(rank, chunk) == 0; }
   bool isLastStage(int rank, int chunk) const { return stageOf(rank, chunk) == numStages() - 1; }
-  int firstStageRank() const { return 0; }
   int lastStageRank() const { return rankOfStage(numStages() - 1); }  // pp − 1; ZB-V: 0
   // This rank's chunk that holds the stage before (after) chunk c's when that stage is on this rank
   // too (ZB-V's turn at rank pp − 1), else −1: its output is handed over without communication.
