@@ -24,7 +24,8 @@ import results  # noqa: E402  (bench/results.py: read_train_jsonl)
 
 def steps(path):
     """The step records of a train_gpt JSONL log, by step (tools/plot_run.py's reader)."""
-    return {rec["step"]: rec for rec in plot_run.read(path)}
+    _, recs = plot_run.read(path)  # (config, step records)
+    return {rec["step"]: rec for rec in recs}
 
 
 def moving(xs, n):

@@ -60,6 +60,10 @@ struct NoSyncContext {
   std::shared_ptr<Fsdp> fsdp;
   std::unique_ptr<Fsdp::NoSync> guard;
 };
+struct KeepGatheredContext {
+  std::shared_ptr<Fsdp> fsdp;
+  std::unique_ptr<Fsdp::KeepGathered> guard;
+};
 
 void bindShardedAdamW(pb::module_& m);
 // The shards, their layout and state dicts, the statistics.
@@ -71,6 +75,13 @@ void bindFsdp(pb::module_& m) {
   pb::class_<NoSyncContext>(m, "_FsdpNoSync")
       .def("__enter__", [](NoSyncContext& c) { c.guard = std::make_unique<Fsdp::NoSync>(*c.fsdp); })
       .def("__exit__", [](NoSyncContext& c, const pb::args&) {
+        c.guard.reset();
+        return false;
+      });
+  pb::class_<KeepGatheredContext>(m, "_FsdpKeepGathered")
+      .def("__enter__", [](KeepGatheredContext& c) { c.guard = std::make_unique<Fsdp::KeepGathered>(*c.fsdp); })
+      .def("__exit__", [](KeepGatheredContext& c, const pb::args&) {
+        pb::gil_scoped_release nogil;  // the reshards wait for gathers in flight
         c.guard.reset();
         return false;
       });
@@ -113,6 +124,7 @@ void bindFsdp(pb::module_& m) {
           "Gathers the unit, calls fn() (which returns a tensor or a tuple of tensors), reshards; a list of the "
           "outputs")
       .def("no_sync", [](const std::shared_ptr<Fsdp>& f) { return NoSyncContext{f, nullptr}; })
+      .def("keep_gathered", [](const std::shared_ptr<Fsdp>& f) { return KeepGatheredContext{f, nullptr}; })
       .def("zero_grad", &Fsdp::zeroGrad)
       .def("clip_grad_norm", &Fsdp::clipGradNorm, pb::arg("max_norm"), pb::call_guard<pb::gil_scoped_release>())
       .def("full_state_dict", &Fsdp::fullStateDict, pb::call_guard<pb::gil_scoped_release>())

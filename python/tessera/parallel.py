@@ -292,6 +292,13 @@ class FullyShardedDataParallel(torch.nn.Module):
         """Context manager: backward accumulates unsharded gradients locally, no communication."""
         return self._fsdp.no_sync()
 
+    def keep_gathered(self):
+        """Context manager for gradient accumulation: a unit once gathered stays gathered until the
+        block ends (one all-gather per unit for all the micro-batches inside it, at the memory of
+        every unit gathered at once). Leave it before the optimizer steps: the gathered copies
+        would keep the old values (tessera's ShardedAdamW refuses to step inside it)."""
+        return self._fsdp.keep_gathered()
+
     # ---- the flat shards as torch.nn.Parameters (for torch optimizers)
 
     def param_groups(self, options=None):

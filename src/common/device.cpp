@@ -8,6 +8,8 @@
 #ifdef TESSERA_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
 #endif
 
 namespace tessera {
@@ -61,6 +63,19 @@ double allocatedMemoryGiB(const at::Device& d) {
   return static_cast<double>(stats.allocated_bytes[0].current) / (1ull << 30);
 #else
   noCuda("allocatedMemoryGiB");
+#endif
+}
+
+double totalMemoryGiB(const at::Device& d) {
+  if (!d.is_cuda()) return 0.0;
+#ifdef TESSERA_TORCH_CUDA
+  c10::cuda::CUDAGuard guard(d.index());
+  size_t freeBytes = 0, totalBytes = 0;
+  TESSERA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes) == cudaSuccess, "totalMemoryGiB: cudaMemGetInfo failed on {}",
+                d.str());
+  return static_cast<double>(totalBytes) / (1ull << 30);
+#else
+  noCuda("totalMemoryGiB");
 #endif
 }
 

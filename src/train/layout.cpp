@@ -79,6 +79,8 @@ void Config::resolve(int world) {
               "train_gpt: --dp-mode fsdp with --schedule interleaved is not supported (FSDP reduces a unit's "
               "gradients in the last backward that runs it, which interleaving splits across chunks); use 1f1b or "
               "gpipe");
+  USAGE_CHECK(!(p.dpMode != DpMode::Fsdp && p.fsdpKeepGathered == OnOffAuto::On),
+              "train_gpt: --fsdp-keep-gathered on needs --dp-mode fsdp (DDP's parameters are never sharded)");
   const bool zeroBubble = p.schedule == pipeline::ScheduleKind::ZeroBubbleH1 || p.schedule == pipeline::ScheduleKind::ZeroBubbleV;
   USAGE_CHECK(!(p.dpMode == DpMode::Fsdp && zeroBubble),
               "train_gpt: --dp-mode fsdp with --schedule {} is not supported (FSDP reduce-scatters a unit's "

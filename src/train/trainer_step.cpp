@@ -69,10 +69,10 @@ Trainer::State::Pending Trainer::State::queueStep(const data::TokenBatch& batch)
     // Each weight cast to bf16 once per step, not per micro-batch (400 casts a step on a stage of
     // llama3-1b's 16-micro-batch pipeline); cleared before the optimizer changes the weights.
     CudaAutocastCacheScope castOncePerStep(o.precision.precision == Precision::Bf16 && device.is_cuda());
-    // FP8 on GPUs: each weight's codes cast once per step too (parallel/tensor/fp8_weight_cache.h);
-    // not under FSDP, whose gathered weights the cache would keep alive.
+    // FP8: each weight's codes cast once per step too (parallel/tensor/fp8_weight_cache.h); under FSDP
+    // only where its units stay gathered through the step (else the cache keeps gathered weights alive).
     tp::Fp8WeightCacheScope fp8CodesOncePerStep(o.precision.fp8 != fp8::Recipe::Off &&
-                                                o.parallel.dpMode != DpMode::Fsdp);
+                                                (o.parallel.dpMode != DpMode::Fsdp || par.fsdpKeptThroughStep));
     loss = par.pipeline->step(par.firstStage() ? batch.tokens : at::Tensor(),
                               par.lastStage() ? batch.targets : at::Tensor());
   } catch (...) {

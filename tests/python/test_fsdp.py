@@ -80,6 +80,38 @@ def test_fsdp_matches_single_process(world, prefetch_mb):
     assert fsdp.stats()["all_gathers"] > 0
 
 
+def test_keep_gathered_accumulates_with_one_gather_per_unit(world):
+    """Two micro-batches per step inside keep_gathered (the first under no_sync): each unit is
+    all-gathered once a step, the training equals the reference's on the whole batch, and
+    stepping inside the block is refused."""
+    model = net(seed=world.rank)
+    fsdp = tessera.FullyShardedDataParallel(model, world, units=model.blocks)
+    opt = tessera.ShardedAdamW(fsdp, lr=1e-2)
+    ref = net(seed=0)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    per, half = BATCH // world.size, BATCH // world.size // 2
+    for step in range(STEPS):
+        x, y = data(step)
+        xs, ys = x[world.rank * per:(world.rank + 1) * per], y[world.rank * per:(world.rank + 1) * per]
+        opt.zero_grad()
+        with fsdp.keep_gathered():
+            with fsdp.no_sync():
+                (F.mse_loss(fsdp(xs[:half]), ys[:half]) / 2).backward()
+            (F.mse_loss(fsdp(xs[half:]), ys[half:]) / 2).backward()
+            if step == 0:
+                with pytest.raises(tessera.Error, match="KeepGathered"):
+                    opt.step()
+        opt.step()
+        ref_opt.zero_grad()
+        F.mse_loss(ref(x), y).backward()
+        ref_opt.step()
+    assert fsdp.stats()["all_gathers"] == STEPS * 4  # root + 3 blocks, once a step
+    sd = fsdp.full_state_dict()
+    if world.rank == 0:
+        for n, q in ref.named_parameters():
+            torch.testing.assert_close(sd[n], q.detach(), **TOL, msg=f"{n} after {STEPS} steps")
+
+
 def test_unit_returning_a_non_tensor_is_a_clear_error(world):
     class Odd(torch.nn.Module):
         def __init__(self):

@@ -6,6 +6,7 @@
 //   since the last reset (what torch.cuda.max_memory_allocated reports). CPU: the process's
 //   peak resident set size (getrusage; the reset does nothing).
 // - allocatedMemoryGiB: CUDA: bytes allocated now (torch.cuda.memory_allocated); CPU: 0.
+// - totalMemoryGiB: CUDA: the device's memory (cudaMemGetInfo's total); CPU: 0 (no budget known).
 // CUDA needs a CUDA LibTorch (builds where TESSERA_TORCH_CUDA is set); otherwise a CUDA
 // device is a tessera::Error.
 #include <c10/core/Device.h>
@@ -17,5 +18,6 @@ void synchronizeDevice(const at::Device& d);
 void resetPeakMemory(const at::Device& d);
 double peakMemoryGiB(const at::Device& d);
 double allocatedMemoryGiB(const at::Device& d);
+double totalMemoryGiB(const at::Device& d);
 
 }  // namespace tessera

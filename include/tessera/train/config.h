@@ -32,7 +32,10 @@ enum class Precision { Fp32, Bf16 };
 // A step whose loss or gradient norm is not finite: the run stops (before any save), or its update
 // is skipped (a host wait each step to know it in time).
 enum class NanPolicy { Stop, SkipStep };
+// A setting the run may decide itself (resolved where the facts are known, e.g. parallelize.cpp).
+enum class OnOffAuto { Auto, On, Off };
 const char* toString(DpMode m);     // "ddp" | "fsdp"
+const char* toString(OnOffAuto s);  // "auto" | "on" | "off"
 const char* toString(Precision p);  // "fp32" | "bf16"
 const char* toString(NanPolicy p);  // "stop" | "skip-step"
 
@@ -66,6 +69,10 @@ struct ParallelSection {
   tp::LinearOverlap overlap;  // the TP layers' collectives beside their GEMMs (environment defaults)
   int ddpBucketMiB = 25;
   int64_t fsdpPrefetchMiB = -1;  // -1: auto (autoPrefetchBudget)
+  // FSDP with micro-batches: units gathered once per step and kept until the optimizer (ZeRO-2's
+  // regime; FP8 codes then cast once per step). Auto: on where every unit gathered at once fits a
+  // quarter of the GPU's memory (parallelize.cpp, keepsGatheredThroughStep); off on CPUs.
+  OnOffAuto fsdpKeepGathered = OnOffAuto::Auto;
   bool gradReduceBf16 = false;   // DDP's all-reduce / FSDP's reduce-scatter in bf16
   bool zeroGrads = false;        // DDP zeroes .grad after the step (else marks it stale)
   bool embGradGather = true;     // DDP, tied table: the lookup's rows gathered at the end of backward

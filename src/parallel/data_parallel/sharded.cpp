@@ -44,6 +44,7 @@ class Sharded : public DataParallel {
     if (o.autoPrefetchBudget) {
       o.fsdp.prefetchBudgetBytes = autoPrefetchBudget(units.specs, o.fsdp.paramDtype, o.fsdp.reshardAfterForward);
     }
+    keepThroughStep_ = o.keepGatheredThroughStep;
     fsdp_ = std::make_unique<FullyShardedDataParallel>(std::move(units.specs), std::move(group), o.fsdp);
     adam_ = std::make_unique<ShardedAdamW>(*fsdp_, o.adam, o.decays);
   }
@@ -51,7 +52,11 @@ class Sharded : public DataParallel {
   at::Tensor run(size_t chunk, size_t part, const at::Tensor& x) override {
     return fsdp_->runUnit(unitOf_[chunk][part], x, chunks_[chunk][part].run);
   }
-  void hold() override { noSync_ = std::make_unique<FullyShardedDataParallel::NoSync>(*fsdp_); }
+  void hold() override {
+    noSync_ = std::make_unique<FullyShardedDataParallel::NoSync>(*fsdp_);
+    keep_.reset();
+    if (keepThroughStep_) keep_ = std::make_unique<FullyShardedDataParallel::KeepGathered>(*fsdp_);
+  }
   void release() override { noSync_.reset(); }
   bool held() const override { return noSync_ != nullptr; }
   void reduceHeld() override {
@@ -85,14 +90,21 @@ class Sharded : public DataParallel {
   }
 
   void step(double lr, const at::Tensor& gradScale) override {
+    keep_.reset();  // resharded before the update changes the masters
     adam_->options().lr = lr;
     adam_->step(gradScale);
     adam_->zeroGrad();
   }
-  void skipStep() override { adam_->zeroGrad(); }
+  void skipStep() override {
+    keep_.reset();
+    adam_->zeroGrad();
+  }
   // A forward without backward leaves FSDP's pass open and its non-resharding units gathered: end it,
   // or the next checkpoint's unshardAll() is refused ("called inside a forward/backward pass").
-  void endForwardOnly() override { fsdp_->reshardAll(); }
+  void endForwardOnly() override {
+    keep_.reset();
+    fsdp_->reshardAll();
+  }
 
   std::vector<checkpoint::Piece> savePieces(const PieceSource& modelPieces) override {
     auto full = std::make_shared<dp::FlatFull>(dp::flatFull(*fsdp_, *adam_, /*gather=*/true));
@@ -109,8 +121,9 @@ class Sharded : public DataParallel {
 
   std::string describe() const override {
     const auto& fo = fsdp_->options();
-    return fmt::format("FSDP over {} units, prefetch budget {} MiB{}", fsdp_->numUnits(), fo.prefetchBudgetBytes >> 20,
-                       fo.gatherEmbeddingRows ? "; the tied table's lookup rows gathered" : "");
+    return fmt::format("FSDP over {} units, prefetch budget {} MiB{}{}", fsdp_->numUnits(), fo.prefetchBudgetBytes >> 20,
+                       fo.gatherEmbeddingRows ? "; the tied table's lookup rows gathered" : "",
+                       keepThroughStep_ ? "; units gathered once per step (--fsdp-keep-gathered)" : "");
   }
 
  private:
@@ -121,6 +134,8 @@ class Sharded : public DataParallel {
   std::unique_ptr<FullyShardedDataParallel> fsdp_;
   std::unique_ptr<ShardedAdamW> adam_;
   std::unique_ptr<FullyShardedDataParallel::NoSync> noSync_;
+  bool keepThroughStep_ = false;
+  std::unique_ptr<FullyShardedDataParallel::KeepGathered> keep_;  // declared after fsdp_: ends first
 };
 
 }  // namespace

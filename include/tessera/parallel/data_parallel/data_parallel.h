@@ -39,6 +39,9 @@ struct DataParallelOptions {
   std::vector<std::string> chunkNames;
   std::function<bool(const ModelPart&)> keepGathered;
   bool autoPrefetchBudget = false;  // fsdp.prefetchBudgetBytes from the units (autoPrefetchBudget)
+  // Sharded: hold() also keeps the units gathered until the step (FSDP's KeepGathered): a step's
+  // micro-batches gather each unit once. Memory: every unit gathered at once.
+  bool keepGatheredThroughStep = false;
   // Expert parallel (ProcessMesh::expertGroup / expertDataGroup): the ep ranks splitting the
   // experts, and the ranks of the data group holding the same experts as this one. Null: none.
   CommPtr ep, expertData;
@@ -57,7 +60,8 @@ class DataParallel {
   virtual ~DataParallel() = default;
   // Runs part `part` of chunk `chunk` on x (sharded: its unit gathered around it).
   virtual at::Tensor run(size_t chunk, size_t part, const at::Tensor& x) = 0;
-  // Gradient synchronisation held off (noSync) until release(): local.
+  // Gradient synchronisation held off (noSync) until release(): local. With
+  // keepGatheredThroughStep, the units gathered from hold() to step(), skipStep() or endForwardOnly().
   virtual void hold() = 0;
   virtual void release() = 0;
   virtual bool held() const = 0;

@@ -143,21 +143,24 @@ void FullyShardedDataParallel::Impl::processGrads(int u) {
   }
   auto f32 = x.master.options();
   const double scale = 1.0 / world_->size();
+  // Later micro-batches add their gradients into the accumulation in place, one add per tensor
+  // (float32 a + float(g): what adding a flattened copy gave, without the copy and its zeros).
+  auto addIntoAccum = [&] {
+    for (size_t i = 0; i < grads.size(); ++i) x.accum.narrow(0, offs[i], grads[i].numel()).add_(grads[i].view(-1));
+  };
   if (!sync_) {
-    auto flat = at::zeros({l.paddedNumel}, f32);
-    kernels::flattenScaleCast(grads, flat, offs, 1.0);
     if (x.accum.defined()) {
-      x.accum.add_(flat);
+      addIntoAccum();
     } else {
-      x.accum = flat;
+      x.accum = at::zeros({l.paddedNumel}, f32);
+      kernels::flattenScaleCast(grads, x.accum, offs, 1.0);
     }
   } else {
     releaseReduceInputs(kReduceInputsInFlight);  // their memory goes to this unit's input
     at::Tensor flat;
     if (x.accum.defined()) {
-      auto f = at::zeros({l.paddedNumel}, f32);
-      kernels::flattenScaleCast(grads, f, offs, 1.0);
-      flat = f.add_(x.accum).mul_(scale).to(opts_.reduceDtype);
+      addIntoAccum();
+      flat = x.accum.mul_(scale).to(opts_.reduceDtype);  // fp32: the accumulation itself
       x.accum = at::Tensor();
     } else {
       flat = at::zeros({l.paddedNumel}, f32.dtype(opts_.reduceDtype));
@@ -178,7 +181,7 @@ void FullyShardedDataParallel::Impl::processGrads(int u) {
   for (auto& p : x.params) {
     if (p.grad().defined()) p.mutable_grad() = at::Tensor();
   }
-  if (!x.hasFrozen) reshard(u);
+  if (!x.hasFrozen) keepOrReshard(u);
 }
 
 // Frees the reduce-scatter inputs whose op has completed (a query, no wait) and, beyond `keep` still
@@ -241,7 +244,7 @@ void FullyShardedDataParallel::Impl::finalizeBackward() {
   }
   if (sync_) addGatheredRows();
   if (sync_ && opts_.gatherEmbeddingRows && agreedOrder_.empty()) agreeReduceOrder();
-  reshardAll();
+  for (size_t v = 0; v < units_.size(); ++v) keepOrReshard(static_cast<int>(v));
   warnRepeatedRuns();
   plannedOrder_ = passOrder_;
   resetPass();

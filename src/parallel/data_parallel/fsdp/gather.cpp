@@ -61,14 +61,30 @@ void FullyShardedDataParallel::Impl::reshard(int u) {
   fsdp::freeStorage(x.full);
   x.state = Unit::State::Sharded;
   x.gatheredAhead = false;
+  x.kept = false;
   alive_[u] = false;
   stats_.unshardedUnits -= 1;
   stats_.unshardedBytes -= unitBytes_[u];
 }
 
+void FullyShardedDataParallel::Impl::keepOrReshard(int u) {
+  if (keep_) {
+    units_[u]->kept = units_[u]->state != Unit::State::Sharded;
+  } else {
+    reshard(u);
+  }
+}
+
 void FullyShardedDataParallel::Impl::reshardAll() {
   for (size_t u = 0; u < units_.size(); ++u) reshard(static_cast<int>(u));
   if (!inBackward_) passOpen_ = false;  // e.g. after an eval forward: the next run starts a pass
+}
+
+void FullyShardedDataParallel::Impl::endKeep() {
+  keep_ = false;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (units_[u]->kept) reshard(static_cast<int>(u));  // clears kept
+  }
 }
 
 void FullyShardedDataParallel::Impl::unshardAll() {
@@ -106,8 +122,12 @@ void FullyShardedDataParallel::Impl::gatherForNextForward(const std::vector<int>
 
 void FullyShardedDataParallel::Impl::prefetchAfter(const std::vector<int>& order, int u) {
   if (shardComm_->size() == 1) return;  // nothing to hide (fsdp.h, prefetchBudgetBytes)
+  size_t alive = stats_.unshardedBytes;  // kept units (KeepGathered) are outside the budget
+  for (size_t v = 0; v < units_.size(); ++v) {
+    if (units_[v]->kept && static_cast<int>(v) != u) alive -= unitBytes_[v];
+  }
   fsdp::PrefetchPlanner planner(opts_.prefetchBudgetBytes);
-  for (int p : planner.pick(order, u, unitBytes_, alive_, stats_.unshardedBytes)) gather(p, true);
+  for (int p : planner.pick(order, u, unitBytes_, alive_, alive)) gather(p, true);
 }
 
 // ---- forward
@@ -180,7 +200,7 @@ std::vector<at::Tensor> FullyShardedDataParallel::Impl::runUnit(size_t unit, con
       outs = fsdp::attachPreBackward(*this, u, outs);
     }
   }
-  if (reshardsAfterForward(u)) reshard(u);
+  if (reshardsAfterForward(u)) keepOrReshard(u);
   return outs;
 }
 

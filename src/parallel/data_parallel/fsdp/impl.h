@@ -27,6 +27,7 @@ struct FullyShardedDataParallel::Impl {
   // The public methods (fsdp.h).
   std::vector<at::Tensor> runUnit(size_t unit, const std::vector<at::Tensor>& inputs, const MultiFn& fn);
   void reshardAll();
+  void endKeep();  // KeepGathered's end: every unit resharded
   std::vector<int> leadingUnits() const;
   std::vector<int> reduceOrder() const;
   void gatherForNextForward(const std::vector<int>& units);
@@ -53,6 +54,7 @@ struct FullyShardedDataParallel::Impl {
   void gather(int u, bool prefetch);
   void waitGathered(int u);
   void reshard(int u);
+  void keepOrReshard(int u);  // a unit done for now: kept gathered inside KeepGathered, else resharded
   void prefetchAfter(const std::vector<int>& order, int u);
   void beginBackward();
   void warnRepeatedRuns();
@@ -82,6 +84,7 @@ struct FullyShardedDataParallel::Impl {
   std::vector<bool> alive_;
   FsdpStats stats_;
   bool sync_ = true;
+  bool keep_ = false;  // a KeepGathered scope is open: units stay gathered (marked `kept`)
   int running_ = -1;
   // Iteration bookkeeping: first-run order of this pass, the last finished pass's order.
   std::vector<int> passOrder_, plannedOrder_, backwardOrder_;

@@ -39,6 +39,9 @@ ShardedAdamW::ShardedAdamW(FullyShardedDataParallel& fsdp, AdamWOptions o, Decay
 }
 
 void ShardedAdamW::step(const at::Tensor& gradScale) {
+  TESSERA_CHECK(!fsdp_.keepingGathered(),
+                "ShardedAdamW::step: called inside FSDP's KeepGathered scope: the gathered units would keep the old "
+                "values; end the scope (it reshards them) before the step");
   torch::NoGradGuard ng;
   ++step_;
   // With gatherAfterStep, the units the next forward starts with go first, and their all-gathers

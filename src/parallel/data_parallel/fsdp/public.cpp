@@ -1,6 +1,7 @@
 // The public class (fsdp.h): its calls are the implementation's (impl.h).
 #include "tessera/parallel/data_parallel/fsdp/fsdp.h"
 
+#include "tessera/common/error.h"
 #include "parallel/data_parallel/fsdp/impl.h"
 
 namespace tessera {
@@ -30,6 +31,13 @@ FullyShardedDataParallel::NoSync::NoSync(FullyShardedDataParallel& f) : f_(f), p
   f_.impl_->sync_ = false;
 }
 FullyShardedDataParallel::NoSync::~NoSync() { f_.impl_->sync_ = prev_; }
+
+FullyShardedDataParallel::KeepGathered::KeepGathered(FullyShardedDataParallel& f) : f_(f) {
+  TESSERA_CHECK(!f_.impl_->keep_, "FullyShardedDataParallel::keepGathered: a KeepGathered scope is open already");
+  f_.impl_->keep_ = true;
+}
+FullyShardedDataParallel::KeepGathered::~KeepGathered() { f_.impl_->endKeep(); }
+bool FullyShardedDataParallel::keepingGathered() const { return impl_->keep_; }
 
 void FullyShardedDataParallel::zeroGrad() { impl_->zeroGrad(); }
 void FullyShardedDataParallel::setGradViews(size_t u, std::vector<std::pair<int64_t, at::Tensor>> views) {

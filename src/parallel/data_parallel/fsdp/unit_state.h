@@ -32,6 +32,7 @@ struct Unit {
 
   State state = State::Sharded;
   bool gatheredAhead = false;  // by gatherForNextForward, not yet run by a forward
+  bool kept = false;           // would have been resharded: kept gathered by a KeepGathered scope
   WorkPtr gatherWork;
   at::Tensor gatherIn;  // the cast shard being sent (kept until the gather is waited for)
 

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -131,9 +132,12 @@ inline at::Tensor refLoss(Task& t, int step, int accum, int world) {
 // One training step of FSDP (accum micro-batches, noSync on all but the last).
 // pipelined: the forwards of all `accum` micro-steps run before their backwards (as a
 // pipeline schedule does; each backward a call of its own, noSync for all but the last).
+// keep: the micro-batches inside a KeepGathered scope, ended before the clip and the step.
 inline double fsdpStep(FullyShardedDataParallel& f, ShardedAdamW& opt, Task& t, int step, int accum, int rank, double clip,
-                       bool pipelined = false) {
+                       bool pipelined = false, bool keep = false) {
   opt.zeroGrad();
+  std::optional<FullyShardedDataParallel::KeepGathered> kept;
+  if (keep) kept.emplace(f);
   std::vector<at::Tensor> pending;
   // noSync backwards must not communicate gradients: no reduce-scatter (hybrid sharding's
   // replica all-reduce only follows a reduce-scatter); the synchronised one must.
@@ -158,6 +162,13 @@ inline double fsdpStep(FullyShardedDataParallel& f, ShardedAdamW& opt, Task& t, 
     }
   }
   for (size_t k = 0; k < pending.size(); ++k) backward(pending[k], k + 1 == pending.size());
+  if (keep) {
+    WCHECK(f.stats().unshardedUnits == static_cast<int>(f.numUnits()), "step {}: {} of {} units gathered at the "
+           "step's end inside KeepGathered", step, f.stats().unshardedUnits, f.numUnits());
+    kept.reset();
+    WCHECK(f.stats().unshardedUnits == 0, "step {}: {} units still gathered after KeepGathered ended", step,
+           f.stats().unshardedUnits);
+  }
   const double norm = clip > 0 ? f.clipGradNorm(clip).item<double>() : 0;
   opt.step();
   return norm;  // the gradient norm before clipping (0 when not clipping)

@@ -55,6 +55,7 @@ using namespace tessera::testing;
 // arg: model=mlp|gpt; layers=n; dtype=fp32|bf16; reduce=fp32|bf16; accum=k; hybrid=s; frozen=0|1;
 // auto=<bytes>; budget=<bytes>; clip=<max norm>; raf=0|1 (reshardAfterForward of the block units);
 // pipelined=1 (with accum: every forward before the backwards, as a pipeline schedule);
+// keep=1 (the micro-batches inside a KeepGathered scope: each unit gathered once a step);
 // units=n (the number of units FSDP must have: root + the auto-bucketed block units);
 // rows=1 (gpt: the token lookup's rows gathered by FSDP's sink, FsdpOptions::gatherEmbeddingRows)
 TESSERA_WORKER(fsdp_train) {
@@ -64,6 +65,7 @@ TESSERA_WORKER(fsdp_train) {
   const int accum = std::stoi(get("accum", "1"));
   const double clip = std::stod(get("clip", "0"));
   const bool pipelined = get("pipelined", "0") == "1";
+  const bool keep = get("keep", "0") == "1";
   const bool bf16 = get("dtype", "fp32") == "bf16";
   const bool cuda = get("dev", "cpu") == "cuda";
   auto ctx = initWorker(w, cuda ? Backend::Nccl : Backend::Gloo);
@@ -83,7 +85,7 @@ TESSERA_WORKER(fsdp_train) {
   FullyShardedDataParallel fsdp(task.units, ctx.world, o);
   ShardedAdamW opt(fsdp, {.lr = kLr});
   for (int step = 0; step < kSteps; ++step) {
-    const double norm = fsdpStep(fsdp, opt, task, step, accum, w.rank, clip, pipelined);
+    const double norm = fsdpStep(fsdp, opt, task, step, accum, w.rank, clip, pipelined, keep);
     WCHECK(clip == 0 || norm > clip, "step {}: gradient norm {} <= {}: clipping would not be tested", step, norm, clip);
   }
   // The features a case names must have been exercised: its unit count (auto-bucketing), and
@@ -92,6 +94,11 @@ TESSERA_WORKER(fsdp_train) {
   if (a.count("units")) {
     WCHECK(fsdp.numUnits() == std::stoul(a["units"]), "{} units, expected {}", fsdp.numUnits(), a["units"]);
   }
+  if (keep) {  // each unit gathered once a step, however many micro-batches ran
+    const auto gathers = fsdp.stats().allGathers;
+    WCHECK(gathers == kSteps * static_cast<int64_t>(fsdp.numUnits()), "KeepGathered: {} all-gathers in {} steps of {} "
+           "units, expected one per unit and step", gathers, kSteps, fsdp.numUnits());
+  }
   if (o.prefetchBudgetBytes > 0) {
     const size_t elem = c10::elementSize(o.paramDtype);
     size_t largest = 0;
@@ -99,7 +106,7 @@ TESSERA_WORKER(fsdp_train) {
     const size_t need = fsdp.layout(0).paddedNumel * elem + largest;
     const auto& st = fsdp.stats();
     WCHECK(st.prefetches > 0, "budget {} B: no prefetch in {} steps", o.prefetchBudgetBytes, kSteps);
-    WCHECK(st.peakUnshardedBytes <= std::max(o.prefetchBudgetBytes, need), "peak {} B unsharded > budget {} B",
+    WCHECK(keep || st.peakUnshardedBytes <= std::max(o.prefetchBudgetBytes, need), "peak {} B unsharded > budget {} B",
            st.peakUnshardedBytes, o.prefetchBudgetBytes);
   }
   auto got = fsdp.fullStateDict();
@@ -224,6 +231,9 @@ INSTANTIATE_TEST_SUITE_P(
                       FsdpCase{2, "model=gpt;dtype=bf16;reduce=bf16"},
                       FsdpCase{2, "model=gpt;accum=3"},               // noSync accumulation
                       FsdpCase{2, "model=gpt;accum=3;pipelined=1"},   // forwards first (pipeline)
+                      // Units kept gathered through the step; bf16 with prefetch; forwards first.
+                      FsdpCase{2, "model=gpt;accum=3;keep=1"}, FsdpCase{3, "model=gpt;dtype=bf16;accum=2;keep=1;budget=100000"},
+                      FsdpCase{2, "model=gpt;rows=1;accum=3;pipelined=1;keep=1"},
                       FsdpCase{4, "model=gpt;hybrid=2"},              // 2 x 2 hybrid sharding
                       FsdpCase{2, "model=gpt;frozen=1"}, FsdpCase{2, "model=mlp;frozen=1"},
                       FsdpCase{2, "model=gpt;clip=0.05"},

@@ -5,6 +5,7 @@
 
 #include "harness/multiprocess.h"
 #include "parallel/data_parallel/fsdp/fsdp_task.h"
+#include "tessera/parallel/data_parallel/fsdp/optimizer.h"
 
 using namespace tessera;
 using namespace tessera::testing;
@@ -102,6 +103,18 @@ TESSERA_WORKER(fsdp_errors) {
   pending.sum().backward();
   f.loadShardedStateDict(saved);
   expectErrorContaining([&] { f.clipGradNorm(-1); }, {"clipGradNorm", "maxNorm -1 must be >= 0"});
+  {  // KeepGathered: one scope at a time; no optimizer step inside it (stale gathered units); its
+     // end reshards what it kept.
+    ShardedAdamW opt(f, {});
+    auto keep = f.keepGathered();
+    expectErrorContaining([&] { auto second = f.keepGathered(); }, {"keepGathered", "open already"});
+    f.runUnit(0, x, [&](const at::Tensor& t) { return m2->fc1->forward(t); }).sum().backward();
+    WCHECK(f.stats().unshardedUnits == 1, "KeepGathered: {} units gathered after a forward and backward of one",
+           f.stats().unshardedUnits);
+    expectErrorContaining([&] { opt.step(); }, {"ShardedAdamW::step", "KeepGathered", "end the scope"});
+  }
+  WCHECK(f.stats().unshardedUnits == 0 && !f.keepingGathered(), "KeepGathered's end left {} units gathered",
+         f.stats().unshardedUnits);
   std::map<std::string, at::Tensor> sd{{"fc1.weight", at::zeros({32, 8})}, {"fc1.bias", at::zeros({3})}};
   expectErrorContaining([&] { f.loadFullStateDict(sd); }, {"'fc1.bias' has shape 3", "the parameter has 32"});
   sd.erase("fc1.bias");

@@ -144,6 +144,23 @@ class FullyShardedDataParallel {
   // one full fp32 copy per unit); the next synchronised backward adds them in.
   NoSync noSync() { return NoSync(*this); }
 
+  class KeepGathered {
+   public:
+    explicit KeepGathered(FullyShardedDataParallel& f);
+    ~KeepGathered();  // reshards every unit (local)
+    KeepGathered(const KeepGathered&) = delete;
+
+   private:
+    FullyShardedDataParallel& f_;
+  };
+  // While a KeepGathered lives, a unit once gathered stays gathered (no reshard after its forward or
+  // backward) until the scope ends: a step's micro-batches then gather each unit once instead of twice
+  // each (ZeRO-2's regime), at the memory of every unit gathered at once (paramDtype). Prefetch counts
+  // kept units out of its budget. End it before the optimizer changes the master shards (ShardedAdamW
+  // refuses to step inside it). One at a time (a second is a tessera::Error).
+  KeepGathered keepGathered() { return KeepGathered(*this); }
+  bool keepingGathered() const;
+
   // Local: releases the gradient shards (as zero_grad(set_to_none=True): they take no memory
   // until the next backward creates them) and drops accumulated noSync gradients.
   void zeroGrad();
