@@ -70,6 +70,8 @@ machine() {
 environment() {
   local driver topo
   driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1)
-  topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}' || true)
+  # The GPU0-GPU1 link: the third column of GPU0's row (with one GPU that column is its CPU affinity).
+  (($(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') > 1)) &&
+    topo=$(nvidia-smi topo -m 2>/dev/null | awk '/^GPU0/{print $3; exit}' || true)
   echo "${driver:+driver $driver; }${topo:+GPU0-GPU1 link $topo; }$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ') GPUs on the host; torch $(${PYTHON:-python3} -c 'import torch;print(torch.__version__)' 2>/dev/null)"
 }

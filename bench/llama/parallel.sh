@@ -7,7 +7,8 @@
 # Sequences per step: single B, dp and fsdp B per GPU, tp TP_B shared, pp PP_B in MB micro-batches, 3d as dp's
 # (LAYOUTS_3D "DPxPPxTP[:fsdp][:sp][:mbM] ..."), fp8: FP8_LAYOUT (fsdp, single on one GPU) in bf16 and FP8 on both
 # sides (--fp8 FP8_RECIPE; PyTorch: bench/fp8/torch_float8.py). Under torch 1.x only PyTorch's single and dp run.
-# Env: NPROC (2), MODEL (llama3-1b; llama-tiny for a CPU smoke run, fp32), T (the preset's), B (4), TP_B (N x B),
+# Env: NPROC (2), MODEL (llama3-1b; llama-tiny for a CPU smoke run, fp32), T (the preset's), LAYERS (the preset's;
+# a slice), ACCUM (fp8 section: B sequences per GPU ACCUM times a step, gradients reduced once), B (4), TP_B (N x B),
 # PP_B (16), MB (16), STEPS (10 after 3 warm-ups), RECOMPUTE (none|selective|full, both sides), COMPILED,
 # EAGER (1; 0: no eager rows in single, dp, fsdp), DATA (train_gpt's Megatron prefix; default synthetic tokens),
 # RUN_TIMEOUT (s per run, 150), BUDGET_S (0 = none: runs are cut or skipped so the results are written), PYTHON,
@@ -39,6 +40,7 @@ case $RECOMPUTE in none | selective | full) ;; *) echo "parallel.sh: RECOMPUTE=$
 PRECISION=() TRAIN_ARGS=(--recompute "$RECOMPUTE")
 nvidia-smi -L >/dev/null 2>&1 && PRECISION=(--precision bf16)
 [ -n "${T:-}" ] && export T && TRAIN_ARGS+=(--seq-len "$T")
+[ -n "${LAYERS:-}" ] && export LAYERS && TRAIN_ARGS+=(--num-layers "$LAYERS")
 [ -n "${DATA:-}" ] && TRAIN_ARGS+=(--data "$DATA" --split 98,2 --eod-token 2)
 [ -x "$BUILD/bin/train_gpt" ] || { echo "parallel.sh: $BUILD/bin/train_gpt was not built" >&2; exit 1; }
 mkdir -p "$LOGS"
@@ -119,17 +121,19 @@ for s in "${SECTIONS[@]}"; do
         VERSUS+=(--versus pytorch-compiled-fsdp) EXTRA_COLS+=",vs_pytorch_compiled_fsdp" ;;
     fp8)
       L=${FP8_LAYOUT:-$( ((N > 1)) && echo fsdp || echo single)}
+      A=${ACCUM:-1}  # micro-batches of B per GPU and step (the record's regime: B=1 ACCUM=16)
       case $L in
-        single) lay=(--layout 1x1x1 --batch "$B") tmode=single ;;
-        fsdp) lay=(--layout "${N}x1x1" --dp-mode fsdp --batch $((N * B))) tmode=fsdp ;;
-        dp) lay=(--layout "${N}x1x1" --batch $((N * B))) tmode=ddp ;;
+        single) lay=(--layout 1x1x1 --batch $((A * B))) tmode=single ;;
+        fsdp) lay=(--layout "${N}x1x1" --dp-mode fsdp --batch $((N * A * B))) tmode=fsdp ;;
+        dp) lay=(--layout "${N}x1x1" --batch $((N * A * B))) tmode=ddp ;;
         *) echo "parallel.sh: FP8_LAYOUT=$L (single fsdp dp)" >&2; exit 2 ;;
       esac
       n=$([ "$L" = single ] && echo 1 || echo "$N")
+      ((A > 1)) && lay+=(--micro-batches "$A")
       [[ " ${SECTIONS[*]} " == *" $L "* ]] || train "tessera-train-$L" "$n" "${lay[@]}"
       train "tessera-train-$L-fp8" "$n" "${lay[@]}" --fp8 "${FP8_RECIPE:-tensorwise}"
-      [[ " ${SECTIONS[*]} " == *" $L "* ]] || B=$B torch_run "pytorch-compiled-$L" "$n" "$tmode" compiled
-      FP8=1 B=$B torch_run "pytorch-compiled-$L-fp8" "$n" "$tmode" compiled
+      [[ " ${SECTIONS[*]} " == *" $L "* ]] || ACCUM=$A B=$B torch_run "pytorch-compiled-$L" "$n" "$tmode" compiled
+      FP8=1 ACCUM=$A B=$B torch_run "pytorch-compiled-$L-fp8" "$n" "$tmode" compiled
       VERSUS+=(--versus "tessera-train-$L") EXTRA_COLS+=",vs_tessera_train_$L" ;;
   esac
 done
@@ -152,9 +156,9 @@ suite=scale
   --run "${RUN:-$MODEL${T:+-t$T}-$(IFS=-; echo "${ordered[*]}")}" --model "$MODEL" ${T:+--seq-len "$T"} \
   --precision "${PRECISION[1]:-fp32}" --fp8 "${FP8_RECIPE:-tensorwise}" \
   --results "${RESULTS:-$HERE/../results}" --machine "$(PYTHON=$PY machine "$N")" --environment "$(PYTHON=$PY environment)" \
-  --command "NPROC=$N MODEL=$MODEL${T:+ T=$T} RECOMPUTE=$RECOMPUTE COMPILED=$COMPILED EAGER=$EAGER B=$B TP_B=$TP_B PP_B=$PP_B MB=$MB STEPS=$STEPS${LAYOUTS_3D:+ LAYOUTS_3D=\"$LAYOUTS_3D\"}${FP8_LAYOUT:+ FP8_LAYOUT=$FP8_LAYOUT}${FP8_RECIPE:+ FP8_RECIPE=$FP8_RECIPE} bench/llama/parallel.sh $BUILD $LOGS ${SECTIONS[*]}" \
-  --title "$MODEL${T:+, seq $T}, ${ordered[*]} on $N GPU(s): train_gpt beside the PyTorch Llama" \
-  --config "$MODEL ${PRECISION[*]:-fp32}; sequences per step: single B=$B, dp/fsdp B=$B per GPU, tp TP_B=$TP_B shared, pp PP_B=$PP_B in MB=$MB micro-batches; train_gpt ${DATA:-synthetic} tokens, PyTorch random tokens" \
+  --command "NPROC=$N MODEL=$MODEL${T:+ T=$T}${LAYERS:+ LAYERS=$LAYERS}${ACCUM:+ ACCUM=$ACCUM} RECOMPUTE=$RECOMPUTE COMPILED=$COMPILED EAGER=$EAGER B=$B TP_B=$TP_B PP_B=$PP_B MB=$MB STEPS=$STEPS${LAYOUTS_3D:+ LAYOUTS_3D=\"$LAYOUTS_3D\"}${FP8_LAYOUT:+ FP8_LAYOUT=$FP8_LAYOUT}${FP8_RECIPE:+ FP8_RECIPE=$FP8_RECIPE} bench/llama/parallel.sh $BUILD $LOGS ${SECTIONS[*]}" \
+  --title "$MODEL${LAYERS:+ (a slice of $LAYERS blocks)}${T:+, seq $T}${ACCUM:+, $ACCUM micro-batches a step}, ${ordered[*]} on $N GPU(s): train_gpt beside the PyTorch Llama" \
+  --config "$MODEL${LAYERS:+ cut to $LAYERS blocks} ${PRECISION[*]:-fp32}; sequences per step: single B=$B, dp/fsdp B=$B per GPU, tp TP_B=$TP_B shared, pp PP_B=$PP_B in MB=$MB micro-batches; train_gpt ${DATA:-synthetic} tokens, PyTorch random tokens" \
   --method "3 warm-ups then the median of $STEPS steps (upper median): train_gpt's JSONL log (results.py from-jsonl; since 6c3ceb3 a step's time runs from the previous step's completion to its own, no sync inside a step), PyTorch's own timing (the device synchronised around each step); peak memory = max allocated by the caching allocator on the fullest rank" \
   --reference pytorch=pytorch-single --reference pytorch-compiled=pytorch-compiled-single \
   --reference tessera-train=tessera-train-single --vs-pytorch tessera-train- "${VERSUS[@]}" \

@@ -17,7 +17,8 @@ MODE (B: env, sequences per step):
   pp      torch.distributed.pipelining, PipelineStage + Schedule1F1B, B split into MB (16) micro-batches;
           stage 0 holds the embedding, the last stage the final norm and head: UNTIED (noted in the row)
 Env: MODEL (llama3-1b, llama3-8b, llama70b-slice; llama-tiny for a smoke run), B (4), T (the preset's seq_len),
-LAYERS (the preset's), STEPS (10), MB (16); COMPILE=1: each block under torch.compile (torchtitan's per-block
+LAYERS (the preset's), STEPS (10), MB (16), ACCUM (1: single, ddp and fsdp run B sequences per GPU ACCUM
+times a step, gradients reduced in the last backward, FSDP2 keeping the parameters gathered between them); COMPILE=1: each block under torch.compile (torchtitan's per-block
 compile; the anchor of issue 40): before the parallel wrapper, except under tp and tp_sp, where each block is
 compiled after parallelize_module has sharded it (torchtitan's order: TP, then compile); ASYNC_TP=1 (tp_sp with
 COMPILE=1): async TP, torchtitan's recipe (torch._inductor.config._micro_pipeline_tp, symmetric memory enabled
@@ -267,6 +268,7 @@ def main():
     cfg.seq_len = int(os.environ.get("T", cfg.seq_len))
     cfg.layers = int(os.environ.get("LAYERS", cfg.layers))
     B, steps, mb = int(os.environ.get("B", 4)), int(os.environ.get("STEPS", 10)), int(os.environ.get("MB", 16))
+    accum = int(os.environ.get("ACCUM", 1))
     compile_blocks = os.environ.get("COMPILE", "0") == "1"
     recompute = os.environ.get("RECOMPUTE", "none")
     clip = float(os.environ.get("CLIP", "1.0"))
@@ -286,6 +288,8 @@ def main():
     if mode == "single" and world != 1:
         sys.exit(f"torch_llama_parallel.py: mode single runs on 1 rank, not {world}")
     data_parallel = mode in ("single", "ddp", "fsdp")
+    if accum > 1 and not data_parallel:
+        sys.exit(f"torch_llama_parallel.py: ACCUM={accum} needs mode single, ddp or fsdp (pp has MB)")
     if mode in ("tp", "tp_sp") and recompute == "full":
         sys.exit("torch_llama_parallel.py: DTensor TP runs without RECOMPUTE=full here (its plan names the blocks' "
                  "own linears)")
@@ -353,8 +357,17 @@ def main():
     if mode == "tp_sp":  # the norms' replicated weights get partial gradients, summed by the optimizer's ops
         from torch.distributed.tensor.experimental import implicit_replication as step_ctx
     g = torch.Generator().manual_seed(SEED + (rank if data_parallel else 0))
-    x = torch.randint(0, cfg.vocab, (B, cfg.seq_len), generator=g).to(dev)
-    y = torch.randint(0, cfg.vocab, (B, cfg.seq_len), generator=g).to(dev)
+    x = torch.randint(0, cfg.vocab, (accum * B, cfg.seq_len), generator=g).to(dev)
+    y = torch.randint(0, cfg.vocab, (accum * B, cfg.seq_len), generator=g).to(dev)
+
+    def sync_grads(last):
+        """ACCUM > 1: gradients reduced in the last micro-batch's backward only; FSDP2 keeps the parameters
+        gathered between micro-batches (ZeRO-2's regime, as train_gpt --fsdp-keep-gathered)."""
+        if mode == "fsdp":
+            model.set_requires_gradient_sync(last)
+            model.set_reshard_after_backward(last)
+            return contextlib.nullcontext()
+        return model.no_sync() if mode == "ddp" and not last else contextlib.nullcontext()
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     if rank == 0:
         print(f"[torch_llama_parallel] {mode} on {world} rank(s), {name}, B {B} x T {cfg.seq_len}"
@@ -382,12 +395,15 @@ def main():
             if mem is not None:
                 mem.end_phase("mem_peak_schedule_gib")
         else:
-            with autocast:
-                loss = loss_fn(model(x), y)
-            if mem is not None:
-                mem.now("mem_before_backward_gib")
-                mem.end_phase("mem_peak_forward_gib")
-            loss.backward()
+            for k in range(accum):
+                xs, ys = x[k * B:(k + 1) * B], y[k * B:(k + 1) * B]
+                with autocast:
+                    loss = loss_fn(model(xs), ys) / accum if accum > 1 else loss_fn(model(xs), ys)
+                if mem is not None and k == 0:
+                    mem.now("mem_before_backward_gib")
+                    mem.end_phase("mem_peak_forward_gib")
+                with sync_grads(k == accum - 1):
+                    loss.backward()
             if mem is not None:
                 mem.end_phase("mem_peak_backward_gib")
         with step_ctx():
@@ -410,10 +426,10 @@ def main():
         times.append(time.perf_counter() - t0)
     timed = sorted(times[WARM:])
     med = timed[len(timed) // 2]  # as results.py from-jsonl takes train_gpt's
-    tokens = B * cfg.seq_len * (world if data_parallel else 1)
+    tokens = accum * B * cfg.seq_len * (world if data_parallel else 1)
     phases = mem.fullest(mem_keys) if cuda else {}  # the fullest rank's (pp: the last stage, with the logits)
     fpt = flops_per_token(cfg)
-    res = dict(mode=mode, world=world, batch=B * (world if data_parallel else 1), seq_len=cfg.seq_len,
+    res = dict(mode=mode, world=world, batch=accum * B * (world if data_parallel else 1), seq_len=cfg.seq_len,
                step_ms=round(med * 1e3, 2), tokens_per_s=round(tokens / med),  # MFU and memory: GPUs only
                mfu_vs_989=round(tokens / med * fpt / (world * PEAK_FLOPS), 4) if cuda else None,
                peak_mem_GiB=round(phases["peak"], 2) if cuda else None)
@@ -423,8 +439,8 @@ def main():
         res["async_tp"] = async_tp
     if async_tp:  # the patterns inductor rewrote, summed over the compiled graphs (forward and backward)
         res["async_tp_patterns"] = matched
-    if mode == "pp":
-        res["micro_batches"] = mb
+    if mode == "pp" or accum > 1:
+        res["micro_batches"] = mb if mode == "pp" else accum
     if loss is not None:
         res["last_loss"] = round(loss.item(), 4)
     if notes:
