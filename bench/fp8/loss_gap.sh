@@ -4,7 +4,8 @@
 # largest gap and tools/plot_run.py overlays the curves in OUT_DIR/NAME.png; with RESULTS set, the run RUN
 # (default loss-NAME) of RESULTS/fp8.{json,md} files them (bench/results.py add).
 #   bench/fp8/loss_gap.sh BUILD_DIR OUT_DIR NAME [train_gpt flags...]
-# Env: NPROC (2), STEPS (500), RECIPES ("off tensorwise rowwise"), LAUNCH (mpirun; or torchrun), RESULTS, RUN,
+# Env: NPROC (2), STEPS (500), RECIPES ("off tensorwise rowwise"), FP8_FLAGS (train_gpt flags for the FP8 runs
+# only, e.g. "--fp8-skip-blocks 0,-1"), LAUNCH (mpirun; or torchrun), RESULTS, RUN,
 # NOTE (a line for the table's notes: the machine, what the run stands for), PYTHON (/usr/bin/python3:
 # the tables; the PNG is skipped with a message where it has no matplotlib).
 # On the CPU --fp8 is the exact emulation (src/fp8); on GPUs the FP8 GEMMs (pass --precision bf16,
@@ -19,13 +20,15 @@ mkdir -p "$OUT"
 logs=()
 for r in ${RECIPES:-off tensorwise rowwise}; do
   log="$OUT/$NAME-$r.jsonl"
+  only=()  # FP8_FLAGS: for the FP8 runs only (e.g. --fp8-skip-blocks 0,-1, which needs --fp8)
+  [[ $r != off ]] && read -r -a only <<<"${FP8_FLAGS:-}"
   if [[ ${LAUNCH:-mpirun} == torchrun ]]; then
     launch=(torchrun --standalone --nproc_per_node="$NPROC" --no_python)
   else
     launch=(mpirun --allow-run-as-root --oversubscribe -np "$NPROC")
   fi
   "${launch[@]}" "$BUILD/bin/train_gpt" --data "$DATA" --vocab-size 4096 --split 98,2 --eod-token 2 \
-    --steps "$STEPS" --fp8 "$r" --log-jsonl "$log" "$@" >"$OUT/$NAME-$r.log" 2>&1 ||
+    --steps "$STEPS" --fp8 "$r" --log-jsonl "$log" "$@" ${only[@]+"${only[@]}"} >"$OUT/$NAME-$r.log" 2>&1 ||
     { echo "loss_gap.sh: the $r run failed: $OUT/$NAME-$r.log" >&2; exit 1; }
   logs+=("$r=$log")
 done
@@ -40,9 +43,9 @@ if [[ -n ${RESULTS:-} ]]; then
   source "$HERE/../run_lib.sh"  # machine, environment
   plot=()
   [[ -f $OUT/$NAME.png ]] && plot=(--plot "$OUT/$NAME.png")
-  "$PY" "$HERE/../results.py" add fp8 "$OUT/$NAME.json" --kind loss --run "${RUN:-loss-$NAME}" --results "$RESULTS" \
+  "$PY" "$HERE/../results.py" add "$OUT/$NAME.json" --suite fp8 --kind loss --run "${RUN:-loss-$NAME}" --results "$RESULTS" \
     --title "The loss with and without FP8: $NAME" --machine "$(machine "$NPROC")" --environment "$(environment)" \
-    --command "NPROC=$NPROC STEPS=$STEPS bench/fp8/loss_gap.sh BUILD OUT $NAME $*" ${plot[@]+"${plot[@]}"} \
+    --command "NPROC=$NPROC STEPS=$STEPS${FP8_FLAGS:+ FP8_FLAGS=\"$FP8_FLAGS\"} bench/fp8/loss_gap.sh BUILD OUT $NAME $*" ${plot[@]+"${plot[@]}"} \
     --method "the same seed and data with --fp8 off and on; the largest gap of the training loss over every step (raw and of the 20-step moving average), the final losses, the validation losses" \
     --columns steps,largest_gap,largest_gap_step,largest_smoothed_gap,final_loss_off,final_loss,final_valid_gap,fp8_saturated_total
 fi
