@@ -7,9 +7,10 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "tessera/common/error.h"
 #include "tessera/comm/types.h"
+#include "tessera/common/error.h"
 #include "tessera/nn/accum_linear.h"
+#include "tessera/nn/grad_sink.h"
 #include "tessera/nn/stale_grads.h"
 
 namespace tessera::nn {
@@ -38,6 +39,10 @@ void sumRows(const at::Tensor& weight, const at::Tensor& ids, const at::Tensor& 
   // Declined (or no sink): summed here, which needs what checkAccumulatable checks (an untracked
   // lookup with a sink skipped it: FSDP's bf16 tables, whose sink takes every row).
   checkAccumulatable("nn::embeddingAccumulateGrad", "weight", weight);
+  if (auto s = gradSinkOf(weight); s.defined()) {  // grad_sink.h: summed into the sink's tensor
+    s.index_put_({flatIds}, rows.to(at::kFloat), /*accumulate=*/true);
+    return;
+  }
   zeroIfStale(weight);  // stale_grads.h: only the rows of `ids` are written below
   auto& g = weight.mutable_grad();
   if (!g.defined()) g = at::zeros_like(weight, at::MemoryFormat::Contiguous);

@@ -8,11 +8,12 @@
 #include <algorithm>
 #include <vector>
 
+#include "kernels/gemm_accumulate.h"
 #include "tessera/comm/types.h"
 #include "tessera/common/autocast.h"
 #include "tessera/common/error.h"
-#include "kernels/gemm_accumulate.h"
 #include "tessera/nn/deferred_grads.h"
+#include "tessera/nn/grad_sink.h"
 #include "tessera/nn/stale_grads.h"
 
 namespace tessera::nn {
@@ -51,6 +52,11 @@ struct AccumLinear : torch::autograd::Function<AccumLinear> {
 }  // namespace
 
 void checkAccumulatable(const char* op, const char* what, const at::Tensor& p) {
+  if (hasGradSink(p)) {  // grad_sink.h: summed into the sink's float32 tensor, whatever p's dtype
+    TESSERA_CHECK(p.is_leaf(), "{}: the {} ({}) has a gradient sink but is not a leaf tensor (a parameter)", op, what,
+                  c10::str(p.sizes()));
+    return;
+  }
   TESSERA_CHECK(p.scalar_type() == at::kFloat && p.is_leaf(),
                 "{}: the {} must be a float32 leaf tensor (a parameter) to sum its gradient in the GEMM; got {} {}{}",
                 op, what, c10::str(p.sizes()), dtypeName(p.scalar_type()), p.is_leaf() ? "" : ", not a leaf");
@@ -64,6 +70,10 @@ void checkAccumulatable(const char* op, const char* what, const at::Tensor& p) {
 
 namespace {
 void accumulateWeightGradNow(const at::Tensor& weight, const at::Tensor& gy, const at::Tensor& x) {
+  if (auto sink = gradSinkOf(weight); sink.defined()) {
+    kernels::gemmAccumulateTN(sink, gy.contiguous(), x.contiguous(), /*overwrite=*/false);
+    return;
+  }
   if (takeStale(weight)) {  // stale_grads.h: the product replaces what .grad holds (beta = 0)
     kernels::gemmAccumulateTN(weight.grad(), gy.contiguous(), x.contiguous(), /*overwrite=*/true);
     return;
@@ -84,9 +94,10 @@ at::Tensor onesColumn(int64_t k, c10::ScalarType dtype, const at::Device& device
 }
 
 void accumulateBiasGradNow(const at::Tensor& bias, const at::Tensor& gy) {
-  auto& g = bias.mutable_grad();
+  at::Tensor sink = gradSinkOf(bias);  // grad_sink.h: added into, never replaced
+  at::Tensor& g = sink.defined() ? sink : bias.mutable_grad();
   const auto dt = gy.scalar_type();
-  const bool stale = takeStale(bias);  // stale_grads.h: replace .grad instead of adding to it
+  const bool stale = !sink.defined() && takeStale(bias);  // stale_grads.h: replace .grad instead of adding to it
   if (gy.is_cuda() && gy.dim() == 2 && (dt == at::kBFloat16 || dt == at::kHalf)) {
     // Σ over rows as one GEMM summing in float32 straight into .grad (gyᵀ · 1, beta = 1): one
     // kernel instead of a reduction and an add (800 of each per step of a 16-micro-batch pipeline).

@@ -101,7 +101,7 @@ std::string Config::toToml() const {
   return out;
 }
 
-bool usesFusedWgrad(const Config& o) { return o.precision.fusedWgrad && o.parallel.dpMode == DpMode::Ddp; }
+bool usesFusedWgrad(const Config& o) { return o.precision.fusedWgrad; }
 
 bool gathersEmbeddingRows(const Config& o) {
   const auto& c = o.model.cfg;

@@ -47,8 +47,9 @@ std::vector<models::LmChunk> buildChunks(const Config& c, const Parallel& p, con
     auto chunk = models::LmChunk(cfg, p.mesh->tpGroup(), kvGroup, range, lo);
     chunk->to(device);
     tp::setOverlap(*chunk, c.parallel.overlap);
-    // Weight gradients summed by the GEMM into .grad across micro-batches: DDP's hooks still see
-    // them; FSDP's bf16 unit parameters cannot take it.
+    // Weight gradients summed by the GEMM in float32 across micro-batches: into .grad (DDP, whose
+    // hooks still see them), or into FSDP's unit accumulation through gradient sinks (its parameters
+    // are bf16 views).
     if (usesFusedWgrad(c)) tp::setAccumulateGradInGemm(*chunk, true);
     // The tied table's bucket (FSDP: its unit's reduce-scatter) leaves with the head's gradient; the
     // lookup's rows are gathered at the end of backward instead (Ddp/FsdpOptions::gatherEmbeddingRows).
@@ -100,6 +101,7 @@ DataParallelOptions wrapperOptions(const Config& c, const Parallel& p) {
   if (c.parallel.gradReduceBf16) f.reduceDtype = at::kBFloat16;
   f.gatherAfterStep = true;  // the next step's first units gather beside the optimizer
   f.gatherEmbeddingRows = gathersEmbeddingRows(c);
+  f.accumulateGradInGemm = usesFusedWgrad(c);
   o.keepGatheredThroughStep = p.fsdpKeptThroughStep;
   o.autoPrefetchBudget = c.parallel.fsdpPrefetchMiB < 0;
   if (!o.autoPrefetchBudget) f.prefetchBudgetBytes = static_cast<size_t>(c.parallel.fsdpPrefetchMiB) << 20;

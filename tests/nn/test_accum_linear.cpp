@@ -9,11 +9,12 @@
 #include <torch/types.h>
 #include <torch/utils.h>
 
-#include "tessera/common/error.h"
 #include "kernels/gemm_accumulate.h"
+#include "nn/accum_hook_check.h"
+#include "tessera/common/error.h"
 #include "tessera/nn/accum_linear.h"
 #include "tessera/nn/deferred_grads.h"
-#include "nn/accum_hook_check.h"
+#include "tessera/nn/grad_sink.h"
 
 namespace {
 
@@ -90,6 +91,45 @@ TEST(AccumLinear, WithoutGradModeIsLinear) {
   auto y = linearAccumulateGrad(x, p.w, p.b);
   EXPECT_FALSE(y.requires_grad());
   EXPECT_TRUE(at::equal(y, at::linear(x, p.w, p.b)));
+}
+
+// A gradient sink (nn/grad_sink.h) takes the sums instead of .grad: over micro-batches it holds what
+// autograd's gradients add up to and .grad stays undefined; a bf16 parameter (FSDP's views) gets its
+// float32 sum there; a sink of the wrong shape is an error naming the parameter's.
+TEST(AccumLinear, GradSinkTakesTheSumsInsteadOfGrad) {
+  using tessera::nn::setGradSink;
+  auto p = makeParams(6, 4, true);
+  auto ref = copyOf(p);
+  auto sinkW = at::zeros({6, 4}), sinkB = at::zeros({6});
+  setGradSink(p.w, [&] { return sinkW; });
+  setGradSink(p.b, [&] { return sinkB; });
+  for (int m = 0; m < 3; ++m) {
+    auto x = at::randn({5, 4}), probe = at::randn({5, 6});
+    (linearAccumulateGrad(x, p.w, p.b) * probe).sum().backward();
+    (at::linear(x, ref.w, ref.b) * probe).sum().backward();
+  }
+  expectClose(sinkW, ref.w.grad(), "weight gradient in its sink");
+  expectClose(sinkB, ref.b.grad(), "bias gradient in its sink");
+  EXPECT_FALSE(p.w.grad().defined() || p.b.grad().defined()) << ".grad written despite the sinks";
+
+  auto w16 = p.w.detach().to(at::kBFloat16).requires_grad_(true);
+  auto sink16 = at::zeros({6, 4});
+  setGradSink(w16, [&] { return sink16; });
+  auto xb = at::randn({5, 4}).to(at::kBFloat16);
+  auto probe = at::randn({5, 6}).to(at::kBFloat16);
+  (linearAccumulateGrad(xb, w16) * probe).sum().backward();
+  EXPECT_FALSE(w16.grad().defined()) << "the bf16 weight got a .grad despite its sink";
+  expectClose(sink16, probe.to(at::kFloat).t().mm(xb.to(at::kFloat)), "bf16 weight's float32 gradient in its sink");
+
+  setGradSink(p.b, [] { return at::zeros({5}); });
+  try {
+    linearAccumulateGrad(at::randn({5, 4}), p.w, p.b).sum().backward();
+    ADD_FAILURE() << "a sink of the wrong shape was accepted";
+  } catch (const tessera::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter of shape [6]"), std::string::npos) << e.what();
+  }
+  for (const auto& t : {p.w, p.b, w16}) setGradSink(t, {});
+  EXPECT_FALSE(tessera::nn::hasGradSink(w16));
 }
 
 TEST(AccumLinear, RefusesWhatItCannotAccumulateInto) {

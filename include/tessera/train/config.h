@@ -161,7 +161,7 @@ std::string usage(const Machine& m = {});
 // The model a run without --model takes: --init-from-hf's directory's, else the checkpoint's.
 std::optional<models::ModelConfig> savedModelConfig(const std::string& initFromHf, const std::string& checkpointDir);
 // The composer's choices that follow from the config (parallelize.h):
-bool usesFusedWgrad(const Config& c);        // DDP: weight gradients summed in the GEMM
+bool usesFusedWgrad(const Config& c);        // weight gradients summed in the GEMM (DDP and FSDP)
 bool gathersEmbeddingRows(const Config& c);  // a tied table's lookup rows gathered (no pipeline)
 
 }  // namespace tessera::train

@@ -4,13 +4,14 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "tessera/common/error.h"
 #include "kernels/fp8.h"
 #include "kernels/gemm_accumulate.h"
+#include "parallel/tensor/fp8_weight_cache.h"
+#include "tessera/common/error.h"
 #include "tessera/nn/accum_linear.h"
 #include "tessera/nn/deferred_grads.h"
+#include "tessera/nn/grad_sink.h"
 #include "tessera/nn/stale_grads.h"
-#include "parallel/tensor/fp8_weight_cache.h"
 
 namespace tessera::tp {
 namespace {
@@ -66,9 +67,13 @@ at::Tensor weightGradFp8(const at::Tensor& into, const at::Tensor& gyT, const at
                          const at::Tensor& xInv, at::ScalarType wdtype) {
   if (!into.defined()) return fp8Gemm(gyT, gInv, Format::E5M2, xT, xInv, Format::E4M3, at::kFloat).to(wdtype);
   auto run = [w = into, gyT, gInv, xT, xInv] {
+    kernels::Fp8GemmOptions o;
+    if (o.accumulate = nn::gradSinkOf(w); o.accumulate.defined()) {  // nn/grad_sink.h: added into
+      fp8Gemm(gyT, gInv, Format::E5M2, xT, xInv, Format::E4M3, at::kFloat, o);
+      return;
+    }
     const bool stale = nn::takeStale(w);  // nn/stale_grads.h: then the product replaces .grad
     auto& g = w.mutable_grad();
-    kernels::Fp8GemmOptions o;
     o.accumulate = g;
     o.overwrite = stale;
     auto r = fp8Gemm(gyT, gInv, Format::E5M2, xT, xInv, Format::E4M3, at::kFloat, o);

@@ -111,6 +111,7 @@ FullyShardedDataParallel::Impl::Impl(std::vector<FsdpUnitSpec> specs, CommPtr co
   alive_.assign(units_.size(), false);
   resetPass();
   if (opts_.gatherEmbeddingRows) installRowSinks();
+  if (opts_.accumulateGradInGemm) installGradSinks();
 }
 
 std::unique_ptr<Unit> FullyShardedDataParallel::Impl::makeUnit(const FsdpUnitSpec& spec,
@@ -161,6 +162,7 @@ std::unique_ptr<Unit> FullyShardedDataParallel::Impl::makeUnit(const FsdpUnitSpe
 
 FullyShardedDataParallel::Impl::~Impl() {
   removeRowSinks();
+  removeGradSinks();
   for (auto& x : units_) {
     for (auto& [acc, key] : x->hooks) acc->del_post_hook(key);
   }

@@ -1,7 +1,7 @@
 #pragma once
 // Internal: FullyShardedDataParallel's state and its implementation (fsdp.cpp: construction,
 // accessors, gradients; gather.cpp: forward; backward.cpp; embedding_rows.cpp; state_dict.cpp;
-// grad_views.cpp). The public class forwards to it (fsdp.h's contract).
+// grad_views.cpp; grad_sinks.cpp). The public class forwards to it (fsdp.h's contract).
 #include <ATen/core/Tensor.h>
 
 #include <deque>
@@ -69,6 +69,9 @@ struct FullyShardedDataParallel::Impl {
   // A unit of `params` (checked), its flat buffer and master shard, its parameters views of it.
   std::unique_ptr<fsdp::Unit> makeUnit(const FsdpUnitSpec& spec,
                                        const std::vector<std::pair<std::string, at::Tensor>>& params, int u);
+  // grad_sinks.cpp (accumulateGradInGemm).
+  void installGradSinks();
+  void removeGradSinks();
   // embedding_rows.cpp (gatherEmbeddingRows).
   void installRowSinks();
   void removeRowSinks();

@@ -50,6 +50,12 @@ struct FsdpOptions {
   // Units then reduce-scatter in the order their gradients were ready in rank 0's first synchronised
   // backward (reduceOrder()).
   bool gatherEmbeddingRows = false;
+  // Every trainable parameter gets a gradient sink (nn/grad_sink.h): its range of the unit's float32
+  // accumulation. Ops that sum weight gradients in the GEMM (accumulateGradInGemm layers, nn::
+  // linearAccumulateGrad) add there directly, so those parameters get no paramDtype .grad and no
+  // flattening; the buffer (unit-sized float32, allocated by the first such gradient) is what the unit
+  // reduce-scatters, or what noSync keeps across micro-batches.
+  bool accumulateGradInGemm = false;
 };
 
 // Instrumentation (local counters, reset by resetStats()).
