@@ -42,6 +42,9 @@ def cmd_gpt(a):
     if not rows:
         print("results.py: no RESULT lines in %s" % " ".join(a.logs), file=sys.stderr)
         return 1
+    for r in rows.values():  # derive's mfu_causal needs the model
+        if a.model:
+            r.setdefault("model", a.model)
     derive(rows, [tuple(x.split("=", 1)) for x in a.reference], a.versus, a.vs_pytorch, a.twin)
     ordered = sorted(rows.values(), key=lambda r: (r["gpus"], not r["system"].startswith("pytorch")))
     models = sorted({r["fake_comm"] for r in ordered if r.get("fake_comm", "untimed") != "untimed"})

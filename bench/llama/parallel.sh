@@ -162,7 +162,7 @@ suite=scale
   --method "3 warm-ups then the median of $STEPS steps (upper median): train_gpt's JSONL log (results.py from-jsonl; since 6c3ceb3 a step's time runs from the previous step's completion to its own, no sync inside a step), PyTorch's own timing (the device synchronised around each step); peak memory = max allocated by the caching allocator on the fullest rank" \
   --reference pytorch=pytorch-single --reference pytorch-compiled=pytorch-compiled-single \
   --reference tessera-train=tessera-train-single --vs-pytorch tessera-train- "${VERSUS[@]}" \
-  --columns "mode,micro_batches,scaled_against,scaling,vs_pytorch,vs_compiled$EXTRA_COLS,overhead_ms,notes" \
+  --columns "mfu_causal,mode,micro_batches,scaled_against,scaling,vs_pytorch,vs_compiled$EXTRA_COLS,overhead_ms,notes" \
   --note "PyTorch's pp unties the embedding and the head (its stages hold them apart); train_gpt's keeps them tied, summing the table's gradient over the first and last stage" \
   --note "PyTorch: the Llama of tests/models/torch_llama.py in bf16 autocast over fp32 weights (FSDP2: bf16 parameters, fp32 reduction), AdamW fused (tp: foreach=False), gradient-norm clipping at 1.0 (pp: per stage); tp_sp gathers each norm's output once in bf16; recompute $RECOMPUTE on both sides" \
   --note "pytorch-compiled-*: the same runs with each block under torch.compile (torchtitan's per-block compile); vs_compiled: tessera's tokens/s over the compiled row of its layout; DTensor TP runs eager only" \

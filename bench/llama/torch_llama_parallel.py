@@ -430,6 +430,7 @@ def main():
     phases = mem.fullest(mem_keys) if cuda else {}  # the fullest rank's (pp: the last stage, with the logits)
     fpt = flops_per_token(cfg)
     res = dict(mode=mode, world=world, batch=accum * B * (world if data_parallel else 1), seq_len=cfg.seq_len,
+               layers=cfg.layers,
                step_ms=round(med * 1e3, 2), tokens_per_s=round(tokens / med),  # MFU and memory: GPUs only
                mfu_vs_989=round(tokens / med * fpt / (world * PEAK_FLOPS), 4) if cuda else None,
                peak_mem_GiB=round(phases["peak"], 2) if cuda else None)

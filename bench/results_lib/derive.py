@@ -8,7 +8,10 @@
   vs_<system>, vs_pytorch, vs_compiled        tokens/s over another row's, over PyTorch's row of the same layout
                                               (eager pytorch-<layout>, compiled pytorch-compiled-<layout>)
   vs_<twin>     tokens/s over the row <twin><layout> of another PyTorch variant (twins: prefixes such as
-                "pytorch-asynctp-" -> vs_pytorch_asynctp), for the rows vs_pytorch compares"""
+                "pytorch-asynctp-" -> vs_pytorch_asynctp), for the rows vs_pytorch compares
+  mfu_causal    (Llama presets with an mfu) the mfu with causal attention's FLOPs (6 L d T, not 12): the
+                convention of Megatron-Bridge's published TFLOP/s; the row's "layers" where it has them (a slice)"""
+from . import schema
 
 
 def per_gpu_tokens(r):
@@ -58,6 +61,10 @@ def derive(rows, refs=(), versus=(), layouts=(), twins=()):
     for r in rows.values():
         if not isinstance(r.get("tokens_per_s"), (int, float)):
             continue
+        full = schema.flops_per_token(r.get("model"), r.get("seq_len"), False, r.get("layers"))
+        if full and isinstance(r.get("mfu"), (int, float)):
+            causal = schema.flops_per_token(r.get("model"), r.get("seq_len"), True, r.get("layers"))
+            r["mfu_causal"] = round(r["mfu"] * causal / full, 4)
         one = reference(r, rows, refs)
         if one:
             _scale(r, one)

@@ -41,14 +41,16 @@ def arch(model):
     return "gpt" if re.match(r"(?i)(gpt|735m)", str(model or "")) else "llama"
 
 
-def flops_per_token(model, seq_len, causal=False):
-    """src/models flopsPerToken for a Llama preset (None for other models); causal: attention's 6 L d T."""
+def flops_per_token(model, seq_len, causal=False, layers=None):
+    """src/models flopsPerToken for a Llama preset (None for other models), with `layers` blocks where given
+    (a slice); causal: attention's 6 L d T."""
     c = LLAMA_SHAPES.get(model)
     if not c or not seq_len:
         return None
+    n = layers or c["layers"]
     hd = c["d"] // c["heads"]
     block = 2 * c["d"] ** 2 + 2 * c["d"] * c["kv_heads"] * hd + 3 * c["d"] * c["ffn"] + 2 * c["d"]
-    return 6.0 * (c["layers"] * block + c["vocab"] * c["d"]) + (6.0 if causal else 12.0) * c["layers"] * c["d"] * seq_len
+    return 6.0 * (n * block + c["vocab"] * c["d"]) + (6.0 if causal else 12.0) * n * c["d"] * seq_len
 
 
 def layout_of(r):
