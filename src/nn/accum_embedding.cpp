@@ -4,14 +4,14 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include <mutex>
-#include <unordered_map>
+#include <utility>
 
 #include "tessera/comm/types.h"
 #include "tessera/common/error.h"
 #include "tessera/nn/accum_linear.h"
 #include "tessera/nn/grad_sink.h"
 #include "tessera/nn/stale_grads.h"
+#include "nn/param_registry.h"
 
 namespace tessera::nn {
 namespace {
@@ -19,17 +19,12 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-std::mutex sinkMu;
-std::unordered_map<const c10::TensorImpl*, RowGradSink>& sinks() {
-  static std::unordered_map<const c10::TensorImpl*, RowGradSink> s;
-  return s;
+detail::ParamRegistry<RowGradSink>& rowSinks() {
+  static detail::ParamRegistry<RowGradSink> r;
+  return r;
 }
 
-RowGradSink sinkFor(const at::Tensor& weight) {
-  std::lock_guard<std::mutex> lock(sinkMu);
-  auto it = sinks().find(weight.unsafeGetTensorImpl());
-  return it == sinks().end() ? RowGradSink() : it->second;
-}
+RowGradSink sinkFor(const at::Tensor& weight) { return rowSinks().get(weight); }
 
 // weight.grad[ids] += rows, or the rows to the weight's sink when it takes them.
 void sumRows(const at::Tensor& weight, const at::Tensor& ids, const at::Tensor& gy) {
@@ -86,14 +81,7 @@ struct UntrackedEmbedding : torch::autograd::Function<UntrackedEmbedding> {
 
 }  // namespace
 
-void setRowGradSink(const at::Tensor& weight, RowGradSink sink) {
-  std::lock_guard<std::mutex> lock(sinkMu);
-  if (sink) {
-    sinks()[weight.unsafeGetTensorImpl()] = std::move(sink);
-  } else {
-    sinks().erase(weight.unsafeGetTensorImpl());
-  }
-}
+void setRowGradSink(const at::Tensor& weight, RowGradSink sink) { rowSinks().set(weight, std::move(sink)); }
 
 bool hasRowGradSink(const at::Tensor& weight) { return static_cast<bool>(sinkFor(weight)); }
 

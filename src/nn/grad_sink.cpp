@@ -1,41 +1,26 @@
 // Gradient sinks of parameters (contract in grad_sink.h).
 #include "tessera/nn/grad_sink.h"
 
-#include <c10/core/TensorImpl.h>
-
-#include <mutex>
-#include <unordered_map>
+#include <utility>
 
 #include "tessera/comm/types.h"
 #include "tessera/common/error.h"
+#include "nn/param_registry.h"
 
 namespace tessera::nn {
 namespace {
-std::mutex gradSinkMu;
-std::unordered_map<const c10::TensorImpl*, GradSink>& gradSinks() {
-  static std::unordered_map<const c10::TensorImpl*, GradSink> s;
-  return s;
-}
-GradSink gradSinkFor(const at::Tensor& param) {
-  std::lock_guard<std::mutex> lock(gradSinkMu);
-  auto it = gradSinks().find(param.unsafeGetTensorImpl());
-  return it == gradSinks().end() ? GradSink() : it->second;
+detail::ParamRegistry<GradSink>& gradSinks() {
+  static detail::ParamRegistry<GradSink> r;
+  return r;
 }
 }  // namespace
 
-void setGradSink(const at::Tensor& param, GradSink sink) {
-  std::lock_guard<std::mutex> lock(gradSinkMu);
-  if (sink) {
-    gradSinks()[param.unsafeGetTensorImpl()] = std::move(sink);
-  } else {
-    gradSinks().erase(param.unsafeGetTensorImpl());
-  }
-}
+void setGradSink(const at::Tensor& param, GradSink sink) { gradSinks().set(param, std::move(sink)); }
 
-bool hasGradSink(const at::Tensor& param) { return static_cast<bool>(gradSinkFor(param)); }
+bool hasGradSink(const at::Tensor& param) { return static_cast<bool>(gradSinks().get(param)); }
 
 at::Tensor gradSinkOf(const at::Tensor& param) {
-  auto sink = gradSinkFor(param);
+  auto sink = gradSinks().get(param);
   if (!sink) return {};
   auto t = sink();
   TESSERA_CHECK(t.defined() && t.scalar_type() == at::kFloat && t.is_contiguous() && t.sizes() == param.sizes() &&
