@@ -121,7 +121,8 @@ class Sharded : public DataParallel {
 
   std::string describe() const override {
     const auto& fo = fsdp_->options();
-    return fmt::format("FSDP over {} units, prefetch budget {} MiB{}{}", fsdp_->numUnits(), fo.prefetchBudgetBytes >> 20,
+    return fmt::format("FSDP over {} units, prefetch budget {} MiB{}{}", fsdp_->numUnits(),
+                       fo.prefetchBudgetBytes >> 20,
                        fo.gatherEmbeddingRows ? "; the tied table's lookup rows gathered" : "",
                        keepThroughStep_ ? "; units gathered once per step (--fsdp-keep-gathered)" : "");
   }

@@ -232,7 +232,8 @@ INSTANTIATE_TEST_SUITE_P(
                       FsdpCase{2, "model=gpt;accum=3"},               // noSync accumulation
                       FsdpCase{2, "model=gpt;accum=3;pipelined=1"},   // forwards first (pipeline)
                       // Units kept gathered through the step; bf16 with prefetch; forwards first.
-                      FsdpCase{2, "model=gpt;accum=3;keep=1"}, FsdpCase{3, "model=gpt;dtype=bf16;accum=2;keep=1;budget=100000"},
+                      FsdpCase{2, "model=gpt;accum=3;keep=1"},
+                      FsdpCase{3, "model=gpt;dtype=bf16;accum=2;keep=1;budget=100000"},
                       FsdpCase{2, "model=gpt;rows=1;accum=3;pipelined=1;keep=1"},
                       FsdpCase{4, "model=gpt;hybrid=2"},              // 2 x 2 hybrid sharding
                       FsdpCase{2, "model=gpt;frozen=1"}, FsdpCase{2, "model=mlp;frozen=1"},
