@@ -53,6 +53,7 @@
 #include "tessera/nn/deferred_grads.h"
 #include "tessera/nn/fused_activations.h"
 #include "tessera/nn/fused_norm.h"
+#include "tessera/nn/grad_sink.h"
 #include "tessera/nn/init.h"
 #include "tessera/nn/recompute.h"
 #include "tessera/nn/rope.h"

@@ -2,6 +2,7 @@
 #include "tessera/parallel/data_parallel/fsdp/fsdp.h"
 
 #include "tessera/common/error.h"
+#include "tessera/common/log.h"
 #include "parallel/data_parallel/fsdp/impl.h"
 
 namespace tessera {
@@ -36,7 +37,13 @@ FullyShardedDataParallel::KeepGathered::KeepGathered(FullyShardedDataParallel& f
   TESSERA_CHECK(!f_.impl_->keep_, "FullyShardedDataParallel::keepGathered: a KeepGathered scope is open already");
   f_.impl_->keep_ = true;
 }
-FullyShardedDataParallel::KeepGathered::~KeepGathered() { f_.impl_->endKeep(); }
+FullyShardedDataParallel::KeepGathered::~KeepGathered() {
+  try {
+    f_.impl_->endKeep();
+  } catch (const std::exception& e) {  // a destructor must not throw: the failure that caused this reports itself
+    log::warn("FullyShardedDataParallel::KeepGathered: resharding at the scope's end failed: {}", e.what());
+  }
+}
 bool FullyShardedDataParallel::keepingGathered() const { return impl_->keep_; }
 
 void FullyShardedDataParallel::zeroGrad() { impl_->zeroGrad(); }
