@@ -1,6 +1,6 @@
 // The flags whose value is more than one field of one kind (flag_kinds.h declares them): --layout
-// sets dp, pp, (cp,) tp at once; --model a preset's whole shape; --fsdp-prefetch-mib and
-// --fused-kernels take "auto" beside their values.
+// sets dp, pp, (cp,) tp at once; --model a preset's whole shape; --fsdp-prefetch-mib,
+// --fsdp-keep-gathered, --fsdp-accumulate and --fused-kernels take "auto" beside their values.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -15,7 +15,15 @@ namespace tessera::train {
 namespace {
 enum class Switch { On, Off, Auto };
 constexpr Choices<Switch, 3> kAuto{"value", {{{Switch::On, "on"}, {Switch::Off, "off"}, {Switch::Auto, "auto"}}}};
+constexpr Choices<OnOffAuto, 3> kOnOffAuto{
+    "value", {{{OnOffAuto::Auto, "auto"}, {OnOffAuto::On, "on"}, {OnOffAuto::Off, "off"}}}};
+constexpr Choices<FsdpAccumulate, 3> kFsdpAccumulate{
+    "value",
+    {{{FsdpAccumulate::Auto, "auto"}, {FsdpAccumulate::Local, "local"}, {FsdpAccumulate::Sharded, "sharded"}}}};
 }  // namespace
+
+const char* toString(OnOffAuto s) { return kOnOffAuto.name(s); }
+const char* toString(FsdpAccumulate a) { return kFsdpAccumulate.name(a); }
 
 Flag layoutFlag() {
   Flag f = make("--layout", "DPxPPxTP", "dp, pp and tp at once, e.g. 2x2x2 (DPxPPxCPxTP with context parallel)");
@@ -68,6 +76,26 @@ Flag fsdpPrefetchFlag() {
     return o.parallel.fsdpPrefetchMiB < 0 ? quoted("auto") : fmt::format("{}", o.parallel.fsdpPrefetchMiB);
   };
   return f;
+}
+
+// Resolved where the device is known (parallelize.cpp); config.h says what auto means.
+Flag fsdpKeepGatheredFlag() {
+  return choiceFlag(
+      "--fsdp-keep-gathered", "auto|on|off",
+      "FSDP with micro-batches: each unit gathered once per step and kept until the optimizer (auto: where all of "
+      "them fit a quarter of the GPU's memory)",
+      [](auto& v) { return kOnOffAuto.parse(v); }, [](OnOffAuto s) { return toString(s); },
+      FIELD(parallel.fsdpKeepGathered));
+}
+
+Flag fsdpAccumulateFlag() {
+  return choiceFlag(
+      "--fsdp-accumulate", "auto|local|sharded",
+      "FSDP with micro-batches: gradients added up in a float32 copy of the rank's model, reduce-scattered once a "
+      "step (local), or reduce-scattered every micro-batch into the float32 shards (sharded: 1/dp of the memory); "
+      "auto: sharded where the copy would take more than a quarter of the GPU's memory",
+      [](auto& v) { return kFsdpAccumulate.parse(v); }, [](FsdpAccumulate a) { return toString(a); },
+      FIELD(parallel.fsdpAccumulate));
 }
 
 Flag fusedKernelsFlag(bool onGpu) {

@@ -148,6 +148,8 @@ Flag autoFlag(Flag f, std::string shown, int64_t unset, Ref ref) {
 Flag layoutFlag();                    // --layout DPxPPxTP | DPxPPxCPxTP
 Flag modelFlag();                     // --model PRESET
 Flag fsdpPrefetchFlag();              // --fsdp-prefetch-mib N|auto
+Flag fsdpKeepGatheredFlag();          // --fsdp-keep-gathered auto|on|off
+Flag fsdpAccumulateFlag();            // --fsdp-accumulate auto|local|sharded
 Flag fusedKernelsFlag(bool onGpu);    // --fused-kernels on|off|auto
 
 }  // namespace tessera::train

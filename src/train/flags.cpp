@@ -16,8 +16,6 @@ namespace tessera::train {
 namespace {
 constexpr Choices<DpMode, 2> kDpMode{"dp mode", {{{DpMode::Ddp, "ddp"}, {DpMode::Fsdp, "fsdp"}}}};
 constexpr Choices<Precision, 2> kPrecision{"precision", {{{Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}}}};
-constexpr Choices<OnOffAuto, 3> kOnOffAuto{
-    "value", {{{OnOffAuto::Auto, "auto"}, {OnOffAuto::On, "on"}, {OnOffAuto::Off, "off"}}}};
 constexpr Choices<NanPolicy, 2> kNanPolicy{"nan policy",
                                            {{{NanPolicy::Stop, "stop"}, {NanPolicy::SkipStep, "skip-step"}}}};
 
@@ -178,12 +176,8 @@ void precisionFlags(Table& t, bool onGpu) {
   t.add(switchFlag("--no-fused-wgrad", "weight gradients by autograd, not summed in fp32 by the GEMM", true,
                    FIELD(precision.fusedWgrad)));
   t.add(fsdpPrefetchFlag());
-  t.add(choiceFlag(
-      "--fsdp-keep-gathered", "auto|on|off",
-      "FSDP with micro-batches: each unit gathered once per step and kept until the optimizer (auto: where all of "
-      "them fit a quarter of the GPU's memory)",
-      [](auto& v) { return kOnOffAuto.parse(v); }, [](OnOffAuto s) { return toString(s); },
-      FIELD(parallel.fsdpKeepGathered)));
+  t.add(fsdpKeepGatheredFlag());
+  t.add(fsdpAccumulateFlag());
   t.add(twoWordFlag("--grad-reduce", "fp32|bf16", "fp32", "bf16",
                     "dtype of the data-parallel gradient reduction (bf16: half the bytes, rounded)",
                     FIELD(parallel.gradReduceBf16)));
@@ -275,7 +269,6 @@ void overlapFlags(Table& t) {
 const char* toString(DpMode m) { return kDpMode.name(m); }
 const char* toString(Precision p) { return kPrecision.name(p); }
 const char* toString(NanPolicy p) { return kNanPolicy.name(p); }
-const char* toString(OnOffAuto s) { return kOnOffAuto.name(s); }
 
 std::vector<Flag> flagTable(bool onGpu) {
   Table t;

@@ -81,6 +81,8 @@ void Config::resolve(int world) {
               "gpipe");
   USAGE_CHECK(!(p.dpMode != DpMode::Fsdp && p.fsdpKeepGathered == OnOffAuto::On),
               "train_gpt: --fsdp-keep-gathered on needs --dp-mode fsdp (DDP's parameters are never sharded)");
+  USAGE_CHECK(!(p.dpMode != DpMode::Fsdp && p.fsdpAccumulate == FsdpAccumulate::Sharded),
+              "train_gpt: --fsdp-accumulate sharded needs --dp-mode fsdp (DDP's gradients are never sharded)");
   const bool zeroBubble = p.schedule == pipeline::ScheduleKind::ZeroBubbleH1 || p.schedule == pipeline::ScheduleKind::ZeroBubbleV;
   USAGE_CHECK(!(p.dpMode == DpMode::Fsdp && zeroBubble),
               "train_gpt: --dp-mode fsdp with --schedule {} is not supported (FSDP reduce-scatters a unit's "

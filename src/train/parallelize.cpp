@@ -63,6 +63,15 @@ std::vector<models::LmChunk> buildChunks(const Config& c, const Parallel& p, con
   return chunks;
 }
 
+// Elements of this rank's chunks' parameters.
+int64_t chunkNumel(const Parallel& p) {
+  int64_t numel = 0;
+  for (const auto& chunk : p.chunks) {
+    for (const auto& t : chunk->parameters()) numel += t.numel();
+  }
+  return numel;
+}
+
 // --fsdp-keep-gathered (config.h): on; under auto, FSDP with more than one micro-batch where this
 // rank's units all gathered (paramDtype; with FP8 each element's codes and their transpose, 2 bytes
 // more) fit a quarter of the GPU's memory. Auto is off on CPUs (no budget known).
@@ -71,12 +80,19 @@ bool keepsGatheredThroughStep(const Config& c, const Parallel& p, const at::Devi
   if (par.dpMode != DpMode::Fsdp || par.fsdpKeepGathered == OnOffAuto::Off) return false;
   if (par.fsdpKeepGathered == OnOffAuto::On) return true;
   if (par.microBatches < 2 || !device.is_cuda()) return false;
-  int64_t numel = 0;
-  for (const auto& chunk : p.chunks) {
-    for (const auto& t : chunk->parameters()) numel += t.numel();
-  }
   const int bytes = (c.precision.precision == Precision::Bf16 ? 2 : 4) + (c.precision.fp8 != fp8::Recipe::Off ? 2 : 0);
-  return static_cast<double>(numel * bytes) / (1ull << 30) <= 0.25 * totalMemoryGiB(device);
+  return static_cast<double>(chunkNumel(p) * bytes) / (1ull << 30) <= 0.25 * totalMemoryGiB(device);
+}
+
+// --fsdp-accumulate (config.h): sharded, or under auto FSDP with more than one micro-batch where a
+// float32 copy of this rank's parameters (noSync's accumulation) would take more than a quarter of the
+// GPU's memory. Auto is local on CPUs.
+bool accumulatesSharded(const Config& c, const Parallel& p, const at::Device& device) {
+  const auto& par = c.parallel;
+  if (par.dpMode != DpMode::Fsdp || par.fsdpAccumulate == FsdpAccumulate::Local) return false;
+  if (par.fsdpAccumulate == FsdpAccumulate::Sharded) return true;
+  if (par.microBatches < 2 || !device.is_cuda()) return false;
+  return static_cast<double>(4 * chunkNumel(p)) / (1ull << 30) > 0.25 * totalMemoryGiB(device);
 }
 
 DataParallelOptions wrapperOptions(const Config& c, const Parallel& p) {
@@ -103,6 +119,7 @@ DataParallelOptions wrapperOptions(const Config& c, const Parallel& p) {
   f.gatherEmbeddingRows = gathersEmbeddingRows(c);
   f.accumulateGradInGemm = usesFusedWgrad(c);
   o.keepGatheredThroughStep = p.fsdpKeptThroughStep;
+  o.reduceEveryMicroBatch = p.fsdpShardedAccumulation;
   o.autoPrefetchBudget = c.parallel.fsdpPrefetchMiB < 0;
   if (!o.autoPrefetchBudget) f.prefetchBudgetBytes = static_cast<size_t>(c.parallel.fsdpPrefetchMiB) << 20;
   for (const auto& chunk : p.chunks) o.chunkNames.push_back(fmt::format("stage{}", chunk->range.stage));
@@ -199,6 +216,7 @@ Parallel parallelize(const Config& c, const Context& ctx, const ParallelizeHooks
   ModelChunks parts;
   for (auto& chunk : p.chunks) parts.push_back(chunk->parts());
   p.fsdpKeptThroughStep = keepsGatheredThroughStep(c, p, ctx.device);
+  p.fsdpShardedAccumulation = accumulatesSharded(c, p, ctx.device);
   const auto o = wrapperOptions(c, p);
   p.dp = par.dpMode == DpMode::Fsdp ? shard(parts, p.mesh->dataGroup(), o) : replicate(parts, p.mesh->dataGroup(), o);
   p.pipeline = makePipeline(c, p, ctx.device, hooks);

@@ -34,8 +34,12 @@ enum class Precision { Fp32, Bf16 };
 enum class NanPolicy { Stop, SkipStep };
 // A setting the run may decide itself (resolved where the facts are known, e.g. parallelize.cpp).
 enum class OnOffAuto { Auto, On, Off };
+// FSDP with micro-batches: where their gradients add up: a float32 copy of this rank's whole model
+// (Local: one reduce-scatter a step) or the float32 shards (Sharded: a reduce-scatter per micro-batch).
+enum class FsdpAccumulate { Auto, Local, Sharded };
 const char* toString(DpMode m);     // "ddp" | "fsdp"
 const char* toString(OnOffAuto s);  // "auto" | "on" | "off"
+const char* toString(FsdpAccumulate a);  // "auto" | "local" | "sharded"
 const char* toString(Precision p);  // "fp32" | "bf16"
 const char* toString(NanPolicy p);  // "stop" | "skip-step"
 
@@ -73,6 +77,9 @@ struct ParallelSection {
   // regime; FP8 codes then cast once per step). Auto: on where every unit gathered at once fits a
   // quarter of the GPU's memory (parallelize.cpp, keepsGatheredThroughStep); off on CPUs.
   OnOffAuto fsdpKeepGathered = OnOffAuto::Auto;
+  // Auto: Sharded where a float32 copy of this rank's parameters would take more than a quarter of the
+  // GPU's memory (parallelize.cpp, accumulatesSharded); Local otherwise.
+  FsdpAccumulate fsdpAccumulate = FsdpAccumulate::Auto;
   bool gradReduceBf16 = false;   // DDP's all-reduce / FSDP's reduce-scatter in bf16
   bool zeroGrads = false;        // DDP zeroes .grad after the step (else marks it stale)
   bool embGradGather = true;     // DDP, tied table: the lookup's rows gathered at the end of backward

@@ -28,6 +28,7 @@ struct Parallel {
   std::unique_ptr<pipeline::PipelineExecutor> pipeline;
   CommPtr embGroup;  // a tied table over pp > 1: this (dp, cp, tp) slot's first and last stage ranks
   bool fsdpKeptThroughStep = false;  // --fsdp-keep-gathered resolved: units gathered once per step
+  bool fsdpShardedAccumulation = false;  // --fsdp-accumulate resolved: a reduce-scatter per micro-batch
 
   bool firstStage() const { return mesh->coord().pp == 0; }
   bool lastStage() const { return mesh->coord().pp == (partition.vShape ? 0 : mesh->ppSize() - 1); }  // ZB-V: rank 0

@@ -45,6 +45,7 @@ class Sharded : public DataParallel {
       o.fsdp.prefetchBudgetBytes = autoPrefetchBudget(units.specs, o.fsdp.paramDtype, o.fsdp.reshardAfterForward);
     }
     keepThroughStep_ = o.keepGatheredThroughStep;
+    everyMicroBatch_ = o.reduceEveryMicroBatch;
     fsdp_ = std::make_unique<FullyShardedDataParallel>(std::move(units.specs), std::move(group), o.fsdp);
     adam_ = std::make_unique<ShardedAdamW>(*fsdp_, o.adam, o.decays);
   }
@@ -53,12 +54,16 @@ class Sharded : public DataParallel {
     return fsdp_->runUnit(unitOf_[chunk][part], x, chunks_[chunk][part].run);
   }
   void hold() override {
-    noSync_ = std::make_unique<FullyShardedDataParallel::NoSync>(*fsdp_);
+    if (!everyMicroBatch_) noSync_ = std::make_unique<FullyShardedDataParallel::NoSync>(*fsdp_);
+    held_ = true;
     keep_.reset();
     if (keepThroughStep_) keep_ = std::make_unique<FullyShardedDataParallel::KeepGathered>(*fsdp_);
   }
-  void release() override { noSync_.reset(); }
-  bool held() const override { return noSync_ != nullptr; }
+  void release() override {
+    noSync_.reset();
+    held_ = false;
+  }
+  bool held() const override { return held_; }
   void reduceHeld() override {
     throw Error("data parallel: FSDP reduce-scatters a unit's gradients inside its backward; it cannot reduce after "
                 "deferred weight-gradient passes (zero-bubble schedules): use DDP");
@@ -121,10 +126,11 @@ class Sharded : public DataParallel {
 
   std::string describe() const override {
     const auto& fo = fsdp_->options();
-    return fmt::format("FSDP over {} units, prefetch budget {} MiB{}{}", fsdp_->numUnits(),
+    return fmt::format("FSDP over {} units, prefetch budget {} MiB{}{}{}", fsdp_->numUnits(),
                        fo.prefetchBudgetBytes >> 20,
                        fo.gatherEmbeddingRows ? "; the tied table's lookup rows gathered" : "",
-                       keepThroughStep_ ? "; units gathered once per step (--fsdp-keep-gathered)" : "");
+                       keepThroughStep_ ? "; units gathered once per step (--fsdp-keep-gathered)" : "",
+                       everyMicroBatch_ ? "; gradients reduce-scattered every micro-batch (--fsdp-accumulate)" : "");
   }
 
  private:
@@ -135,6 +141,8 @@ class Sharded : public DataParallel {
   std::unique_ptr<FullyShardedDataParallel> fsdp_;
   std::unique_ptr<ShardedAdamW> adam_;
   std::unique_ptr<FullyShardedDataParallel::NoSync> noSync_;
+  bool held_ = false;
+  bool everyMicroBatch_ = false;  // reduceEveryMicroBatch: hold() keeps synchronisation on
   bool keepThroughStep_ = false;
   std::unique_ptr<FullyShardedDataParallel::KeepGathered> keep_;  // declared after fsdp_: ends first
 };

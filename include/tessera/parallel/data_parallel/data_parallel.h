@@ -42,6 +42,9 @@ struct DataParallelOptions {
   // Sharded: hold() also keeps the units gathered until the step (FSDP's KeepGathered): a step's
   // micro-batches gather each unit once. Memory: every unit gathered at once.
   bool keepGatheredThroughStep = false;
+  // Sharded: hold() keeps gradient synchronisation on, so every micro-batch's backward reduce-scatters
+  // into the float32 shards (1/dp of the memory of noSync's unsharded float32 accumulation).
+  bool reduceEveryMicroBatch = false;
   // Expert parallel (ProcessMesh::expertGroup / expertDataGroup): the ep ranks splitting the
   // experts, and the ranks of the data group holding the same experts as this one. Null: none.
   CommPtr ep, expertData;
@@ -61,7 +64,8 @@ class DataParallel {
   // Runs part `part` of chunk `chunk` on x (sharded: its unit gathered around it).
   virtual at::Tensor run(size_t chunk, size_t part, const at::Tensor& x) = 0;
   // Gradient synchronisation held off (noSync) until release(): local. With
-  // keepGatheredThroughStep, the units gathered from hold() to step(), skipStep() or endForwardOnly().
+  // keepGatheredThroughStep, the units gathered from hold() to step(), skipStep() or endForwardOnly();
+  // with reduceEveryMicroBatch (sharded), nothing held off: held() still says hold() came last.
   virtual void hold() = 0;
   virtual void release() = 0;
   virtual bool held() const = 0;
