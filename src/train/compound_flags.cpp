@@ -13,10 +13,8 @@
 namespace tessera::train {
 
 namespace {
-enum class Switch { On, Off, Auto };
-constexpr Choices<Switch, 3> kAuto{"value", {{{Switch::On, "on"}, {Switch::Off, "off"}, {Switch::Auto, "auto"}}}};
 constexpr Choices<OnOffAuto, 3> kOnOffAuto{
-    "value", {{{OnOffAuto::Auto, "auto"}, {OnOffAuto::On, "on"}, {OnOffAuto::Off, "off"}}}};
+    "value", {{{OnOffAuto::On, "on"}, {OnOffAuto::Off, "off"}, {OnOffAuto::Auto, "auto"}}}};
 constexpr Choices<FsdpAccumulate, 3> kFsdpAccumulate{
     "value",
     {{{FsdpAccumulate::Auto, "auto"}, {FsdpAccumulate::Local, "local"}, {FsdpAccumulate::Sharded, "sharded"}}}};
@@ -102,8 +100,8 @@ Flag fusedKernelsFlag(bool onGpu) {
   Flag f = make("--fused-kernels", "on|off|auto", "tessera's fused kernels and multi-tensor AdamW (auto: on GPUs)");
   f.shown = "auto";
   f.set = [onGpu](Config& o, const std::string& v) {
-    const auto s = choice("--fused-kernels", v, [](auto& x) { return kAuto.parse(x); });
-    o.precision.fusedKernels = s == Switch::On || (s == Switch::Auto && onGpu);
+    const auto s = choice("--fused-kernels", v, [](auto& x) { return kOnOffAuto.parse(x); });
+    o.precision.fusedKernels = s == OnOffAuto::On || (s == OnOffAuto::Auto && onGpu);
   };
   f.get = [](const Config& o) { return quoted(o.precision.fusedKernels ? "on" : "off"); };
   return f;

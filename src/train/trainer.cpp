@@ -6,6 +6,7 @@
 #include "tessera/common/error.h"
 #include "tessera/common/log.h"
 #include "tessera/common/profiler.h"
+#include "tessera/parallel/pipeline/simulate.h"
 #include "train/trainer_state.h"
 
 namespace tessera::train {
@@ -31,6 +32,12 @@ Trainer::State::State(Config c, const Context& context) : o(std::move(c)), ctx(c
     (last ? lastBackwardMs : (backwardMs.emplace_back(), backwardMs.back())) = msSince(backwardStart);
   };
   par = parallelize(o, ctx, hooks);
+  {  // The table's idle time on this pp rank over its step, every (virtual) stage's F, B and W one unit
+     // each: (pp − 1) / (M + pp − 1) for 1F1B, the zero-bubble tables' own share.
+    const auto& s = par.pipeline->schedule();
+    const auto sim = pipeline::simulateStep(s, std::vector<pipeline::StageCost>(s.numStages(), {1, 1, 1}));
+    bubbleShare = sim.step > 0 ? sim.idle.at(par.mesh->coord().pp) / sim.step : 0;
+  }
   if (!o.checkpoint.dir.empty() && o.checkpoint.async) {
     saver = std::make_unique<checkpoint::AsyncSaver>(ctx.world, ctx.store, ctx.settings.timeout);
   }

@@ -84,9 +84,8 @@ struct Trainer::State {
   // The last finished step's marks when the device went on from its end to the next step (no
   // validation, checkpoint or export between): a step's time runs from that end to its own.
   std::shared_ptr<StreamMarks> previousEnd;
-  // The pipeline table's idle share on this pp rank (bubbleShare(); < 0: not computed yet).
-  double bubbleShareCached = -1;
-  double bubbleShare();
+  // The pipeline table's idle share on this pp rank (the schedule's cost simulation, set at construction).
+  double bubbleShare = 0;
   bool deferReports() const;  // GPUs without --breakdown: a step is finished after the next is queued
 
   State(Config c, const Context& context);

@@ -18,7 +18,6 @@
 #include "tessera/common/profiler.h"
 #include "tessera/models/llama.h"
 #include "tessera/parallel/grad_norm.h"
-#include "tessera/parallel/pipeline/simulate.h"
 #include "train/trainer_state.h"
 
 namespace tessera::train {
@@ -33,17 +32,6 @@ at::Tensor toDevice(const std::vector<float>& v, const at::Device& device) {
 // --nan-policy skip-step gives up after this many skipped updates in a row: the run is not training.
 constexpr int kMaxSkippedInARow = 10;
 }  // namespace
-
-// The table's idle time on this pp rank over its step, every (virtual) stage's F, B and W one unit
-// each (pipeline/simulate.h): (pp − 1) / (M + pp − 1) for 1F1B, the zero-bubble tables' own share.
-double Trainer::State::bubbleShare() {
-  if (bubbleShareCached < 0) {
-    const auto& s = par.pipeline->schedule();
-    const auto sim = pipeline::simulateStep(s, std::vector<pipeline::StageCost>(s.numStages(), {1, 1, 1}));
-    bubbleShareCached = sim.step > 0 ? sim.idle.at(par.mesh->coord().pp) / sim.step : 0;
-  }
-  return bubbleShareCached;
-}
 
 bool Trainer::State::deferReports() const { return device.is_cuda() && !o.logging.breakdown; }
 
@@ -176,7 +164,7 @@ StepReport Trainer::State::finishStep(Pending& p) {
   rep.stepMs = previousEnd ? p.marks->msFrom(*previousEnd, 3, 3) : p.marks->ms(0, 3);
   previousEnd = p.marks;
 
-  rep.bubbleMsEst = rep.pipelineMs * bubbleShare();
+  rep.bubbleMsEst = rep.pipelineMs * bubbleShare;
   // Host clocks time a backward only when it blocks: always on the CPU, with --breakdown on GPUs.
   if (!backwardMs.empty() && (!device.is_cuda() || o.logging.breakdown)) {
     double mean = 0;
