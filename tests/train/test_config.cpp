@@ -217,6 +217,22 @@ TEST(ConfigTest, LayoutErrorsAreUsageErrors) {
   refusedLayout({"--model", "moe-tiny", "--ep", "2", "--tp", "2"}, 2, "--ep 2 must divide the data-parallel ranks dp 1");
   refusedLayout({"--model", "moe-tiny", "--ep", "3", "--num-experts", "8"}, 3, "--ep 3 does not divide the 8 experts");
   refusedLayout({"--moe-force-balanced"}, 1, "--moe-force-balanced needs a mixture-of-experts model");
+  refusedLayout({"--fsdp-keep-gathered", "on"}, 2, "--fsdp-keep-gathered on needs --dp-mode fsdp");
+  refusedLayout({"--fsdp-accumulate", "sharded"}, 2, "--fsdp-accumulate sharded needs --dp-mode fsdp");
+  for (const char* f : {"--fsdp-keep-gathered", "--fsdp-accumulate"}) {
+    try {
+      parse({f, "sometimes"});
+      ADD_FAILURE() << f << " sometimes: accepted";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(f) + ": unknown value 'sometimes'"), std::string::npos)
+          << e.what();
+    }
+  }
+  o = parse({"--dp-mode", "fsdp", "--fsdp-keep-gathered", "off", "--fsdp-accumulate", "sharded"});
+  EXPECT_NO_THROW(o.resolve(2));
+  EXPECT_EQ(o.parallel.fsdpKeepGathered, OnOffAuto::Off);
+  EXPECT_EQ(o.parallel.fsdpAccumulate, FsdpAccumulate::Sharded);
+  EXPECT_EQ(parse({}).parallel.fsdpAccumulate, FsdpAccumulate::Auto);
   o = parse({"--model", "moe-tiny", "--moe-force-balanced"});
   EXPECT_NO_THROW(o.resolve(1));
   EXPECT_TRUE(o.model.moeForceBalanced);
