@@ -79,4 +79,16 @@ double totalMemoryGiB(const at::Device& d) {
 #endif
 }
 
+std::string deviceName(const at::Device& d) {
+  if (!d.is_cuda()) return "CPU";
+#ifdef TESSERA_TORCH_CUDA
+  cudaDeviceProp prop{};
+  TESSERA_CHECK(cudaGetDeviceProperties(&prop, d.index()) == cudaSuccess,
+                "deviceName: cudaGetDeviceProperties failed on {}", d.str());
+  return prop.name;
+#else
+  noCuda("deviceName");
+#endif
+}
+
 }  // namespace tessera

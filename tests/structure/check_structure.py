@@ -23,7 +23,7 @@ problems = []
 LAYERS = [
     ["common"], ["comm"], ["data", "fp8", "checkpoint"], ["kernels"], ["nn", "optim"],
     ["parallel/tensor", "parallel/context", "parallel/process_mesh", "parallel/grad_norm", "parallel/param"],
-    ["models", "parallel/pipeline", "parallel/data_parallel"], ["hf"], ["train"],
+    ["models", "parallel/pipeline", "parallel/data_parallel"], ["hf"], ["plan"], ["train"],
 ]
 # Pairs of one layer that must not include each other either way: the models know no wrapper and
 # no pipeline, and the wrappers and the pipeline are independent of each other (train/ composes them).

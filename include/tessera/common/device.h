@@ -7,9 +7,12 @@
 //   peak resident set size (getrusage; the reset does nothing).
 // - allocatedMemoryGiB: CUDA: bytes allocated now (torch.cuda.memory_allocated); CPU: 0.
 // - totalMemoryGiB: CUDA: the device's memory (cudaMemGetInfo's total); CPU: 0 (no budget known).
+// - deviceName: CUDA: the card's name ("NVIDIA H200"); CPU: "CPU".
 // CUDA needs a CUDA LibTorch (builds where TESSERA_TORCH_CUDA is set); otherwise a CUDA
 // device is a tessera::Error.
 #include <c10/core/Device.h>
+
+#include <string>
 
 namespace tessera {
 
@@ -19,5 +22,6 @@ void resetPeakMemory(const at::Device& d);
 double peakMemoryGiB(const at::Device& d);
 double allocatedMemoryGiB(const at::Device& d);
 double totalMemoryGiB(const at::Device& d);
+std::string deviceName(const at::Device& d);
 
 }  // namespace tessera
