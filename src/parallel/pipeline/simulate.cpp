@@ -16,8 +16,8 @@ struct BatchRef {
   size_t tick = 0;
 };
 
-// For every Comm action, the peer batches holding its ops' counterparts.
-std::map<std::pair<int, size_t>, std::vector<BatchRef>> counterparts(const Schedule& s) {
+// For every Comm action (rank, tick), the peer batches holding its ops' counterparts.
+std::vector<std::vector<std::vector<BatchRef>>> counterparts(const Schedule& s) {
   // (from, to, is-send, k) → the batch holding the k-th such op.
   std::map<std::tuple<int, int, bool, int>, BatchRef> where;
   for (int r = 0; r < s.pp; ++r) {
@@ -25,16 +25,24 @@ std::map<std::pair<int, size_t>, std::vector<BatchRef>> counterparts(const Sched
     for (size_t t = 0; t < s.ranks[r].size(); ++t)
       for (const auto& c : s.ranks[r][t].comm) where[{r, c.peer, isSend(c.kind), count[{c.peer, isSend(c.kind)}]++}] = {r, t};
   }
-  std::map<std::pair<int, size_t>, std::vector<BatchRef>> out;
+  std::vector<std::vector<std::vector<BatchRef>>> out(s.pp);
+  for (int r = 0; r < s.pp; ++r) out[r].resize(s.ranks[r].size());
   for (const auto& [key, at] : where) {
     auto [r, peer, snd, k] = key;
     auto it = where.find({peer, r, !snd, k});
     TESSERA_CHECK(it != where.end(), "pipeline simulate: rank {}'s {}-th {} rank {} has no counterpart", r, k,
                   snd ? "send to" : "receive from", peer);
-    out[{at.rank, at.tick}].push_back(it->second);
+    out[at.rank][at.tick].push_back(it->second);
   }
   return out;
 }
+
+// One rank's replay: its compute and communication streams, how far it got, what arrived when.
+struct RankState {
+  size_t tick = 0;
+  double compute = 0, comm = 0, end = 0, busy = 0;
+  std::map<std::pair<int, int>, double> inAt, gradAt;  // (micro, chunk) → arrival
+};
 
 }  // namespace
 
@@ -47,59 +55,63 @@ SimulatedStep simulateStep(const Schedule& s, const std::vector<StageCost>& cost
                   "pipeline simulate: negative cost (stage {}: forward {}, backward {}, weight {}; transfer {})", i,
                   costs[i].forward, costs[i].backward, costs[i].weight, transfer);
   const auto peers = counterparts(s);
-  // done[(rank, tick)]: when that batch finishes. Start from 0 and replay until nothing moves:
-  // each pass can only push times later, and the tables' dependencies form a DAG (no
-  // deadlock), so this settles after at most one pass per batch.
-  std::map<std::pair<int, size_t>, double> done, start;
-  for (const auto& [key, unused] : peers) done[key] = 0;
-  SimulatedStep out;
-  const size_t maxPasses = peers.size() + 2;
-  for (size_t pass = 0;; ++pass) {
-    TESSERA_CHECK(pass <= maxPasses, "pipeline simulate: the {} tables for pp = {} do not settle (a cycle)",
-                  toString(s.kind), s.pp);
-    out = {};
-    out.busy.assign(s.pp, 0);
-    out.idle.assign(s.pp, 0);
+  // A batch starts once its rank's compute stream reached it and its communication stream is free;
+  // it ends `transfer` after it and all its counterparts have started. Each rank advances until it
+  // needs a start not known yet; every sweep over the ranks advances one at least (the tables are
+  // a DAG), so the replay visits each action once.
+  std::vector<std::vector<double>> start(s.pp);
+  std::vector<std::vector<char>> started(s.pp);
+  for (int r = 0; r < s.pp; ++r) start[r].assign(s.ranks[r].size(), 0), started[r].assign(s.ranks[r].size(), 0);
+  std::vector<RankState> st(s.pp);
+  for (bool moved = true; moved;) {
+    moved = false;
     for (int r = 0; r < s.pp; ++r) {
-      double compute = 0, comm = 0, end = 0;
-      std::map<std::pair<int, int>, double> inAt, gradAt;  // (micro, chunk) → arrival
-      for (size_t t = 0; t < s.ranks[r].size(); ++t) {
+      RankState& q = st[r];
+      while (q.tick < s.ranks[r].size()) {
+        const size_t t = q.tick;
         const auto& a = s.ranks[r][t];
         if (a.kind == Action::Comm) {
-          start[{r, t}] = std::max(compute, comm);
-          comm = done[{r, t}];
-          for (const auto& c : a.comm) {
-            if (c.kind == CommKind::RecvForward) inAt[{c.micro, c.chunk}] = comm;
-            if (c.kind == CommKind::RecvBackward) gradAt[{c.micro, c.chunk}] = comm;
+          if (!started[r][t]) start[r][t] = std::max(q.compute, q.comm), started[r][t] = 1, moved = true;
+          double at = start[r][t];
+          bool ready = true;
+          for (const auto& p : peers[r][t]) {
+            ready = ready && started[p.rank][p.tick];
+            if (ready) at = std::max(at, start[p.rank][p.tick]);
           }
-          end = std::max(end, comm);
-          continue;
+          if (!ready) break;
+          q.comm = at + transfer;
+          for (const auto& c : a.comm) {
+            if (c.kind == CommKind::RecvForward) q.inAt[{c.micro, c.chunk}] = q.comm;
+            if (c.kind == CommKind::RecvBackward) q.gradAt[{c.micro, c.chunk}] = q.comm;
+          }
+          q.end = std::max(q.end, q.comm);
+        } else {
+          const int stg = s.stageOf(r, a.chunk);
+          const bool fwd = a.kind == Action::Forward, bwd = a.kind == Action::Backward;
+          // ZB-V's turn (the neighbouring stage on this rank) needs no wait: it ran before on this stream.
+          if (fwd && stg > 0 && s.localPrevChunk(r, a.chunk) < 0)
+            q.compute = std::max(q.compute, q.inAt.at({a.micro, a.chunk}));
+          if (bwd && stg < s.numStages() - 1 && s.localNextChunk(r, a.chunk) < 0)
+            q.compute = std::max(q.compute, q.gradAt.at({a.micro, a.chunk}));
+          const auto& k = costs[stg];
+          const double c = fwd ? k.forward : bwd ? k.backward + (s.splitsBackward() ? 0 : k.weight) : k.weight;
+          q.compute += c;
+          q.busy += c;
         }
-        const int st = s.stageOf(r, a.chunk);
-        const bool fwd = a.kind == Action::Forward, bwd = a.kind == Action::Backward;
-        // ZB-V's turn (the neighbouring stage on this rank) needs no wait: it ran before on this stream.
-        if (fwd && st > 0 && s.localPrevChunk(r, a.chunk) < 0) compute = std::max(compute, inAt.at({a.micro, a.chunk}));
-        if (bwd && st < s.numStages() - 1 && s.localNextChunk(r, a.chunk) < 0)
-          compute = std::max(compute, gradAt.at({a.micro, a.chunk}));
-        const auto& k = costs[st];
-        const double c = fwd ? k.forward : bwd ? k.backward + (s.splitsBackward() ? 0 : k.weight) : k.weight;
-        compute += c;
-        out.busy[r] += c;
+        ++q.tick;
+        moved = true;
       }
-      end = std::max(end, compute);
-      out.step = std::max(out.step, end);
     }
-    bool moved = false;
-    for (auto& [key, d] : done) {
-      double t = start.at(key);
-      for (const auto& p : peers.at(key)) t = std::max(t, start.at({p.rank, p.tick}));
-      if (t + transfer > d) d = t + transfer, moved = true;
-    }
-    // A batch also finishes after the one before it on its rank's communication stream, which the
-    // replay above accounts for through `comm` on the next pass.
-    if (!moved) break;
   }
-  for (int r = 0; r < s.pp; ++r) out.idle[r] = out.step - out.busy[r];
+  SimulatedStep out;
+  for (int r = 0; r < s.pp; ++r) {
+    TESSERA_CHECK(st[r].tick == s.ranks[r].size(),
+                  "pipeline simulate: the {} tables for pp = {} do not settle (a cycle: rank {} waits at tick {})",
+                  toString(s.kind), s.pp, r, st[r].tick);
+    out.busy.push_back(st[r].busy);
+    out.step = std::max({out.step, st[r].end, st[r].compute});
+  }
+  for (int r = 0; r < s.pp; ++r) out.idle.push_back(out.step - out.busy[r]);
   return out;
 }
 
