@@ -43,6 +43,7 @@ Options parseOptions(int argc, char** argv) {
       sub->add_option("--top", o.top, "layouts to show");
       sub->add_option("--refused", o.refused, "refused layouts to show (with their reasons)");
       sub->add_option("--micro-batch", o.microBatchSizes, "micro-batch sizes to consider");
+      sub->add_option("--max-cp", o.maxCp, "largest context-parallel degree to consider");
     } else {
       sub->add_option("--layout", o.layout, "e.g. dp=4,tp=2,fsdp,mb=1,m=8 (pp=, cp=, vp=, 1f1b | zb-h1 | zbv, keep)")
           ->required();

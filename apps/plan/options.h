@@ -24,7 +24,7 @@ struct Options {
   bool noFp8 = false;
   // search | predict
   std::string model = "llama3-8b", calibration, card, cluster, layout, json;
-  int gpus = 8, gpusPerNode = 8, top = 8, refused = 5;
+  int gpus = 8, gpusPerNode = 8, top = 8, refused = 5, maxCp = 8;
   double memoryGiB = 0;        // 0: the calibration's card
   int64_t seq = 0, batch = 0;  // 0: the model's sequence length; the global batch must be given
   bool fp8 = false;

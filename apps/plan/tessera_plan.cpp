@@ -112,11 +112,13 @@ int searchCommand(const planapp::Options& o) {
   so.recompute.clear();
   for (const auto& r : o.recompute) so.recompute.push_back(parseRecompute(r));
   so.microBatchSizes = o.microBatchSizes;
+  so.maxCp = o.maxCp;
   const SearchResult r = search(s.work, s.cluster, s.cal, so);
   printHeader(s);
   for (int i = 0; i < o.top && i < static_cast<int>(r.ranked.size()); ++i) printRow(i + 1, r.ranked[i]);
   std::map<std::string, int> reasons;
-  for (const auto& x : r.refused) reasons[std::regex_replace(x.reason, std::regex("(^|[ =(])[0-9][0-9.]*"), "$1N")]++;
+  for (const auto& x : r.refused)
+    reasons[std::regex_replace(x.reason, std::regex("(^|[ =(])[0-9][0-9.]*(?![A-Za-z])"), "$1N")]++;
   fmt::print("{} layouts predicted, {} refused:\n", r.ranked.size(), r.refused.size());
   for (const auto& [why, n] : reasons) fmt::print("  {:>5} × {}\n", n, why);
   for (int i = 0; i < o.refused && i < static_cast<int>(r.refused.size()); ++i) {

@@ -3,6 +3,7 @@
 // micro-batch on one rank unless said otherwise. Local; pure.
 #include <algorithm>
 
+#include "tessera/parallel/pipeline/simulate.h"
 #include "tessera/plan/predict.h"
 
 namespace tessera::plan {
@@ -43,6 +44,15 @@ int64_t tokensPerMicro(const Workload& w, const Layout& l);  // micro-batch · s
 PassCost blockCost(const Workload& w, const Layout& l, const Calibration& cal, const Collectives& comm);
 PassCost headCost(const Workload& w, const Layout& l, const Calibration& cal, const Collectives& comm);
 PassCost embeddingCost(const Workload& w, const Layout& l, const Calibration& cal);
+
+struct Stages;
+struct SimulatedPipeline {
+  double step = 0, busy = 0;  // the makespan; the busiest rank's compute
+};
+// The step of the layout's schedule over these per-stage costs (pipeline/simulate.h); past 12·pp·chunks
+// micro-batches, simulated at 4·pp·chunks and twice that and extended along that slope.
+SimulatedPipeline simulatePipeline(const Layout& l, const Stages& st, const std::vector<pipeline::StageCost>& sim,
+                                   double transfer);
 
 // Parameters this rank holds unsharded by data parallelism, for the stage holding `blocks` blocks
 // (with the embedding and/or head when first/last), under tp.

@@ -30,6 +30,7 @@ std::string describe(const Layout& l) {
   if (l.pp > 1) s += std::string(",") + pipeline::scheduleName(l.schedule);
   if (l.chunks > 1 && l.schedule != pipeline::ScheduleKind::ZeroBubbleV) s += fmt::format(",vp={}", l.chunks);
   if (l.keepGathered) s += ",keep";
+  if (l.shardedAccumulation) s += ",shardacc";
   return s;
 }
 
@@ -73,13 +74,15 @@ Layout parseLayout(const std::string& text) {
       l.sp = false;
     else if (k == "keep")
       l.keepGathered = true;
+    else if (k == "shardacc")
+      l.shardedAccumulation = true;
     else {
       try {
         l.schedule = pipeline::parseScheduleKind(k);
       } catch (const Error&) {
         throw Error(
             fmt::format("layout '{}': unknown token '{}' (dp= tp= pp= cp= mb= m= vp=, ddp | fsdp | hsdp, "
-                        "nosp, keep, gpipe | 1f1b | interleaved | zb-h1 | zbv)",
+                        "nosp, keep, shardacc, gpipe | 1f1b | interleaved | zb-h1 | zbv)",
                         text, tok));
       }
       if (l.schedule == pipeline::ScheduleKind::ZeroBubbleV) l.chunks = 2;

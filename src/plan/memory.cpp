@@ -1,5 +1,8 @@
 // Peak memory of a layout's fullest rank (contract in plan/predict.h).
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "plan/costs.h"
 #include "plan/stages.h"
@@ -28,13 +31,30 @@ double blockActivationBytes(const Workload& w, const Layout& l) {
 
 }  // namespace
 
+std::shared_ptr<const ScheduleInfo> scheduleFor(const Layout& l) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int64_t, int>, std::shared_ptr<const ScheduleInfo>> cache;
+  const auto key = std::make_tuple(static_cast<int>(l.schedule), l.pp, l.microBatches, l.chunks);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
+  auto info = std::make_shared<ScheduleInfo>();
+  info->table = pipeline::makeSchedule(l.schedule, l.pp, static_cast<int>(l.microBatches), l.chunks);
+  for (int r = 0; r < l.pp; ++r) info->peakInFlight.push_back(info->table.peakInFlight(r));
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() > 4096) cache.clear();
+  return cache.emplace(key, info).first->second;
+}
+
 Prediction predictMemory(const Workload& w, const Layout& l, const Cluster& c) {
   const Stages st = stagesOf(w, l);
   const int64_t micro = l.microBatches;
   const double t = static_cast<double>(tokensPerMicro(w, l));
   Prediction best;
-  pipeline::Schedule sched;
-  if (l.pp > 1) sched = pipeline::makeSchedule(l.schedule, l.pp, static_cast<int>(micro), l.chunks);
+  std::shared_ptr<const ScheduleInfo> sched;
+  if (l.pp > 1) sched = scheduleFor(l);
   for (int r = 0; r < l.pp; ++r) {
     double params = 0, act = 0, blocksMax = 0;
     bool last = false;
@@ -43,7 +63,7 @@ Prediction predictMemory(const Workload& w, const Layout& l, const Cluster& c) {
       blocksMax = std::max<double>(blocksMax, st.blocks(s));
       last = last || st.last(s);
     }
-    const double inFlight = l.pp > 1 ? sched.peakInFlight(r) : 1;
+    const double inFlight = l.pp > 1 ? sched->peakInFlight[r] : 1;
     act = inFlight * blocksMax * blockActivationBytes(w, l);
     if (last) act += t * (w.model.vocab / static_cast<double>(l.tp)) * 2 * 2;  // bf16 logits and their gradient
     Prediction p;
@@ -53,9 +73,9 @@ Prediction predictMemory(const Workload& w, const Layout& l, const Cluster& c) {
     p.optimizerStateGiB = own * (4 + 8) / kGiB;  // float32 master weights, AdamW's two moments
     double gathered = params * 2;                // bf16 weights (autocast's per-step cache, FSDP's gathered units)
     if (sharded && !l.keepGathered) gathered = std::min(gathered, 3.0 * params / std::max(1.0, blocksMax) * 2);
-    double grads = own * 4;                         // float32 gradients (FSDP: the shard)
-    if (sharded && micro > 1) grads += params * 4;  // FSDP's local accumulation over micro-batches
-    if (w.fp8) gathered += params * 2;              // FP8 codes and their transposes
+    double grads = own * 4;                                                   // float32 gradients (FSDP: the shard)
+    if (sharded && micro > 1 && !l.shardedAccumulation) grads += params * 4;  // FSDP's local accumulation
+    if (w.fp8) gathered += params * 2;                                        // FP8 codes and their transposes
     p.paramsGiB = (gathered + grads) / kGiB;
     p.activationsGiB = act / kGiB;
     p.buffersGiB = 1.0;  // cuBLAS workspaces, NCCL buffers, the allocator's slack

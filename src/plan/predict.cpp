@@ -31,7 +31,7 @@ std::string refusal(const Workload& w, const Layout& l, const Cluster& c, const 
   }
   if (l.pp > 1) {
     try {
-      pipeline::makeSchedule(l.schedule, l.pp, static_cast<int>(l.microBatches), l.chunks);
+      scheduleFor(l);
     } catch (const Error& e) {
       return e.what();
     }
@@ -39,7 +39,9 @@ std::string refusal(const Workload& w, const Layout& l, const Cluster& c, const 
         l.schedule == pipeline::ScheduleKind::ZeroBubbleH1 || l.schedule == pipeline::ScheduleKind::ZeroBubbleV;
     if (zb && l.sharding != Sharding::Ddp && dataRanks(l) > 1) return "FSDP is refused with ZB-H1 and ZB-V";
   }
-  if (l.keepGathered && l.sharding == Sharding::Ddp) return "keep-gathered needs FSDP";
+  if ((l.keepGathered || l.shardedAccumulation) && l.sharding == Sharding::Ddp) {
+    return "keep-gathered and sharded accumulation need FSDP";
+  }
   const double need = predictMemory(w, l, c).memoryGiB;
   if (need > 0.92 * c.memoryGiB) return fmt::format("needs {:.1f} GiB per GPU of {:.0f}", need, c.memoryGiB);
   (void)cal;
@@ -73,13 +75,14 @@ DpCost dataParallel(const Layout& l, const Cluster& c, const Collectives& comm, 
   const double ag = comm.ms("all_gather", params * 2, shard, shardSpan);
   const double rs = comm.ms("reduce_scatter", params * 4, shard, shardSpan);
   const double m = static_cast<double>(l.microBatches);
-  const double gathers = l.keepGathered ? 1 : 2 * m;  // one reduce-scatter a step (local accumulation)
+  const double gathers = l.keepGathered ? 1 : 2 * m;
+  const double scatters = l.shardedAccumulation ? m : 1;  // else once a step, after the local sums
   // Prefetch hides a gather behind the previous unit's compute: the first unit's waits, and what
   // the compute cannot cover.
   const double fwdExposed = ag / units + std::max(0.0, ag - fwd);
   const double bwdExposed = rs / units + std::max(0.0, (l.keepGathered ? 0 : ag) + rs - window);
-  d.exposed = (l.keepGathered ? fwdExposed : m * fwdExposed) + bwdExposed;
-  d.hidden = std::max(0.0, gathers * ag + rs - d.exposed);
+  d.exposed = (l.keepGathered ? fwdExposed : m * fwdExposed) + scatters * bwdExposed;
+  d.hidden = std::max(0.0, gathers * ag + scatters * rs - d.exposed);
   if (l.sharding == Sharding::Hsdp && ranks > shard) {  // replicas all-reduce their shards
     const double ar = comm.ms("all_reduce", params * 4 / shard, ranks / shard, span);
     d.exposed += ar;
@@ -88,6 +91,24 @@ DpCost dataParallel(const Layout& l, const Cluster& c, const Collectives& comm, 
 }
 
 }  // namespace
+
+SimulatedPipeline simulatePipeline(const Layout& l, const Stages& st, const std::vector<pipeline::StageCost>& sim,
+                                   double transfer) {
+  // Once the pipeline has filled, each round of `cap` further micro-batches adds the same time:
+  // simulate cap and 2·cap of them and extend that slope to the rest (the whole table when short).
+  const int64_t cap = 4 * static_cast<int64_t>(l.pp) * l.chunks;
+  auto busiest = [](const pipeline::SimulatedStep& r) { return *std::max_element(r.busy.begin(), r.busy.end()); };
+  if (l.microBatches <= 3 * cap) {
+    const auto r = pipeline::simulateStep(scheduleFor(l)->table, sim, transfer);
+    return {r.step, busiest(r)};
+  }
+  Layout a = l, b = l;
+  a.microBatches = cap, b.microBatches = 2 * cap;
+  const auto ra = pipeline::simulateStep(scheduleFor(a)->table, sim, transfer);
+  const auto rb = pipeline::simulateStep(scheduleFor(b)->table, sim, transfer);
+  const double rounds = static_cast<double>(l.microBatches - 2 * cap) / static_cast<double>(cap);
+  return {rb.step + rounds * (rb.step - ra.step), busiest(rb) + rounds * (busiest(rb) - busiest(ra))};
+}
 
 Prediction predict(const Workload& w, const Layout& l, const Cluster& c, const Calibration& cal) {
   const std::string why = refusal(w, l, c, cal);
@@ -111,11 +132,10 @@ Prediction predict(const Workload& w, const Layout& l, const Cluster& c, const C
     pipeMs = micro * busy;
     busy = pipeMs;
   } else {
-    const auto sched = pipeline::makeSchedule(l.schedule, l.pp, static_cast<int>(micro), l.chunks);
     const double bytes = static_cast<double>(tokensPerMicro(w, l)) * w.model.d * 2 / (l.sp && l.tp > 1 ? l.tp : 1);
-    const auto r = pipeline::simulateStep(sched, sim, comm.ms("send_recv", bytes, 2, spanPp(l)));
+    const SimulatedPipeline r = simulatePipeline(l, st, sim, comm.ms("send_recv", bytes, 2, spanPp(l)));
     pipeMs = r.step;
-    busy = *std::max_element(r.busy.begin(), r.busy.end());
+    busy = r.busy;
   }
   double exposed = 0, hidden = 0, optimizer = 0, casts = 0, tpCp = 0;
   for (int r = 0; r < l.pp; ++r) {

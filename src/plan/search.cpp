@@ -42,12 +42,12 @@ void layoutsFor(const Workload& w, const Cluster& c, int64_t mb, const SearchOpt
         if (dp * cp > 1 && c.gpus > c.gpusPerNode) shardings.push_back(Sharding::Hsdp);
         for (Sharding sh : shardings) {
           for (const Schedules& s : schedulesFor(pp)) {
-            for (bool keep : {false, true}) {
-              if (keep && (sh == Sharding::Ddp || micro == 1)) continue;
-              if (sh == Sharding::Ddp && s.kind == pipeline::ScheduleKind::OneFOneB && pp == 1 && keep) continue;
+            for (int variant = 0; variant < 4; ++variant) {
+              const bool keep = variant & 1, shardAcc = variant & 2;
+              if ((keep || shardAcc) && (sh == Sharding::Ddp || micro == 1)) continue;
               Layout l;
               l.dp = dp, l.tp = tp, l.pp = pp, l.cp = cp, l.sharding = sh, l.microBatch = mb, l.microBatches = micro;
-              l.schedule = s.kind, l.chunks = s.chunks, l.keepGathered = keep;
+              l.schedule = s.kind, l.chunks = s.chunks, l.keepGathered = keep, l.shardedAccumulation = shardAcc;
               out.push_back(l);
             }
           }

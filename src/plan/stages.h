@@ -1,6 +1,7 @@
 #pragma once
 // Internal: a layout's pipeline stages as the runtime partitions them (train/model_spec.cpp's
 // options over parallel/pipeline/partition.h), and which stages each pp rank holds. Local; pure.
+#include <memory>
 #include <vector>
 
 #include "tessera/parallel/pipeline/partition.h"
@@ -15,6 +16,14 @@ struct Stages {
   bool first(int s) const { return s == 0; }
   bool last(int s) const { return s == part.numStages() - 1; }
 };
+
+// A schedule table and its ranks' peak in-flight counts, made once per (kind, pp, M, chunks) and
+// shared (a search asks for the same tables thousands of times). makeSchedule's errors pass through.
+struct ScheduleInfo {
+  pipeline::Schedule table;
+  std::vector<int> peakInFlight;
+};
+std::shared_ptr<const ScheduleInfo> scheduleFor(const Layout& l);
 
 inline Stages stagesOf(const Workload& w, const Layout& l) {
   const auto& m = w.model;

@@ -191,8 +191,9 @@ TEST(PlanSearch, RanksWhatFitsAndRefusesTheRest) {
 }
 
 TEST(PlanLayout, SpellingsRoundTripAndBadTokensAreNamed) {
-  for (const char* s : {"dp=4,tp=2,pp=1,cp=1,fsdp,mb=1,m=8,keep", "dp=1,tp=2,pp=4,cp=1,ddp,nosp,mb=1,m=16,zb-h1",
-                        "dp=2,tp=1,pp=2,cp=2,hsdp,mb=2,m=4,interleaved,vp=2"}) {
+  for (const char* s :
+       {"dp=4,tp=2,pp=1,cp=1,fsdp,mb=1,m=8,keep,shardacc", "dp=1,tp=2,pp=4,cp=1,ddp,nosp,mb=1,m=16,zb-h1",
+        "dp=2,tp=1,pp=2,cp=2,hsdp,mb=2,m=4,interleaved,vp=2"}) {
     EXPECT_EQ(describe(parseLayout(s)), s);
   }
   EXPECT_EQ(parseLayout("pp=2,zbv").chunks, 2);
@@ -244,4 +245,21 @@ TEST(PlanMeasure, ACpuCalibrationHoldsEveryLinearOfTheModel) {
   EXPECT_FALSE(c.gemms[0].fp8);
   EXPECT_GT(c.adamwNsPerParam, 0.0);
   EXPECT_GT(c.elementMs("swiglu", 1e6), 0.0);
+}
+
+// simulatePipeline simulates cap = 4·pp·chunks and 2·cap micro-batches and extends that slope to longer
+// steps: the full simulation must agree (unbalanced stages, transfers) within 1 %.
+TEST(PlanPipeline, LongStepsExtendAlongTheSlopeOfTwoShorterOnes) {
+  using pipeline::ScheduleKind;
+  for (auto [kind, chunks] : {std::pair{ScheduleKind::OneFOneB, 1}, std::pair{ScheduleKind::Interleaved1F1B, 2},
+                              std::pair{ScheduleKind::ZeroBubbleH1, 1}, std::pair{ScheduleKind::ZeroBubbleV, 2}}) {
+    const int pp = 4, cap = 4 * pp * chunks, more = 3 * cap;
+    const pipeline::Schedule s = pipeline::makeSchedule(kind, pp, more, chunks);
+    std::vector<pipeline::StageCost> costs;
+    for (int st = 0; st < s.numStages(); ++st) costs.push_back({1.0 + 0.3 * (st % 3), 2.0 + 0.2 * st, 0.7});
+    const double full = pipeline::simulateStep(s, costs, 0.05).step;
+    const double a = pipeline::simulateStep(pipeline::makeSchedule(kind, pp, cap, chunks), costs, 0.05).step;
+    const double b = pipeline::simulateStep(pipeline::makeSchedule(kind, pp, 2 * cap, chunks), costs, 0.05).step;
+    EXPECT_NEAR(b + (b - a), full, 0.01 * full) << pipeline::toString(kind);
+  }
 }

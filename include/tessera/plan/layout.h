@@ -3,7 +3,8 @@
 // precision and recompute), the cluster (GPU count, GPUs per node, memory, the links inside and
 // between nodes) and a layout (the mesh's degrees, data-parallel sharding, micro-batching, the
 // pipeline schedule). A layout is written as "dp=4,tp=2,pp=1,cp=1,fsdp,mb=1,m=8,1f1b" (parseLayout,
-// describe). Local; pure data; parse errors → tessera::Error naming the token.
+// describe; "keep": --fsdp-keep-gathered on, "shardacc": --fsdp-accumulate sharded). Local; pure data; parse errors →
+// tessera::Error naming the token.
 #include <cstdint>
 #include <string>
 
@@ -34,8 +35,9 @@ struct Layout {
   int64_t microBatch = 1;    // sequences per micro-batch per data-parallel rank
   int64_t microBatches = 1;  // per optimizer step
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::OneFOneB;
-  int chunks = 1;             // virtual stages per pp rank (interleaved: ≥ 2; ZB-V: 2)
-  bool keepGathered = false;  // FSDP units gathered once a step (--fsdp-keep-gathered)
+  int chunks = 1;                    // virtual stages per pp rank (interleaved: ≥ 2; ZB-V: 2)
+  bool keepGathered = false;         // FSDP units gathered once a step (--fsdp-keep-gathered)
+  bool shardedAccumulation = false;  // FSDP reduce-scatters every micro-batch (--fsdp-accumulate sharded)
 
   int gpus() const { return dp * tp * pp * cp; }
 };
