@@ -20,6 +20,7 @@
 #include "tessera/comm/bootstrap/init.h"
 #include "tessera/common/error.h"
 #include "tessera/common/log.h"
+#include "tessera/train/auto_layout.h"
 #include "tessera/train/config.h"
 #include "tessera/train/trainer.h"
 #include "standalone.h"
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
   try {
     {
       auto ctx = tessera::init(init);
+      if (cfg.parallel.autoLayout) train::chooseLayout(cfg, ctx);
       cfg.resolve(ctx.world->size());
       if (ctx.world->rank() == 0) {
         std::string toml = cfg.toToml();

@@ -88,6 +88,7 @@
 #include "tessera/plan/measure.h"
 #include "tessera/plan/predict.h"
 #include "tessera/plan/search.h"
+#include "tessera/train/auto_layout.h"
 #include "tessera/train/config.h"
 #include "tessera/train/model_spec.h"
 #include "tessera/train/parallelize.h"

@@ -20,6 +20,10 @@ std::string refusal(const Workload& w, const Layout& l, const Cluster& c, const 
     return fmt::format("tp {} does not divide the heads ({}), kv heads ({}) and MLP width ({})", l.tp, m.heads, m.kvH(),
                        m.ffnSize());
   }
+  if (m.vocab % l.tp != 0) return fmt::format("tp {} does not divide the vocabulary ({})", l.tp, m.vocab);
+  if (l.tp > 1 && l.sp && (w.seqLen / l.cp) % l.tp != 0) {
+    return fmt::format("sequence parallel: seq / cp = {} is not divisible by tp {}", w.seqLen / l.cp, l.tp);
+  }
   if (l.tp > c.gpusPerNode) return fmt::format("tp {} spans nodes of {} GPUs", l.tp, c.gpusPerNode);
   if (w.seqLen % (2 * l.cp) != 0) return fmt::format("seq {} is not divisible by 2·cp = {}", w.seqLen, 2 * l.cp);
   if (l.dp * l.microBatch * l.microBatches != w.globalBatch) {
@@ -37,6 +41,8 @@ std::string refusal(const Workload& w, const Layout& l, const Cluster& c, const 
     }
     const bool zb =
         l.schedule == pipeline::ScheduleKind::ZeroBubbleH1 || l.schedule == pipeline::ScheduleKind::ZeroBubbleV;
+    const bool inter = l.schedule == pipeline::ScheduleKind::Interleaved1F1B;
+    if (inter && l.sharding != Sharding::Ddp && dataRanks(l) > 1) return "FSDP is refused with interleaved";
     if (zb && l.sharding != Sharding::Ddp && dataRanks(l) > 1) return "FSDP is refused with ZB-H1 and ZB-V";
   }
   if ((l.keepGathered || l.shardedAccumulation) && l.sharding == Sharding::Ddp) {

@@ -39,7 +39,7 @@ void layoutsFor(const Workload& w, const Cluster& c, int64_t mb, const SearchOpt
         const int64_t micro = w.globalBatch / (dp * mb);
         std::vector<Sharding> shardings = {Sharding::Ddp};
         if (dp * cp > 1) shardings.push_back(Sharding::Fsdp);
-        if (dp * cp > 1 && c.gpus > c.gpusPerNode) shardings.push_back(Sharding::Hsdp);
+        if (o.allowHsdp && dp * cp > 1 && c.gpus > c.gpusPerNode) shardings.push_back(Sharding::Hsdp);
         for (Sharding sh : shardings) {
           for (const Schedules& s : schedulesFor(pp)) {
             for (int variant = 0; variant < 4; ++variant) {

@@ -24,8 +24,12 @@ const char* toString(OnOffAuto s) { return kOnOffAuto.name(s); }
 const char* toString(FsdpAccumulate a) { return kFsdpAccumulate.name(a); }
 
 Flag layoutFlag() {
-  Flag f = make("--layout", "DPxPPxTP", "dp, pp and tp at once, e.g. 2x2x2 (DPxPPxCPxTP with context parallel)");
+  Flag f = make("--layout", "DPxPPxTP",
+                "dp, pp and tp at once, e.g. 2x2x2 (DPxPPxCPxTP with context parallel); auto: the fastest layout "
+                "tessera-plan predicts from --plan-calibration");
   f.set = [](Config& o, const std::string& v) {
+    o.parallel.autoLayout = v == "auto";
+    if (o.parallel.autoLayout) return;
     std::vector<int> n;
     std::stringstream ss(v);
     for (std::string item; std::getline(ss, item, 'x');) {

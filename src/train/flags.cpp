@@ -43,6 +43,8 @@ Flag fp8SkipFlag() {
 void layoutFlags(Table& t) {
   t.group = "Layout";
   t.add(layoutFlag());
+  t.add(textFlag("--plan-calibration", "FILE", "--layout auto's card costs (bench/plan/calibration.json)",
+                 FIELD(parallel.planCalibration)));
   t.add(autoFlag(integerFlag("--dp", "N", "data-parallel size", 1, INT_MAX, FIELD(parallel.dp)),
                  "world / (pp * cp * tp)", 0, FIELD(parallel.dp)));
   t.add(integerFlag("--pp", "N", "pipeline stages (layers >= pp * chunks)", 1, INT_MAX, FIELD(parallel.pp)));

@@ -7,11 +7,13 @@
 #include "tessera/common/log.h"
 #include "tessera/common/profiler.h"
 #include "tessera/parallel/pipeline/simulate.h"
+#include "tessera/train/auto_layout.h"
 #include "train/trainer_state.h"
 
 namespace tessera::train {
 
 Trainer::State::State(Config c, const Context& context) : o(std::move(c)), ctx(context), device(context.device) {
+  if (o.parallel.autoLayout) chooseLayout(o, ctx);
   o.resolve(ctx.world->size());
   if (o.timeoutS > 0) {  // --timeout: the world's ops and the groups split from it below
     ctx.settings.timeout = std::chrono::seconds(o.timeoutS);

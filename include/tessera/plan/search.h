@@ -14,6 +14,7 @@ struct SearchOptions {
   std::vector<RecomputeMode> recompute = {RecomputeMode::None, RecomputeMode::Selective, RecomputeMode::Full};
   std::vector<int64_t> microBatchSizes = {1, 2, 4};
   int maxCp = 8;
+  bool allowHsdp = true;
 };
 
 struct Planned {

@@ -62,6 +62,10 @@ struct ModelSection {
 
 struct ParallelSection {
   int dp = 0, pp = 1, cp = 1, tp = 1;  // dp 0: world / (pp · cp · tp)
+  // --layout auto: the Trainer asks tessera-plan's search (plan/search.h) for the fastest layout that
+  // fits, from planCalibration's entry for this GPU, before resolving (train/auto_layout.cpp).
+  bool autoLayout = false;
+  std::string planCalibration;
   int ep = 1;                          // expert parallel: the MoE experts split over ep of the dp · cp ranks
   DpMode dpMode = DpMode::Ddp;
   int microBatches = 0;  // 0: 1 without pp, else 2 · pp (gradient accumulation without pp)
