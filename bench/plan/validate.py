@@ -60,7 +60,7 @@ def predict(binary, cal, r):
 
 
 def key(r):
-    return f"{r['suite']}/{r['run']}/{r['system']}/{r['date']}"
+    return f"{r['suite']}/{r['run']}/{r['system']}/{r['date']}/{r['card']}/{r['model']}/T{r['seq_len']}/{r['gpus']}"
 
 
 def cards(cal):

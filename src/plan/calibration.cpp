@@ -54,10 +54,11 @@ double Calibration::gemmMs(const std::string& op, int64_t m, int64_t n, int64_t 
 }
 
 std::pair<double, double> Calibration::attentionMs(int64_t batch, int64_t heads, int64_t kvHeads, int64_t seq,
-                                                   int64_t headDim) const {
+                                                   int64_t headDim, bool contextParallel) const {
+  const auto& samples = contextParallel && !cpAttention.empty() ? cpAttention : attention;
   const AttentionSample* best = nullptr;
   double bestDist = std::numeric_limits<double>::infinity();
-  for (const auto& a : attention) {
+  for (const auto& a : samples) {
     const double dist = std::abs(std::log(double(a.heads) / heads)) + std::abs(std::log(double(a.seq) / seq)) +
                         std::abs(std::log(double(a.headDim) / headDim)) +
                         0.25 * std::abs(std::log(double(a.kvHeads) / kvHeads));
@@ -129,11 +130,26 @@ Link linkFromJsonValue(const Json& j, const std::string& what) {
   return l;
 }
 
+namespace {
+Json attentionJson(const std::vector<AttentionSample>& v) {
+  Json a = Json::array();
+  for (const auto& s : v) a.push_back({s.batch, s.heads, s.kvHeads, s.seq, s.headDim, s.forwardMs, s.backwardMs});
+  return a;
+}
+
+std::vector<AttentionSample> attentionFromJson(const Json& v) {
+  std::vector<AttentionSample> out;
+  for (const auto& s : v) {
+    out.push_back({s.at(0).get<int64_t>(), s.at(1).get<int64_t>(), s.at(2).get<int64_t>(), s.at(3).get<int64_t>(),
+                   s.at(4).get<int64_t>(), s.at(5).get<double>(), s.at(6).get<double>()});
+  }
+  return out;
+}
+}  // namespace
+
 std::string calibrationToJson(const Calibration& c) {
-  Json g = Json::array(), a = Json::array();
+  Json g = Json::array();
   for (const auto& s : c.gemms) g.push_back({s.op, s.m, s.n, s.k, s.fp8 ? "fp8" : "bf16", s.ms});
-  for (const auto& s : c.attention)
-    a.push_back({s.batch, s.heads, s.kvHeads, s.seq, s.headDim, s.forwardMs, s.backwardMs});
   Json j = {{"card", c.card},
             {"date", c.date},
             {"source", c.source},
@@ -141,7 +157,8 @@ std::string calibrationToJson(const Calibration& c) {
             {"peak_tflops_bf16", c.peakTflopsBf16},
             {"peak_tflops_fp8", c.peakTflopsFp8},
             {"gemm", g},
-            {"attention", a},
+            {"attention", attentionJson(c.attention)},
+            {"cp_attention", attentionJson(c.cpAttention)},
             {"element_ns", c.elementNs},
             {"adamw_ns_per_param", c.adamwNsPerParam},
             {"overlap_slowdown", c.overlapSlowdown},
@@ -164,11 +181,8 @@ Calibration calibrationFromJsonValue(const Json& j, const std::string& what) {
     c.gemms.push_back({s.at(0).get<std::string>(), s.at(1).get<int64_t>(), s.at(2).get<int64_t>(),
                        s.at(3).get<int64_t>(), s.at(4).get<std::string>() == "fp8", s.at(5).get<double>()});
   }
-  for (const auto& s : attention) {
-    c.attention.push_back({s.at(0).get<int64_t>(), s.at(1).get<int64_t>(), s.at(2).get<int64_t>(),
-                           s.at(3).get<int64_t>(), s.at(4).get<int64_t>(), s.at(5).get<double>(),
-                           s.at(6).get<double>()});
-  }
+  c.attention = attentionFromJson(attention);
+  if (j.contains("cp_attention")) c.cpAttention = attentionFromJson(j.at("cp_attention"));
   c.elementNs = field<std::map<std::string, double>>(j, "element_ns", w);
   c.adamwNsPerParam = field<double>(j, "adamw_ns_per_param", w);
   c.overlapSlowdown = j.value("overlap_slowdown", 0.1);

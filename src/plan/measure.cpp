@@ -12,7 +12,9 @@
 
 #include "kernels/fp8.h"
 #include "kernels/gemm_accumulate.h"
+#include "comm/fake/fake_communicator.h"
 #include "tessera/common/attention.h"
+#include "tessera/parallel/context/attention.h"
 #include "tessera/common/device.h"
 #include "tessera/common/error.h"
 #include "plan/shapes.h"
@@ -116,6 +118,23 @@ void measureGemms(const MeasureOptions& o, const at::Device& dev, Calibration& c
   }
 }
 
+// Context parallel's attention over a group of one: its two query chunks against the keys, through
+// the kernel it picks (sequence-first [s, b, heads, hd] as the Llama hands them over).
+void measureCpAttention(const at::Device& dev, int64_t b, int64_t h, int64_t kv, int64_t s, int64_t hd,
+                        Calibration& c) {
+  const CommPtr one = makeFakeCommunicator(0, 1, dev, "plan-cp");
+  auto q = at::randn({s, b, h, hd}, bf16(dev)).requires_grad_(true);
+  auto k = at::randn({s, b, kv, hd}, bf16(dev)).requires_grad_(true);
+  auto v = at::randn({s, b, kv, hd}, bf16(dev)).requires_grad_(true);
+  auto g = at::randn({s, b, h, hd}, bf16(dev));
+  const double f = timeMs(dev, [&] {
+    at::NoGradGuard ng;
+    cp::attention(q, k, v, one);
+  });
+  const double fb = timeMs(dev, [&] { cp::attention(q, k, v, one).backward(g); });
+  c.cpAttention.push_back({b, h, kv, s, hd, f, std::max(fb - f, 0.0)});
+}
+
 void measureAttention(const MeasureOptions& o, const at::Device& dev, Calibration& c) {
   std::set<std::tuple<int64_t, int64_t, int64_t, int64_t>> done;
   for (const auto& m : o.models) {
@@ -136,10 +155,13 @@ void measureAttention(const MeasureOptions& o, const at::Device& dev, Calibratio
         });
         const double fb = timeMs(dev, [&] { causalSelfAttention(q, k, v).backward(g); });
         c.attention.push_back({b, h, kv, s, hd, f, std::max(fb - f, 0.0)});
+        if (dev.is_cuda()) measureCpAttention(dev, b, h, kv, s, hd, c);
       }
     }
   }
-  if (o.progress) o.progress(fmt::format("attention: {} samples", c.attention.size()));
+  if (o.progress) {
+    o.progress(fmt::format("attention: {} samples, context parallel's: {}", c.attention.size(), c.cpAttention.size()));
+  }
 }
 
 }  // namespace

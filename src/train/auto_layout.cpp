@@ -11,13 +11,13 @@ namespace tessera::train {
 namespace {
 
 plan::RecomputeMode toPlan(nn::Recompute r) {
-  return r == nn::Recompute::None ? plan::RecomputeMode::None
+  return r == nn::Recompute::None   ? plan::RecomputeMode::None
          : r == nn::Recompute::Full ? plan::RecomputeMode::Full
                                     : plan::RecomputeMode::Selective;
 }
 
 nn::Recompute fromPlan(plan::RecomputeMode r) {
-  return r == plan::RecomputeMode::None ? nn::Recompute::None
+  return r == plan::RecomputeMode::None   ? nn::Recompute::None
          : r == plan::RecomputeMode::Full ? nn::Recompute::Full
                                           : nn::Recompute::Selective;
 }
@@ -63,17 +63,18 @@ void chooseLayout(Config& o, const Context& ctx) {
   plan::SearchOptions so;
   so.allowHsdp = false;  // train_gpt shards over the whole data group
   const plan::SearchResult r = plan::search(w, c, cal, so);
-  TESSERA_CHECK(!r.ranked.empty(), "train_gpt: --layout auto: no layout of {} ranks fits ({} refused; first: {})", world,
-                r.refused.size(), r.refused.empty() ? "none" : r.refused.front().reason);
+  TESSERA_CHECK(!r.ranked.empty(), "train_gpt: --layout auto: no layout of {} ranks fits ({} refused; first: {})",
+                world, r.refused.size(), r.refused.empty() ? "none" : r.refused.front().reason);
   const plan::Planned& best = r.ranked.front();
   apply(best, o);
   o.parallel.autoLayout = false;
   if (ctx.world->rank() == 0) {
-    log::info("train_gpt: --layout auto: {} with {} recompute, predicted {:.0f} ms a step, {:.0f} tokens/s per GPU, "
-              "{:.1f} GiB (tessera-plan, {} costs of {}; {} layouts predicted, {} refused)",
-              plan::describe(best.layout), plan::toString(best.work.recompute), best.prediction.stepMs,
-              best.prediction.tokensPerSPerGpu, best.prediction.memoryGiB, cal.card, cal.date, r.ranked.size(),
-              r.refused.size());
+    log::info(
+        "train_gpt: --layout auto: {} with {} recompute, predicted {:.0f} ms a step, {:.0f} tokens/s per GPU, "
+        "{:.1f} GiB (tessera-plan, {} costs of {}; {} layouts predicted, {} refused)",
+        plan::describe(best.layout), plan::toString(best.work.recompute), best.prediction.stepMs,
+        best.prediction.tokensPerSPerGpu, best.prediction.memoryGiB, cal.card, cal.date, r.ranked.size(),
+        r.refused.size());
   }
 }
 

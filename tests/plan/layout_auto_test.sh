@@ -29,7 +29,9 @@ for part in ${chosen//,/ }; do
   case $part in *=*) k[${part%%=*}]=${part#*=} ;; *) k[$part]=1 ;; esac
 done
 flags=(--layout "${k[dp]}x${k[pp]}x${k[cp]}x${k[tp]}" --micro-batches "${k[m]}" --recompute "$recompute")
-[ -n "${k[fsdp]:-}" ] && flags+=(--dp-mode fsdp --fsdp-keep-gathered "$([ -n "${k[keep]:-}" ] && echo on || echo off)")
+keep=off
+[ -n "${k[keep]:-}" ] && keep=on
+[ -n "${k[fsdp]:-}" ] && flags+=(--dp-mode fsdp --fsdp-keep-gathered "$keep")
 [ -n "${k[shardacc]:-}" ] && flags+=(--fsdp-accumulate sharded)
 [ "${k[tp]}" -gt 1 ] && [ -z "${k[nosp]:-}" ] && flags+=(--sp)
 for s in 1f1b gpipe zb-h1 zbv; do [ -n "${k[$s]:-}" ] && flags+=(--schedule "$s"); done
@@ -40,7 +42,8 @@ losses() { grep '"event": "step"' "$1" | grep -o '"loss": [0-9.e+-]*'; }
 [ "$(losses auto.jsonl | wc -l)" = 3 ] || fail "auto ran $(losses auto.jsonl | wc -l) steps, not 3"
 # Errors: no calibration file given; a calibration without this card.
 if run nocal.log --layout auto; then fail "--layout auto without --plan-calibration ran"; fi
-grep -q -- "--layout auto needs --plan-calibration" nocal.log || { cat nocal.log; fail "no error naming --plan-calibration"; }
+grep -q -- "--layout auto needs --plan-calibration" nocal.log ||
+  { cat nocal.log; fail "no error naming --plan-calibration"; }
 sed 's/"card": "CPU"/"card": "Some GPU"/' cal.json >other.json
 if run other.log --layout auto --plan-calibration other.json; then fail "a calibration of another card was used"; fi
 grep -q "no entry for card 'CPU' (it has: Some GPU)" other.log || { cat other.log; fail "no error naming the card"; }

@@ -51,6 +51,9 @@ struct Calibration {
   double peakTflopsBf16 = 989, peakTflopsFp8 = 1979;  // dense, the MFU denominator
   std::vector<GemmSample> gemms;
   std::vector<AttentionSample> attention;
+  // Context parallel's attention (parallel/context/attention.h: two query chunks against the keys,
+  // its own kernel) over a group of one; empty: the causal samples stand in for it.
+  std::vector<AttentionSample> cpAttention;
   // ns per element, forward and backward together: "norm" (RMSNorm over d), "layernorm", "swiglu"
   // (per input element of the 2·ffn projection), "gelu", "rope" (per q/k element), "cast" (FP8
   // cast with its amax), "cross_entropy" (per logit), "embedding" (per looked-up element), "add".
@@ -69,7 +72,7 @@ struct Calibration {
   // Forward and backward milliseconds of causal attention at this shape, from the nearest sample
   // scaled by batch·heads·seq²·headDim.
   std::pair<double, double> attentionMs(int64_t batch, int64_t heads, int64_t kvHeads, int64_t seq,
-                                        int64_t headDim) const;
+                                        int64_t headDim, bool contextParallel = false) const;
   double elementMs(const std::string& kind, double elements) const;  // unknown kind → Error
 };
 

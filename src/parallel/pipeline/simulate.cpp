@@ -22,8 +22,11 @@ std::vector<std::vector<std::vector<BatchRef>>> counterparts(const Schedule& s) 
   std::map<std::tuple<int, int, bool, int>, BatchRef> where;
   for (int r = 0; r < s.pp; ++r) {
     std::map<std::pair<int, bool>, int> count;
-    for (size_t t = 0; t < s.ranks[r].size(); ++t)
-      for (const auto& c : s.ranks[r][t].comm) where[{r, c.peer, isSend(c.kind), count[{c.peer, isSend(c.kind)}]++}] = {r, t};
+    for (size_t t = 0; t < s.ranks[r].size(); ++t) {
+      for (const auto& c : s.ranks[r][t].comm) {
+        where[{r, c.peer, isSend(c.kind), count[{c.peer, isSend(c.kind)}]++}] = {r, t};
+      }
+    }
   }
   std::vector<std::vector<std::vector<BatchRef>>> out(s.pp);
   for (int r = 0; r < s.pp; ++r) out[r].resize(s.ranks[r].size());
@@ -48,8 +51,8 @@ struct RankState {
 
 SimulatedStep simulateStep(const Schedule& s, const std::vector<StageCost>& costs, double transfer) {
   TESSERA_CHECK(static_cast<int>(costs.size()) == s.numStages(),
-                "pipeline simulate: {} stage costs for {} stages (pp {} x {} chunks)", costs.size(), s.numStages(), s.pp,
-                s.chunks);
+                "pipeline simulate: {} stage costs for {} stages (pp {} x {} chunks)", costs.size(), s.numStages(),
+                s.pp, s.chunks);
   for (size_t i = 0; i < costs.size(); ++i)
     TESSERA_CHECK(costs[i].forward >= 0 && costs[i].backward >= 0 && costs[i].weight >= 0 && transfer >= 0,
                   "pipeline simulate: negative cost (stage {}: forward {}, backward {}, weight {}; transfer {})", i,
@@ -61,7 +64,10 @@ SimulatedStep simulateStep(const Schedule& s, const std::vector<StageCost>& cost
   // a DAG), so the replay visits each action once.
   std::vector<std::vector<double>> start(s.pp);
   std::vector<std::vector<char>> started(s.pp);
-  for (int r = 0; r < s.pp; ++r) start[r].assign(s.ranks[r].size(), 0), started[r].assign(s.ranks[r].size(), 0);
+  for (int r = 0; r < s.pp; ++r) {
+    start[r].assign(s.ranks[r].size(), 0);
+    started[r].assign(s.ranks[r].size(), 0);
+  }
   std::vector<RankState> st(s.pp);
   for (bool moved = true; moved;) {
     moved = false;
