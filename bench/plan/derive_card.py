@@ -18,6 +18,8 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import validate  # noqa: E402
 
 
 def main():
@@ -42,9 +44,7 @@ def main():
                      f"not a measurement of this card")
     new["overlap_source"] = f"taken from the {a.src} entry, which was fitted to {a.src} rows only"
     cal["calibrations"] = [c for c in cal["calibrations"] if c["card"] != a.card] + [new]
-    with open(a.calibration, "w") as f:
-        json.dump(cal, f, indent=1)
-        f.write("\n")
+    validate.write_calibration(a.calibration, cal)
     print(f"{a.card}: derived from {a.src}")
     return 0
 

@@ -55,9 +55,7 @@ def main():
     entry["overlap_slowdown"] = s
     entry["overlap_source"] = (f"fitted (bench/plan/fit_overlap.py, least squares in relative error) to the "
                                f"{len(used)} data-parallel rows of this card since {a.since}: " + "; ".join(used))
-    with open(a.calibration, "w") as f:
-        json.dump(cal, f, indent=1)
-        f.write("\n")
+    validate.write_calibration(a.calibration, cal)
     print(f"overlap_slowdown {s} from {len(used)} rows")
     return 0
 

@@ -59,6 +59,13 @@ def predict(binary, cal, r):
             return json.load(f), ""
 
 
+def write_calibration(path, cal):
+    """Writes a calibration file as tessera_plan does (one-space indent, a final newline)."""
+    with open(path, "w") as f:
+        json.dump(cal, f, indent=1)
+        f.write("\n")
+
+
 def key(r):
     return f"{r['suite']}/{r['run']}/{r['system']}/{r['date']}/{r['card']}/{r['model']}/T{r['seq_len']}/{r['gpus']}"
 

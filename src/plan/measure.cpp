@@ -20,13 +20,11 @@
 #include "plan/shapes.h"
 
 namespace tessera::plan {
+
+kernels::Fp8QuantizeOptions transposedCodes();  // x's codes and their transpose
+
 namespace {
 
-kernels::Fp8QuantizeOptions bothCodes() {
-  kernels::Fp8QuantizeOptions q;
-  q.transposed = true;
-  return q;
-}
 
 at::Device measureDevice() { return torch::cuda::is_available() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU); }
 
@@ -72,9 +70,9 @@ void measureLinear(const at::Device& dev, int64_t t, int64_t in, int64_t out, bo
   }
   using fp8::Axis;
   using fp8::Format;
-  auto qx = kernels::fp8Quantize(x, Format::E4M3, Axis::Tensor, bothCodes());
-  auto qw = kernels::fp8Quantize(w, Format::E4M3, Axis::Tensor, bothCodes());
-  auto qd = kernels::fp8Quantize(dy, Format::E4M3, Axis::Tensor, bothCodes());
+  auto qx = kernels::fp8Quantize(x, Format::E4M3, Axis::Tensor, transposedCodes());
+  auto qw = kernels::fp8Quantize(w, Format::E4M3, Axis::Tensor, transposedCodes());
+  auto qd = kernels::fp8Quantize(dy, Format::E4M3, Axis::Tensor, transposedCodes());
   const auto e4 = Format::E4M3;
   kernels::Fp8GemmOptions fast;
   fast.fastAccum = true;
@@ -167,6 +165,12 @@ void measureAttention(const MeasureOptions& o, const at::Device& dev, Calibratio
 }  // namespace
 
 void measureElementwise(const at::Device& dev, Calibration& c);  // measure_kernels.cpp
+
+kernels::Fp8QuantizeOptions transposedCodes() {
+  kernels::Fp8QuantizeOptions q;
+  q.transposed = true;
+  return q;
+}
 
 Calibration measureCalibration(const MeasureOptions& o) {
   TESSERA_CHECK(!o.models.empty(), "measureCalibration: no model to measure the shapes of");

@@ -14,13 +14,11 @@
 #include "tessera/plan/calibration.h"
 
 namespace tessera::plan {
+
+kernels::Fp8QuantizeOptions transposedCodes();  // measure.cpp
+
 namespace {
 
-kernels::Fp8QuantizeOptions bothCodesK() {
-  kernels::Fp8QuantizeOptions q;
-  q.transposed = true;
-  return q;
-}
 
 double kernelMs(const at::Device& dev, const std::function<void()>& f, int reps) {
   f();
@@ -67,7 +65,7 @@ void measureElementwise(const at::Device& dev, Calibration& c) {
           dev, h, [&](const at::Tensor& v) { return nn::ropeQkInPlace(v * 1, heads + 1, tables); }, reps) *
       static_cast<double>(d + 2 * hd) / static_cast<double>(d + hd);
   const double castMs = kernelMs(
-      dev, [&] { kernels::fp8Quantize(x, fp8::Format::E4M3, fp8::Axis::Tensor, bothCodesK()); }, reps);
+      dev, [&] { kernels::fp8Quantize(x, fp8::Format::E4M3, fp8::Axis::Tensor, transposedCodes()); }, reps);
   c.elementNs["cast"] = castMs * 1e6 / static_cast<double>(x.numel());
   const int64_t vocab = gpu ? 32768 : 1024;
   auto logits = at::randn({t, vocab}, o);

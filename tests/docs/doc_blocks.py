@@ -78,7 +78,7 @@ class Runner:
         d = os.path.join(self.work, f"{block.doc.replace('/', '_')}-{block.line}")
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(os.path.join(d, "data"))
-        for name in ("scripts", "tools", "examples"):
+        for name in ("scripts", "tools", "examples", "bench"):
             os.symlink(os.path.join(REPO, name), os.path.join(d, name))
         os.symlink(self.args.build, os.path.join(d, "build"))
         os.symlink(os.path.join(REPO, "data", "brown"), os.path.join(d, "data", "brown"))
