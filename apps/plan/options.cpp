@@ -49,6 +49,11 @@ Options parseOptions(int argc, char** argv) {
           ->required();
     }
   }
+  auto* many = app.add_subcommand("predict-many", "predict a JSON list of layouts in one process (validate.py)");
+  many->add_option("--calibration", o.calibration, "calibration file")->required();
+  many->add_option("--requests", o.requests, "JSON list of {card, model, gpus, seq, batch, layout, recompute, fp8}")
+      ->required();
+  many->add_option("--json", o.json, "where the list of predictions (or {error}) goes")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

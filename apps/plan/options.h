@@ -8,7 +8,8 @@
 namespace tessera::planapp {
 
 struct Options {
-  std::string command;  // calibrate | search | predict
+  std::string command;  // calibrate | search | predict | predict-many
+  std::string requests;  // predict-many: a JSON list of {card, model, gpus, seq, batch, layout, recompute, fp8}
   // calibrate
   std::string out;
   std::vector<std::string> models = {"735m",

@@ -65,9 +65,7 @@ Setup setup(const planapp::Options& o) {
     s.cluster.gpusPerNode = o.gpusPerNode;
     s.cluster.memoryGiB = s.cal.memoryGiB;
     s.cluster.intra = s.cal.intraNode;
-    s.cluster.inter = linkFromJson(R"J({"name": "InfiniBand 400 Gb/s per GPU (assumed)", "latency_us": 20,
-                                        "busbw_gbs": 45})J",
-                                   "the default inter-node link");
+    s.cluster.inter = assumedInterNodeLink();
   }
   s.cluster.gpus = o.gpus;
   if (o.memoryGiB > 0) s.cluster.memoryGiB = o.memoryGiB;
@@ -144,6 +142,31 @@ int predictCommand(const planapp::Options& o) {
   return 0;
 }
 
+// One prediction per request, in order: its JSON, or {"error": why} (a refusal, a bad request).
+int predictManyCommand(const planapp::Options& o) {
+  const nlohmann::json requests = nlohmann::json::parse(readText(o.requests));
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : requests) {
+    try {
+      planapp::Options one = o;
+      one.card = r.at("card").get<std::string>();
+      one.model = r.at("model").get<std::string>();
+      one.gpus = r.at("gpus").get<int>();
+      one.seq = r.at("seq").get<int64_t>();
+      one.batch = r.at("batch").get<int64_t>();
+      one.fp8 = r.value("fp8", false);
+      one.recompute = {r.value("recompute", std::string("none"))};
+      const Setup s = setup(one);
+      const Layout l = parseLayout(r.at("layout").get<std::string>());
+      out.push_back(toJson(Planned{s.work, l, predict(s.work, l, s.cluster, s.cal)}));
+    } catch (const std::exception& e) {
+      out.push_back({{"error", e.what()}});
+    }
+  }
+  std::ofstream(o.json) << out.dump(1) << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -151,6 +174,7 @@ int main(int argc, char** argv) {
   try {
     if (o.command == "calibrate") return calibrate(o);
     if (o.command == "search") return searchCommand(o);
+    if (o.command == "predict-many") return predictManyCommand(o);
     return predictCommand(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tessera-plan: %s\n", e.what());

@@ -45,19 +45,28 @@ def layout(r):
     return ",".join(parts)
 
 
-def predict(binary, cal, r):
-    with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        cmd = [binary, "predict", "--calibration", cal, "--card", r["card"], "--model", model_spec(r),
-               "--gpus", str(r["gpus"]), "--seq", str(r["seq_len"]), "--batch", str(r["global_batch"]),
-               "--layout", layout(r), "--recompute", r["recompute"], "--json", out.name]
-        if r["precision"] == "fp8":
-            cmd.append("--fp8")
-        p = subprocess.run(cmd, capture_output=True, text=True)
-        if p.returncode != 0:
-            return None, (p.stderr.strip() or p.stdout.strip()).splitlines()[-1]
-        with open(out.name) as f:
-            return json.load(f), ""
+def request(r):
+    return {"card": r["card"], "model": model_spec(r), "gpus": r["gpus"], "seq": r["seq_len"],
+            "batch": r["global_batch"], "layout": layout(r), "recompute": r["recompute"],
+            "fp8": r["precision"] == "fp8"}
 
+
+def predict_all(binary, cal, rows):
+    """[(prediction or None, error)] for rows, from one tessera_plan process."""
+    with tempfile.TemporaryDirectory() as d:
+        req, out = os.path.join(d, "requests.json"), os.path.join(d, "out.json")
+        with open(req, "w") as f:
+            json.dump([request(r) for r in rows], f)
+        p = subprocess.run([binary, "predict-many", "--calibration", cal, "--requests", req, "--json", out],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit(f"validate: {binary} predict-many failed: {p.stderr.strip() or p.stdout.strip()}")
+        with open(out) as f:
+            return [(None, x["error"]) if "error" in x else (x, "") for x in json.load(f)]
+
+
+def predict(binary, cal, r):
+    return predict_all(binary, cal, [r])[0]
 
 def write_calibration(path, cal):
     """Writes a calibration file as tessera_plan does (one-space indent, a final newline)."""
@@ -91,10 +100,8 @@ def main():
             known = {k["key"]: k["reason"] for k in json.load(f)}
     have = cards(a.calibration)
     checked, results = [], []
-    for r in rows_mod.rows(ROOT):
-        if r["scope"] != "in" or r["card"] not in have or r["date"][:10] < a.since:
-            continue
-        pred, err = predict(a.bin, a.calibration, r)
+    todo = [r for r in rows_mod.rows(ROOT) if r["scope"] == "in" and r["card"] in have and r["date"][:10] >= a.since]
+    for r, (pred, err) in zip(todo, predict_all(a.bin, a.calibration, todo)):
         res = dict(r, predicted=pred, error=err)
         results.append(res)
         tag = f"{r['suite']}/{r['run']}/{r['system']} [{r['date'][:10]}, {r['gpus']} GPU]"

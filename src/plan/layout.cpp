@@ -95,6 +95,14 @@ Link linkFromJson(const std::string& json, const std::string& what) {
   return linkFromJsonValue(nlohmann::json::parse(json), what);
 }
 
+Link assumedInterNodeLink() {
+  Link l;
+  l.name = "InfiniBand 400 Gb/s per GPU (assumed)";
+  l.latencyUs = 20;
+  for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "send_recv"}) l.busGBs[op] = {{1.0, 45.0}};
+  return l;
+}
+
 Cluster clusterFromJson(const std::string& json, const std::string& what) {
   nlohmann::json j;
   try {

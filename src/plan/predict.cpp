@@ -84,10 +84,13 @@ DpCost dataParallel(const Layout& l, const Cluster& c, const Collectives& comm, 
   const double gathers = l.keepGathered ? 1 : 2 * m;
   const double scatters = l.shardedAccumulation ? m : 1;  // else once a step, after the local sums
   // Prefetch hides a gather behind the previous unit's compute: the first unit's waits, and what
-  // the compute cannot cover.
+  // the compute cannot cover. A backward that reduce-scatters shares its window between the gathers
+  // and the reduce-scatters; the others (local accumulation) only gather.
   const double fwdExposed = ag / units + std::max(0.0, ag - fwd);
-  const double bwdExposed = rs / units + std::max(0.0, (l.keepGathered ? 0 : ag) + rs - window);
-  d.exposed = (l.keepGathered ? fwdExposed : m * fwdExposed) + scatters * bwdExposed;
+  const double bwdGather = l.keepGathered ? 0 : ag;
+  const double bwdScattering = rs / units + std::max(0.0, bwdGather + rs - window);
+  const double bwdGathering = std::max(0.0, bwdGather - window);
+  d.exposed = (l.keepGathered ? fwdExposed : m * fwdExposed) + scatters * bwdScattering + (m - scatters) * bwdGathering;
   d.hidden = std::max(0.0, gathers * ag + scatters * rs - d.exposed);
   if (l.sharding == Sharding::Hsdp && ranks > shard) {  // replicas all-reduce their shards
     const double ar = comm.ms("all_reduce", params * 4 / shard, ranks / shard, span);

@@ -59,7 +59,8 @@ void chooseLayout(Config& o, const Context& ctx) {
   c.gpus = world;
   c.gpusPerNode = std::max(1, ctx.launch.localWorldSize);
   c.memoryGiB = ctx.device.is_cuda() ? totalMemoryGiB(ctx.device) : cal.memoryGiB > 0 ? cal.memoryGiB : 64;
-  c.intra = c.inter = cal.intraNode;
+  c.intra = cal.intraNode;
+  c.inter = plan::assumedInterNodeLink();
   plan::SearchOptions so;
   so.allowHsdp = false;  // train_gpt shards over the whole data group
   const plan::SearchResult r = plan::search(w, c, cal, so);

@@ -55,6 +55,9 @@ Layout parseLayout(const std::string& s);
 // {"name", "latency_us", "busbw_gbs": N} (one figure for every op and size).
 Cluster clusterFromJson(const std::string& json, const std::string& what);
 Link linkFromJson(const std::string& json, const std::string& what);
+// Between nodes when nothing better is known: 400 Gb/s InfiniBand per GPU (45 GB/s bus bandwidth
+// for every op and size, 20 µs a call): an assumption, and named so.
+Link assumedInterNodeLink();
 // A model by name: a preset ("llama3-8b"), a Hugging Face config.json or a directory holding one,
 // each optionally followed by ":layers=4,d=8192,heads=64,kv=8,ffn=28672,vocab=32000,tied=0".
 models::ModelConfig modelFromSpec(const std::string& spec);
