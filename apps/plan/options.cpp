@@ -29,7 +29,8 @@ Options parseOptions(int argc, char** argv) {
                     app.add_subcommand("predict", "predict one layout (--layout)")}) {
     sub->add_option("--model", o.model, "preset, HF config.json or a directory holding one (:key=value overrides)");
     sub->add_option("--calibration", o.calibration, "calibration file (bench/plan/calibration.json)")->required();
-    sub->add_option("--card", o.card, "the card's entry in the calibration file (default: its only one)");
+    sub->add_option("--card", o.card,
+                    "the card's entry in the calibration file (default: this machine's GPU, else the file's only one)");
     sub->add_option("--cluster", o.cluster, "cluster JSON (gpus_per_node, memory_gib, intra and inter links)");
     sub->add_option("--gpus", o.gpus, "GPUs in the job");
     sub->add_option("--gpus-per-node", o.gpusPerNode, "GPUs per node (without --cluster)");

@@ -9,8 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
+#include <torch/cuda.h>
 
 #include "plan/options.h"
+#include "tessera/common/device.h"
 #include "tessera/common/error.h"
 #include "tessera/common/log.h"
 #include "tessera/plan/measure.h"
@@ -53,7 +55,9 @@ struct Setup {
 
 Setup setup(const planapp::Options& o) {
   Setup s;
-  s.cal = loadCalibration(o.calibration, o.card);
+  // No --card: this machine's GPU where there is one, else the file's only entry.
+  const bool gpu = torch::cuda::is_available();
+  s.cal = loadCalibration(o.calibration, o.card.empty() && gpu ? deviceName(at::Device(at::kCUDA, 0)) : o.card);
   s.work.model = modelFromSpec(o.model);
   s.work.seqLen = o.seq > 0 ? o.seq : s.work.model.seqLen;
   s.work.globalBatch = o.batch;
