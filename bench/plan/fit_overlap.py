@@ -38,8 +38,8 @@ def main():
     s0 = entry["overlap_slowdown"]
     num = den = 0.0
     used = []
-    for r in fit_rows(a.card, a.since):
-        pred, err = validate.predict(a.bin, a.calibration, r)
+    rows = fit_rows(a.card, a.since)
+    for r, (pred, err) in zip(rows, validate.predict_all(a.bin, a.calibration, rows)):
         if pred is None:
             print(f"skipped {r['suite']}/{r['run']}/{r['system']}: {err}")
             continue

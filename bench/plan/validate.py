@@ -65,9 +65,6 @@ def predict_all(binary, cal, rows):
             return [(None, x["error"]) if "error" in x else (x, "") for x in json.load(f)]
 
 
-def predict(binary, cal, r):
-    return predict_all(binary, cal, [r])[0]
-
 def write_calibration(path, cal):
     """Writes a calibration file as tessera_plan does (one-space indent, a final newline)."""
     with open(path, "w") as f:

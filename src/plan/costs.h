@@ -45,14 +45,12 @@ PassCost blockCost(const Workload& w, const Layout& l, const Calibration& cal, c
 PassCost headCost(const Workload& w, const Layout& l, const Calibration& cal, const Collectives& comm);
 PassCost embeddingCost(const Workload& w, const Layout& l, const Calibration& cal);
 
-struct Stages;
 struct SimulatedPipeline {
   double step = 0, busy = 0;  // the makespan; the busiest rank's compute
 };
 // The step of the layout's schedule over these per-stage costs (pipeline/simulate.h); past 12·pp·chunks
 // micro-batches, simulated at 4·pp·chunks and twice that and extended along that slope.
-SimulatedPipeline simulatePipeline(const Layout& l, const Stages& st, const std::vector<pipeline::StageCost>& sim,
-                                   double transfer);
+SimulatedPipeline simulatePipeline(const Layout& l, const std::vector<pipeline::StageCost>& sim, double transfer);
 
 // Parameters this rank holds unsharded by data parallelism, for the stage holding `blocks` blocks
 // (with the embedding and/or head when first/last), under tp.

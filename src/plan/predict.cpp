@@ -101,8 +101,7 @@ DpCost dataParallel(const Layout& l, const Cluster& c, const Collectives& comm, 
 
 }  // namespace
 
-SimulatedPipeline simulatePipeline(const Layout& l, const Stages& st, const std::vector<pipeline::StageCost>& sim,
-                                   double transfer) {
+SimulatedPipeline simulatePipeline(const Layout& l, const std::vector<pipeline::StageCost>& sim, double transfer) {
   // Once the pipeline has filled, each round of `cap` further micro-batches adds the same time:
   // simulate cap and 2·cap of them and extend that slope to the rest (the whole table when short).
   const int64_t cap = 4 * static_cast<int64_t>(l.pp) * l.chunks;
@@ -142,7 +141,7 @@ Prediction predict(const Workload& w, const Layout& l, const Cluster& c, const C
     busy = pipeMs;
   } else {
     const double bytes = static_cast<double>(tokensPerMicro(w, l)) * w.model.d * 2 / (l.sp && l.tp > 1 ? l.tp : 1);
-    const SimulatedPipeline r = simulatePipeline(l, st, sim, comm.ms("send_recv", bytes, 2, spanPp(l)));
+    const SimulatedPipeline r = simulatePipeline(l, sim, comm.ms("send_recv", bytes, 2, spanPp(l)));
     pipeMs = r.step;
     busy = r.busy;
   }
