@@ -54,11 +54,17 @@ double Calibration::gemmMs(const std::string& op, int64_t m, int64_t n, int64_t 
 }
 
 std::pair<double, double> Calibration::attentionMs(int64_t batch, int64_t heads, int64_t kvHeads, int64_t seq,
-                                                   int64_t headDim, bool contextParallel) const {
-  const auto& samples = contextParallel && !cpAttention.empty() ? cpAttention : attention;
+                                                   int64_t headDim, int cp) const {
+  // Context parallel: samples of this cp where there are any (one rank's time), else those of a group of
+  // one (1/cp of their work per rank: the chunks are balanced), else plain causal attention's.
+  const bool ofCp = cp > 1 && std::any_of(cpAttention.begin(), cpAttention.end(), [&](auto& a) { return a.cp == cp; });
+  const int want = ofCp ? cp : 1;
+  const auto& samples = cp > 1 && !cpAttention.empty() ? cpAttention : attention;
+  const double share = ofCp ? 1.0 : 1.0 / cp;
   const AttentionSample* best = nullptr;
   double bestDist = std::numeric_limits<double>::infinity();
   for (const auto& a : samples) {
+    if (cp > 1 && !cpAttention.empty() && a.cp != want) continue;
     const double dist = std::abs(std::log(double(a.heads) / heads)) + std::abs(std::log(double(a.seq) / seq)) +
                         std::abs(std::log(double(a.headDim) / headDim)) +
                         0.25 * std::abs(std::log(double(a.kvHeads) / kvHeads));
@@ -66,7 +72,7 @@ std::pair<double, double> Calibration::attentionMs(int64_t batch, int64_t heads,
   }
   TESSERA_CHECK(best != nullptr, "calibration of {}: no attention measured", card);
   const double work = double(batch) * heads * seq * seq * headDim;
-  const double ratio = work / (double(best->batch) * best->heads * best->seq * best->seq * best->headDim);
+  const double ratio = share * work / (double(best->batch) * best->heads * best->seq * best->seq * best->headDim);
   return {best->forwardMs * ratio, best->backwardMs * ratio};
 }
 
@@ -133,7 +139,11 @@ Link linkFromJsonValue(const Json& j, const std::string& what) {
 namespace {
 Json attentionJson(const std::vector<AttentionSample>& v) {
   Json a = Json::array();
-  for (const auto& s : v) a.push_back({s.batch, s.heads, s.kvHeads, s.seq, s.headDim, s.forwardMs, s.backwardMs});
+  for (const auto& s : v) {
+    Json e = {s.batch, s.heads, s.kvHeads, s.seq, s.headDim, s.forwardMs, s.backwardMs};
+    if (s.cp != 1) e.push_back(s.cp);  // context parallel's group size; absent: 1
+    a.push_back(e);
+  }
   return a;
 }
 
@@ -141,7 +151,8 @@ std::vector<AttentionSample> attentionFromJson(const Json& v) {
   std::vector<AttentionSample> out;
   for (const auto& s : v) {
     out.push_back({s.at(0).get<int64_t>(), s.at(1).get<int64_t>(), s.at(2).get<int64_t>(), s.at(3).get<int64_t>(),
-                   s.at(4).get<int64_t>(), s.at(5).get<double>(), s.at(6).get<double>()});
+                   s.at(4).get<int64_t>(), s.at(5).get<double>(), s.at(6).get<double>(),
+                   s.size() > 7 ? s.at(7).get<int>() : 1});
   }
   return out;
 }

@@ -48,8 +48,7 @@ PassCost blockCost(const Workload& w, const Layout& l, const Calibration& cal, c
     }
   }
   const int64_t hd = m.headDim(), h = m.heads / l.tp, kv = std::max<int64_t>(1, m.kvH() / l.tp);
-  auto [af, ab] = cal.attentionMs(l.microBatch, h, kv, w.seqLen, hd, l.cp > 1);
-  af /= l.cp, ab /= l.cp;  // each cp rank computes 1/cp of the causal work (balanced chunks)
+  const auto [af, ab] = cal.attentionMs(l.microBatch, h, kv, w.seqLen, hd, l.cp);  // this cp rank's share
   c.fwd += af, c.bwd += ab;
   PassCost e;
   elementwise(e, cal, llama ? "norm" : "layernorm", 2 * tElem * m.d);

@@ -116,21 +116,26 @@ void measureGemms(const MeasureOptions& o, const at::Device& dev, Calibration& c
   }
 }
 
-// Context parallel's attention over a group of one: its two query chunks against the keys, through
-// the kernel it picks (sequence-first [s, b, heads, hd] as the Llama hands them over).
-void measureCpAttention(const at::Device& dev, int64_t b, int64_t h, int64_t kv, int64_t s, int64_t hd,
+// Context parallel's attention as rank 0 of a group of `cp` plays it: its two query chunks of s/(2 cp)
+// positions against the gathered keys up to theirs, through the kernel it picks (sequence-first [s/cp,
+// b, heads, hd] as the Llama hands them over). The communicator moves no data (comm/fake: the gather
+// repeats this rank's keys), so the time is the rank's compute and reordering, not the transfer.
+void measureCpAttention(const at::Device& dev, int64_t b, int64_t h, int64_t kv, int64_t s, int64_t hd, int cp,
                         Calibration& c) {
-  const CommPtr one = makeFakeCommunicator(0, 1, dev, "plan-cp");
-  auto q = at::randn({s, b, h, hd}, bf16(dev)).requires_grad_(true);
-  auto k = at::randn({s, b, kv, hd}, bf16(dev)).requires_grad_(true);
-  auto v = at::randn({s, b, kv, hd}, bf16(dev)).requires_grad_(true);
-  auto g = at::randn({s, b, h, hd}, bf16(dev));
+  const CommPtr group = makeFakeCommunicator(0, cp, dev, "plan-cp");
+  const int64_t local = s / cp;
+  auto q = at::randn({local, b, h, hd}, bf16(dev)).requires_grad_(true);
+  auto k = at::randn({local, b, kv, hd}, bf16(dev)).requires_grad_(true);
+  auto v = at::randn({local, b, kv, hd}, bf16(dev)).requires_grad_(true);
+  auto g = at::randn({local, b, h, hd}, bf16(dev));
   const double f = timeMs(dev, [&] {
     at::NoGradGuard ng;
-    cp::attention(q, k, v, one);
+    cp::attention(q, k, v, group);
   });
-  const double fb = timeMs(dev, [&] { cp::attention(q, k, v, one).backward(g); });
-  c.cpAttention.push_back({b, h, kv, s, hd, f, std::max(fb - f, 0.0)});
+  const double fb = timeMs(dev, [&] { cp::attention(q, k, v, group).backward(g); });
+  AttentionSample a{b, h, kv, s, hd, f, std::max(fb - f, 0.0)};
+  a.cp = cp;
+  c.cpAttention.push_back(a);
 }
 
 void measureAttention(const MeasureOptions& o, const at::Device& dev, Calibration& c) {
@@ -153,7 +158,18 @@ void measureAttention(const MeasureOptions& o, const at::Device& dev, Calibratio
         });
         const double fb = timeMs(dev, [&] { causalSelfAttention(q, k, v).backward(g); });
         c.attention.push_back({b, h, kv, s, hd, f, std::max(fb - f, 0.0)});
-        if (dev.is_cuda()) measureCpAttention(dev, b, h, kv, s, hd, c);
+        if (dev.is_cuda()) measureCpAttention(dev, b, h, kv, s, hd, 1, c);
+      }
+    }
+  }
+  // Context parallel at its own layouts (tp 1): a rank's two chunks at the whole sequence's length.
+  std::set<std::tuple<int64_t, int64_t, int64_t, int64_t, int>> cpDone;
+  for (const auto& m : o.models) {
+    const int64_t h = m.heads, kv = m.kvH(), hd = m.headDim();
+    for (int cp : o.cp) {
+      for (int64_t s : o.cpSeqs) {
+        if (!dev.is_cuda() || s % (2 * cp) != 0 || !cpDone.insert({h, kv, hd, s, cp}).second) continue;
+        measureCpAttention(dev, std::max<int64_t>(1, 16384 * cp / s), h, kv, s, hd, cp, c);
       }
     }
   }

@@ -93,6 +93,26 @@ TEST(PlanCalibration, LinksInterpolateInLogBytesAndScaleByRanks) {
   EXPECT_DOUBLE_EQ(l.busbw("all_reduce", 1e9, 8), 50.0);
 }
 
+TEST(PlanCalibration, ContextParallelTakesItsOwnGroupSizeElseAShareOfAGroupOfOne) {
+  Calibration c = madeUp();
+  c.cpAttention.push_back({1, 4, 2, 64, 16, 0.1, 0.2});  // a group of one
+  AttentionSample two{1, 4, 2, 256, 16, 0.6, 1.2};       // rank 0 of cp 2 at seq 256
+  two.cp = 2;
+  c.cpAttention.push_back(two);
+  auto [f2, b2] = c.attentionMs(1, 4, 2, 512, 16, 2);  // cp 2's sample, 4 × seq², not halved
+  EXPECT_NEAR(f2, 2.4, 1e-12);
+  EXPECT_NEAR(b2, 4.8, 1e-12);
+  auto [f4, b4] = c.attentionMs(1, 4, 2, 128, 16, 4);  // no cp 4 sample: the group of one's, 4 ×, a quarter
+  EXPECT_NEAR(f4, 0.1, 1e-12);
+  EXPECT_NEAR(b4, 0.2, 1e-12);
+  auto [f1, b1] = c.attentionMs(1, 4, 2, 64, 16, 1);  // no context parallel: plain causal attention's
+  EXPECT_NEAR(f1, 0.2, 1e-12);
+  const Calibration back = calibrationFromJson(calibrationToJson(c), "test");
+  ASSERT_EQ(back.cpAttention.size(), 2u);
+  EXPECT_EQ(back.cpAttention[0].cp, 1);
+  EXPECT_EQ(back.cpAttention[1].cp, 2);
+}
+
 TEST(PlanCalibration, JsonRoundTripsAndNamesWhatIsMissing) {
   const Calibration c = madeUp();
   const Calibration back = calibrationFromJson(calibrationToJson(c), "test");

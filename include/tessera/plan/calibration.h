@@ -27,6 +27,7 @@ struct GemmSample {
 struct AttentionSample {
   int64_t batch = 1, heads = 1, kvHeads = 1, seq = 1, headDim = 1;
   double forwardMs = 0, backwardMs = 0;
+  int cp = 1;  // context parallel's samples: the group size (seq is the whole sequence; one rank's time)
 };
 
 // A link's collectives: bus bandwidth (GB/s, nccl-tests' convention) by message bytes per op
@@ -52,7 +53,8 @@ struct Calibration {
   std::vector<GemmSample> gemms;
   std::vector<AttentionSample> attention;
   // Context parallel's attention (parallel/context/attention.h: two query chunks against the keys,
-  // its own kernel) over a group of one; empty: the causal samples stand in for it.
+  // its own kernel): one rank's time in a group of `cp` ranks, or over a group of one (cp 1, taken
+  // as 1/cp of the work where no sample has the layout's cp); empty: the causal samples stand in.
   std::vector<AttentionSample> cpAttention;
   // ns per element, forward and backward together: "norm" (RMSNorm over d), "layernorm", "swiglu"
   // (per input element of the 2·ffn projection), "gelu", "rope" (per q/k element), "cast" (FP8
@@ -69,10 +71,11 @@ struct Calibration {
   // Milliseconds of the GEMM: the exact sample, else the nearest (log-distance over m, n, k) of the
   // same op and precision scaled by FLOPs. No sample of that op and precision → tessera::Error.
   double gemmMs(const std::string& op, int64_t m, int64_t n, int64_t k, bool fp8) const;
-  // Forward and backward milliseconds of causal attention at this shape, from the nearest sample
-  // scaled by batch·heads·seq²·headDim.
+  // Forward and backward milliseconds of causal attention at this shape on one rank of a
+  // context-parallel group of `cp` (1: none), from the nearest sample scaled by
+  // batch·heads·seq²·headDim (and by 1/cp when only a group of one's sample stands in).
   std::pair<double, double> attentionMs(int64_t batch, int64_t heads, int64_t kvHeads, int64_t seq,
-                                        int64_t headDim, bool contextParallel = false) const;
+                                        int64_t headDim, int cp = 1) const;
   double elementMs(const std::string& kind, double elements) const;  // unknown kind → Error
 };
 

@@ -20,6 +20,10 @@ struct MeasureOptions {
   std::vector<int> tp = {1, 2, 4, 8};
   std::vector<int64_t> tokens = {2048, 8192, 32768};  // rows of the GEMMs (micro-batch · seq / cp)
   std::vector<int64_t> seqs = {1024, 2048, 4096, 8192};
+  // Context parallel's attention as rank 0 of a cp group plays it (its two query chunks against the
+  // gathered keys, through a communicator that moves no data), per model at tp 1 (CUDA only).
+  std::vector<int> cp = {2, 4};
+  std::vector<int64_t> cpSeqs = {8192, 32768, 131072};
   double maxGemmGflop = 4e4;  // skip larger GEMMs (FLOPs scale from the smaller ones)
   bool fp8 = true;            // also FP8 GEMMs (CUDA builds only)
   std::function<void(const std::string&)> progress;
