@@ -5,7 +5,9 @@ fullest rank's peak over all steps; moe_load_max_over_mean: the worst layer's ma
 loads summed over the data-parallel ranks, its median over the timed steps), the anchor's RESULT lines
 (bench/moe/anchor.py), and the correctness check (check.json) as a table of the run.
   bench/moe/file.py LOGS --machine M --environment E --command C [--run R] [--results DIR]
-A tessera row named *-balanced ran with --moe-force-balanced (the anchor's balanced rule). vs_pytorch: tokens/s
+A tessera row named *-balanced ran with --moe-force-balanced (the anchor's balanced rule), one with -fp8 in its
+name --fp8 tensorwise (-fp8-experts: with --fp8-experts; the precision column says which; the anchor's rows are
+bf16). vs_pytorch: tokens/s
 over the anchor's row of the same routing on the same GPUs (compiled; eager where only that ran); mem_vs_pytorch:
 peak memory over that row's."""
 import argparse
@@ -27,10 +29,16 @@ def median(xs):
 
 
 def layout(system, gpus):
-    base = system.replace("-balanced", "")
+    base = system.replace("-balanced", "").replace("-fp8-experts", "").replace("-fp8", "")
     if gpus == 1:  # tessera-single: DDP's path on one rank; *-fsdp and the anchor: FSDP over one rank
         return "single, fsdp" if base.endswith("-fsdp") or base.startswith("pytorch") else "single"
     return f"ep {gpus} + {'ddp' if base.endswith('-ddp') else 'fsdp'} {gpus}"
+
+
+def precision(system):
+    if system.endswith("-fp8-experts"):
+        return "fp8 tensorwise + experts"
+    return "fp8 tensorwise" if system.endswith("-fp8") else "bf16"
 
 
 def tessera_row(path):
@@ -45,7 +53,7 @@ def tessera_row(path):
     spread = [s["moe_load_max_over_mean"] for s in timed if s.get("moe_load_max_over_mean") is not None]
     return dict(system=system, layout=layout(system, cfg["world"]), gpus=cfg["world"],
                 routing="balanced" if system.endswith("-balanced") else "real",
-                global_batch=cfg["batch"], seq_len=cfg["seq_len"], step_ms=round(med, 2),
+                precision=precision(system), global_batch=cfg["batch"], seq_len=cfg["seq_len"], step_ms=round(med, 2),
                 tokens_per_s=round(cfg["batch"] * cfg["seq_len"] / med * 1e3),
                 mfu=at["mfu"] and round(at["mfu"] * at["step_ms"] / med, 3),
                 peak_mem_gib=round(max(s["peak_mem_gib"] for s in steps), 2),
@@ -60,6 +68,7 @@ def anchor_rows(path):
         r = dict(r)
         gpus = r.get("gpus", 1)
         r.update(layout=layout(r["system"].replace("-balanced", ""), gpus), global_batch=r.pop("batch", None),
+                 precision="bf16",
                  mfu=round(r["mfu"], 3) if r.get("mfu") is not None else None)
         r.pop("flops_per_token", None)
         out.append(r)

@@ -17,8 +17,9 @@
 # Sections may run in separate calls on the same LOGS; `file` alone files what LOGS holds, on any machine.
 # Env: NPROC (this machine's GPUs), LAYERS (16; 8 on one GPU, where 16 blocks' fp32 weights, gradients and Adam
 # moments of 6.9 B parameters leave too little room), QK_NORM (whole, OLMoE's; none), STEPS (12 timed after 3
-# warm-ups), DDP (1: also the DDP row), COMPILE (1), CHECK_TOL (1e-4), RUN_TIMEOUT (s per run, 300), BUDGET_S
-# (0 = none), PYTHON, RESULTS (bench/results), RUN (olmoe-1b-7b), COMMAND (the command the filed run names),
+# warm-ups), DDP (1: also the DDP row), FP8 (1: also --fp8 tensorwise FSDP rows, with and without --fp8-experts), COMPILE (1), CHECK_TOL (1e-4),
+# RUN_TIMEOUT (s per run, 300), BUDGET_S (0 = none), PYTHON, RESULTS (bench/results), RUN (olmoe-1b-7b), COMMAND
+# (the command the filed run names),
 # NOTE (a note of the filed run).
 # Exit status 0 when the check passed and every run of this call produced its row.
 set -uo pipefail
@@ -40,7 +41,7 @@ GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 N=${NPROC:-$GPUS}
 ((N < 1)) && N=1
 LAYERS=${LAYERS:-$( ((N >= 2)) && echo 16 || echo 8)}
-QK_NORM=${QK_NORM:-whole} STEPS=${STEPS:-12} DDP=${DDP:-1} COMPILE=${COMPILE:-1} CHECK_TOL=${CHECK_TOL:-1e-4}
+QK_NORM=${QK_NORM:-whole} STEPS=${STEPS:-12} DDP=${DDP:-1} FP8=${FP8:-0} COMPILE=${COMPILE:-1} CHECK_TOL=${CHECK_TOL:-1e-4}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300} BUDGET_S=${BUDGET_S:-0} PY=${PYTHON:-python3} RUN=${RUN:-olmoe-1b-7b}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 mkdir -p "$LOGS"
@@ -128,6 +129,8 @@ if has tessera; then
   }
   train "${TNAME[0]}" "${TFLAGS[@]}"
   train "${TNAME[0]}-balanced" "${TFLAGS[@]}" --moe-force-balanced
+  [ "$FP8" = 1 ] && train "${TNAME[0]}-fp8" "${TFLAGS[@]}" --fp8 tensorwise &&
+    train "${TNAME[0]}-fp8-experts" "${TFLAGS[@]}" --fp8 tensorwise --fp8-experts
 fi
 if has pytorch; then
   anchor() {  # anchor NAME COMPILE
@@ -145,7 +148,7 @@ if has file; then
   mach=$(cat "$LOGS/machine.txt" 2>/dev/null || machine "$N")
   envir=$(cat "$LOGS/environment.txt" 2>/dev/null || PYTHON=$PY environment)
   settings=$(cat "$LOGS/settings.txt" 2>/dev/null || echo "LAYERS=$LAYERS QK_NORM=$QK_NORM STEPS=$STEPS NPROC=$N")
-  cmd=${COMMAND:-$settings DDP=$DDP bench/moe/run.sh $BUILD $LOGS ${SECTIONS[*]}}
+  cmd=${COMMAND:-$settings DDP=$DDP FP8=$FP8 bench/moe/run.sh $BUILD $LOGS ${SECTIONS[*]}}
   "$PY" "$HERE/file.py" "$LOGS" --results "${RESULTS:-$HERE/../results}" --run "$RUN" --machine "$mach" \
     --environment "$envir" --command "$cmd" ${NOTE:+--note "$NOTE"} || rc=1
 fi

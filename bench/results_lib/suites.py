@@ -111,8 +111,10 @@ SUITES = {
         about="An OLMoE-1B-7B-shaped MoE (64 experts, top 8, seq 4096) trained by `train_gpt --ep N` (FSDP and DDP) "
               "beside a torchtitan-style PyTorch MoE (`torch._grouped_mm` experts, `all_to_all_single` expert "
               "parallel, FSDP2, compiled blocks) with real and forced-balanced routing; MFU on active parameters, "
-              "expert-load spread; a loss check of `--ep 2` against one rank first.",
-        columns={"train": ["system", "layout", "gpus", "routing", "tokens_per_s", "tokens_per_s_per_gpu", "step_ms",
+              "expert-load spread; a loss check of `--ep 2` against one rank first. A `-fp8` row ran `--fp8 tensorwise` "
+              "(attention's linears), `-fp8-experts` also `--fp8-experts` (the routed experts' forward GEMMs in "
+              "rowwise E4M3).",
+        columns={"train": ["system", "layout", "gpus", "routing", "precision", "tokens_per_s", "tokens_per_s_per_gpu", "step_ms",
                            "mfu", "peak_mem_gib", "load_max_over_mean", "vs_pytorch", "mem_vs_pytorch"]}),
     "hf_memory": dict(
         title="Hugging Face import and export: host memory",

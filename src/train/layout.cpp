@@ -17,6 +17,9 @@ void checkExperts(const Config& o) {
   USAGE_CHECK(p.ep >= 1, "train_gpt: --ep must be >= 1, got {}", p.ep);
   USAGE_CHECK(!o.model.moeForceBalanced || m.experts > 0,
               "train_gpt: --moe-force-balanced needs a mixture-of-experts model (--num-experts; the model has none)");
+  USAGE_CHECK(!o.precision.fp8Experts || m.experts > 0,
+              "train_gpt: --fp8-experts needs a mixture-of-experts model (--num-experts; the model has none)");
+  USAGE_CHECK(!o.precision.fp8Experts || o.precision.fp8 != fp8::Recipe::Off, "train_gpt: --fp8-experts needs --fp8");
   if (p.ep == 1) return;
   USAGE_CHECK(m.experts > 0, "train_gpt: --ep {} needs a mixture-of-experts model (--num-experts; the model has none)",
               p.ep);

@@ -33,6 +33,10 @@ std::vector<Flag> moeFlags() {
                  "benchmarks: token i of a rank's forward to experts (i k + j) mod E, not the router's top k (its "
                  "scores still weigh them)",
                  false, FIELD(model.moeForceBalanced)),
+      switchFlag("--fp8-experts",
+                 "with --fp8: the routed experts' forward GEMMs in FP8 too (rowwise E4M3, grouped kernel on sm_90; "
+                 "slower than bf16 at OLMoE's expert shape on an H200: docs/design/models.md)",
+                 false, FIELD(precision.fp8Experts)),
   };
 }
 

@@ -8,6 +8,7 @@
 #include "tessera/common/autocast.h"
 #include "tessera/common/device.h"
 #include "tessera/common/error.h"
+#include "tessera/models/moe.h"
 #include "tessera/optim/adamw.h"
 #include "tessera/parallel/tensor/linear.h"
 #include "tessera/train/model_spec.h"
@@ -16,8 +17,8 @@ namespace tessera::train {
 
 namespace {
 
-// --fp8 on the blocks' linears, but those of --fp8-skip-blocks (the embedding and the head stay as
-// they are, as the peers keep them).
+// --fp8 on the blocks' linears (and with --fp8-experts their routed experts), but those of
+// --fp8-skip-blocks (the embedding and the head stay as they are, as the peers keep them).
 void setFp8(const Config& c, models::LmChunkImpl& chunk) {
   const auto layers = static_cast<int>(c.model.cfg.layers);
   const auto& skip = c.precision.fp8SkipBlocks;
@@ -25,6 +26,9 @@ void setFp8(const Config& c, models::LmChunkImpl& chunk) {
     const int b = chunk.range.firstBlock + static_cast<int>(i);
     if (std::any_of(skip.begin(), skip.end(), [&](int s) { return (s < 0 ? s + layers : s) == b; })) continue;
     tp::setFp8(*chunk.blocks[i], c.precision.fp8);
+    for (const auto& m : chunk.blocks[i]->modules(/*include_self=*/false)) {
+      if (auto* moe = dynamic_cast<models::MoeImpl*>(m.get())) moe->fp8 = c.precision.fp8Experts;
+    }
   }
 }
 

@@ -217,6 +217,8 @@ TEST(ConfigTest, LayoutErrorsAreUsageErrors) {
   refusedLayout({"--model", "moe-tiny", "--ep", "2", "--tp", "2"}, 2, "--ep 2 must divide the data-parallel ranks dp 1");
   refusedLayout({"--model", "moe-tiny", "--ep", "3", "--num-experts", "8"}, 3, "--ep 3 does not divide the 8 experts");
   refusedLayout({"--moe-force-balanced"}, 1, "--moe-force-balanced needs a mixture-of-experts model");
+  refusedLayout({"--fp8", "tensorwise", "--fp8-experts"}, 1, "--fp8-experts needs a mixture-of-experts model");
+  refusedLayout({"--model", "moe-tiny", "--fp8-experts"}, 1, "--fp8-experts needs --fp8");
   refusedLayout({"--fsdp-keep-gathered", "on"}, 2, "--fsdp-keep-gathered on needs --dp-mode fsdp");
   refusedLayout({"--fsdp-accumulate", "sharded"}, 2, "--fsdp-accumulate sharded needs --dp-mode fsdp");
   for (const char* f : {"--fsdp-keep-gathered", "--fsdp-accumulate"}) {
@@ -236,6 +238,10 @@ TEST(ConfigTest, LayoutErrorsAreUsageErrors) {
   o = parse({"--model", "moe-tiny", "--moe-force-balanced"});
   EXPECT_NO_THROW(o.resolve(1));
   EXPECT_TRUE(o.model.moeForceBalanced);
+  o = parse({"--model", "moe-tiny", "--fp8", "tensorwise", "--fp8-experts"});
+  EXPECT_NO_THROW(o.resolve(1));
+  EXPECT_TRUE(o.precision.fp8Experts);
+  EXPECT_FALSE(parse({"--model", "moe-tiny", "--fp8", "tensorwise"}).precision.fp8Experts);
   o = parse({"--model", "moe-tiny", "--ep", "4", "--cp", "2"});
   EXPECT_NO_THROW(o.resolve(8));  // the ep group spans dp 4 x cp 2
   EXPECT_EQ(o.parallel.ep, 4);

@@ -74,6 +74,10 @@ class MoeImpl : public torch::nn::Module {
   at::Tensor w1, w3, w2;     // this rank's experts: [El, f, d], [El, f, d], [El, d, f]
   at::Tensor sw1, sw3, sw2;  // shared: [fs, d], [fs, d], [d, fs]; undefined when fs = 0
   at::Tensor bias;           // [E] float32 buffer
+  // The routed experts' forward GEMMs in FP8 (E4M3, a scale per token row and per expert output
+  // feature) where the grouped kernel runs (CUDA sm_90); backward and the shared experts in bf16.
+  // Set by the trainer under --fp8 (any recipe: the grouped kernel takes rowwise scales only).
+  bool fp8 = false;
 
   int64_t firstExpert() const { return first_; }
   int64_t localExperts() const { return local_; }

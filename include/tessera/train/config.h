@@ -125,6 +125,7 @@ struct PrecisionSection {  // and the kernels and recomputation that go with it
   Precision precision = Precision::Fp32;
   fp8::Recipe fp8 = fp8::Recipe::Off;
   std::vector<int> fp8SkipBlocks;  // negative: from the end
+  bool fp8Experts = false;         // the routed experts' forward GEMMs in FP8 too (models/moe.h: MoeImpl::fp8)
   nn::Recompute recompute = nn::Recompute::None;
   bool fusedKernels = false;  // tessera's fused kernels and multi-tensor AdamW
   bool fusedWgrad = true;     // DDP: weight gradients summed in fp32 by the GEMM

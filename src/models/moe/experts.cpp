@@ -41,7 +41,7 @@ at::Tensor MoeImpl::experts(const at::Tensor& x2, const at::Tensor& chosen, cons
   auto xs = x2.index_select(0, token);
   at::Tensor ys;
   if (!o_.ep || o_.ep->size() == 1) {
-    ys = runExperts(xs, counts, region(w1), region(w3), region(w2));  // counts on the device: no host read
+    ys = runExperts(xs, counts, region(w1), region(w3), region(w2), moe_detail::ExpertGemm::Auto, fp8);  // counts on the device: no host read
   } else {
     const int p = o_.ep->size();
     // [P * El] each: what this rank sends each expert, what each rank sends mine; one host read for both.
@@ -68,7 +68,8 @@ at::Tensor MoeImpl::experts(const at::Tensor& x2, const at::Tensor& chosen, cons
     auto permT = at::tensor(perm, at::kLong).to(x2.device());
     // Each expert's weight gradient as the mean over the ep ranks whose tokens it took (exchange.h).
     auto mean = [&](const at::Tensor& w) { return moe_detail::scaleGrad(region(w), 1.0 / p); };
-    auto out = runExperts(got.index_select(0, permT), perExpert, mean(w1), mean(w3), mean(w2));
+    auto out = runExperts(got.index_select(0, permT), perExpert, mean(w1), mean(w3), mean(w2),
+                          moe_detail::ExpertGemm::Auto, fp8);
     ys = moe_detail::exchangeRows(out.index_select(0, at::argsort(permT)), recv, send, o_.ep);
   }
   ys = ys * weights.reshape(-1).index_select(0, order).unsqueeze(1).to(ys.scalar_type());
