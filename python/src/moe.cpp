@@ -100,6 +100,7 @@ void bindMoe(pb::module_& parent) {
             return self.forward(x);
           },
           pb::arg("x"))
+      .def_readwrite("fp8", &MoeImpl::fp8)
       .def_property_readonly("first_expert", &MoeImpl::firstExpert)
       .def_property_readonly("local_experts", &MoeImpl::localExperts)
       .def("take_stats",

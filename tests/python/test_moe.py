@@ -67,6 +67,17 @@ def test_expert_parallel_matches_one_process(world, score):
     assert torch.equal(load, ref.take_stats()["load"].float())
 
 
+def test_fp8_leaves_the_cpu_path_as_it_is(world):
+    # FP8 experts run only on the grouped CUDA kernel; on the CPU the layer computes as without them.
+    plain, fp8 = layer(None), layer(None, fp8=True)
+    assert fp8.fp8 and not plain.fp8
+    y0, g0 = run(plain, 0, world.rank)
+    y1, g1 = run(fp8, 0, world.rank)
+    assert torch.equal(y0, y1) and torch.equal(g0, g1)
+    fp8.fp8 = False
+    assert not fp8.fp8
+
+
 def test_bad_arguments_are_named(world):
     with pytest.raises(tessera.Error, match="top_k = 9"):
         tnn.MoE(D, E, 9, F)

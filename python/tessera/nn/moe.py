@@ -9,7 +9,10 @@ experts ``[q*E/P, (q+1)*E/P)`` and tokens travel to them and back (forward and b
 collective over ``ep``); an expert's weight gradient is then the mean of what the P ranks' tokens
 gave it, so averaging :meth:`expert_parameters` over the ranks holding the same experts, and the
 other parameters over all data-parallel ranks, gives the data-parallel mean. Weights are drawn from
-(``seed``, ``layer``, expert) only: any ``ep`` starts from the same model. Errors are
+(``seed``, ``layer``, expert) only: any ``ep`` starts from the same model. ``fp8=True``: the
+routed experts' forward GEMMs in FP8 (rowwise E4M3) where the grouped kernel runs (CUDA sm_90, bf16
+under autocast; elsewhere bf16, unchanged, one log line); it pays only for large experts whose
+weights are cast once for several forwards (docs/design/models.md). Errors are
 :class:`tessera.Error` naming the layer and the shapes.
 """
 
@@ -25,11 +28,12 @@ class MoE(torch.nn.Module):
 
     def __init__(self, d, experts, top_k, expert_ffn, *, shared_ffn=0, score="softmax", norm_topk=True,
                  routed_scale=1.0, capacity_factor=0.0, aux_loss_coef=0.0, z_loss_coef=0.0, bias_update_rate=0.0,
-                 ep=None, tp=None, sequence_parallel=False, loss_scale=1.0, layer=0, seed=1234):
+                 ep=None, tp=None, sequence_parallel=False, loss_scale=1.0, layer=0, seed=1234, fp8=False):
         super().__init__()
         self._impl = _C.moe.Moe(d, experts, top_k, expert_ffn, shared_ffn, score, norm_topk, routed_scale,
                                 capacity_factor, aux_loss_coef, z_loss_coef, bias_update_rate, layer, ep, tp,
                                 sequence_parallel, loss_scale, seed)
+        self._impl.fp8 = bool(fp8)
         for name, t in self._impl.tensors().items():
             if name == "bias":
                 self.register_buffer(name, t)
@@ -39,6 +43,15 @@ class MoE(torch.nn.Module):
 
     def _bind(self):
         self._impl.bind({n: t for n, t in list(self.named_parameters(recurse=False)) + [("bias", self.bias)]})
+
+    @property
+    def fp8(self):
+        """Whether the routed experts' forward GEMMs run in FP8 where they can (settable)."""
+        return self._impl.fp8
+
+    @fp8.setter
+    def fp8(self, on):
+        self._impl.fp8 = bool(on)
 
     @property
     def first_expert(self):
