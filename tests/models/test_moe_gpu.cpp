@@ -75,7 +75,7 @@ Grads run(const Inputs& in, ExpertGemm how, bool autocast, bool checkSync = fals
   at::Tensor y;
   {
     Bf16Autocast cast(autocast);
-    y = moe_detail::runExperts(autocast ? x : x.to(in.w1.scalar_type()), in.counts, w1, w3, w2, how, fp8);
+    y = moe_detail::runExperts(autocast ? x : x.to(in.w1.scalar_type()), in.counts, w1, w3, w2, how, {fp8, w1, w3, w2});
   }
   (y.to(at::kFloat) * in.g).sum().backward();
   check.reset();
@@ -319,7 +319,7 @@ TEST(MoeGroupedGemmGpu, TimesAtOlmoeAndMixtralShapes) {  // a measurement, print
         at::Tensor y;
         {
           Bf16Autocast cast(true);
-          y = moe_detail::runExperts(x, in.counts, w1, w3, w2, how, fp8);
+          y = moe_detail::runExperts(x, in.counts, w1, w3, w2, how, {fp8, w1, w3, w2});
         }
         (y.to(at::kFloat) * in.g).sum().backward();
         for (auto* t : {&x, &w1, &w3, &w2}) t->mutable_grad().reset();

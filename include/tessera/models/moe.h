@@ -76,7 +76,8 @@ class MoeImpl : public torch::nn::Module {
   at::Tensor bias;           // [E] float32 buffer
   // The routed experts' forward GEMMs in FP8 (E4M3, a scale per token row and per expert output
   // feature) where the grouped kernel runs (CUDA sm_90); backward and the shared experts in bf16.
-  // Set by the trainer under --fp8 (any recipe: the grouped kernel takes rowwise scales only).
+  // Set by the trainer under --fp8 --fp8-experts (either recipe: the grouped kernel takes rowwise
+  // scales only).
   bool fp8 = false;
 
   int64_t firstExpert() const { return first_; }

@@ -14,6 +14,11 @@ namespace tessera::models {
 using moe_detail::hostCounts;
 using moe_detail::runExperts;  // grouped.h: grouped GEMMs on sm_90, else a per-expert loop
 
+namespace {
+// The layer's FP8 setting, its weights' codes cached under the parameters themselves.
+moe_detail::ExpertFp8 fp8Of(const MoeImpl& m) { return {m.fp8, m.w1, m.w3, m.w2}; }
+}  // namespace
+
 at::Tensor MoeImpl::experts(const at::Tensor& x2, const at::Tensor& chosen, const at::Tensor& weights,
                             at::Tensor counts) {
   const auto& m = cfg_.moe;
@@ -41,7 +46,8 @@ at::Tensor MoeImpl::experts(const at::Tensor& x2, const at::Tensor& chosen, cons
   auto xs = x2.index_select(0, token);
   at::Tensor ys;
   if (!o_.ep || o_.ep->size() == 1) {
-    ys = runExperts(xs, counts, region(w1), region(w3), region(w2), moe_detail::ExpertGemm::Auto, fp8);  // counts on the device: no host read
+    // Counts on the device: no host read.
+    ys = runExperts(xs, counts, region(w1), region(w3), region(w2), moe_detail::ExpertGemm::Auto, fp8Of(*this));
   } else {
     const int p = o_.ep->size();
     // [P * El] each: what this rank sends each expert, what each rank sends mine; one host read for both.
@@ -69,7 +75,7 @@ at::Tensor MoeImpl::experts(const at::Tensor& x2, const at::Tensor& chosen, cons
     // Each expert's weight gradient as the mean over the ep ranks whose tokens it took (exchange.h).
     auto mean = [&](const at::Tensor& w) { return moe_detail::scaleGrad(region(w), 1.0 / p); };
     auto out = runExperts(got.index_select(0, permT), perExpert, mean(w1), mean(w3), mean(w2),
-                          moe_detail::ExpertGemm::Auto, fp8);
+                          moe_detail::ExpertGemm::Auto, fp8Of(*this));
     ys = moe_detail::exchangeRows(out.index_select(0, at::argsort(permT)), recv, send, o_.ep);
   }
   ys = ys * weights.reshape(-1).index_select(0, order).unsqueeze(1).to(ys.scalar_type());

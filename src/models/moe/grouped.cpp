@@ -99,11 +99,11 @@ std::string fp8Blocker(const at::Tensor& x, const at::Tensor& w1) {
 
 // Three grouped GEMMs over every expert; the weights as [El, in, out] views of [El, out, in].
 at::Tensor grouped(const at::Tensor& x, const at::Tensor& counts, const at::Tensor& w1, const at::Tensor& w3,
-                   const at::Tensor& w2, bool fp8) {
+                   const at::Tensor& w2, const ExpertFp8& fp8) {
   auto offs = at::cumsum(counts.to(x.device()), 0, at::kInt);  // the groups' row ends, on the device
-  if (fp8) {
-    auto h1 = fp8GroupedLinear(x, w1, offs), h3 = fp8GroupedLinear(x, w3, offs);
-    return fp8GroupedLinear(at::silu(h1) * h3, w2, offs);
+  if (fp8.on) {
+    auto h1 = fp8GroupedLinear(x, w1, offs, fp8.key1), h3 = fp8GroupedLinear(x, w3, offs, fp8.key3);
+    return fp8GroupedLinear(at::silu(h1) * h3, w2, offs, fp8.key2);
   }
   auto h1 = compat::groupedMm(x, w1.transpose(1, 2), offs);
   auto h3 = compat::groupedMm(x, w3.transpose(1, 2), offs);
@@ -128,7 +128,8 @@ std::vector<int64_t> hostCounts(const at::Tensor& t) {
 }
 
 at::Tensor runExperts(const at::Tensor& rows, const at::Tensor& counts, const at::Tensor& w1, const at::Tensor& w3,
-                      const at::Tensor& w2, ExpertGemm how, bool fp8) {
+                      const at::Tensor& w2, ExpertGemm how, const ExpertFp8& fp8In) {
+  auto fp8 = fp8In;
   TESSERA_CHECK(rows.dim() == 2 && w1.dim() == 3 && w1.sizes() == w3.sizes() && w2.dim() == 3 &&
                     w2.size(0) == w1.size(0) && w1.size(2) == rows.size(1) && w2.size(1) == rows.size(1) &&
                     w2.size(2) == w1.size(1) && counts.dim() == 1 && counts.size(0) == w1.size(0),
@@ -149,11 +150,11 @@ at::Tensor runExperts(const at::Tensor& rows, const at::Tensor& counts, const at
     const auto why = blocker(x, a, b, c);
     if (why.empty()) {
       sayOnce("grouped GEMMs (at::_grouped_mm; no host read of the counts)");
-      if (fp8) {
+      if (fp8.on) {
         const auto no = fp8Blocker(x, a);
         sayOnce(no.empty() ? "forward GEMMs in FP8 (at::_scaled_grouped_mm, E4M3, rowwise scales)"
                            : fmt::format("forward GEMMs in bf16, not FP8: {}", no));
-        fp8 = no.empty();
+        fp8.on = no.empty();
       }
       return grouped(x, counts, a, b, c, fp8);
     }
@@ -161,12 +162,13 @@ at::Tensor runExperts(const at::Tensor& rows, const at::Tensor& counts, const at
                   fmt::join(rows.sizes(), ", "), why);
     sayOnce(fmt::format("a loop of per-expert GEMMs: {}", why));
   }
-  if (fp8 && rows.is_cuda()) sayOnce("the per-expert loop runs in bf16, not FP8 (FP8 experts need the grouped kernel)");
+  if (fp8.on && rows.is_cuda())
+    sayOnce("the per-expert loop runs in bf16, not FP8 (FP8 experts need the grouped kernel)");
   return loop(rows, hostCounts(counts), w1, w3, w2);
 }
 
 at::Tensor runExperts(const at::Tensor& rows, const std::vector<int64_t>& counts, const at::Tensor& w1,
-                      const at::Tensor& w3, const at::Tensor& w2, ExpertGemm how, bool fp8) {
+                      const at::Tensor& w3, const at::Tensor& w2, ExpertGemm how, const ExpertFp8& fp8) {
   return runExperts(rows, at::tensor(counts, at::kLong), w1, w3, w2, how, fp8);
 }
 

@@ -19,26 +19,36 @@ namespace tessera::models::moe_detail {
 
 enum class ExpertGemm { Auto, Loop, Grouped };  // Auto: grouped where it can run, unless the variable says 0
 
+// FP8 forwards for the experts (fp8GroupedLinear): `on`, and the tensors that key each weight's codes
+// in the step's FP8 weight cache: the parameters themselves, since the w1, w3, w2 handed to
+// runExperts may be new tensors every forward (autocast's copy of a scaled or region view) and would
+// add a cache entry each time. An undefined key: that weight is cast every forward, not cached.
+struct ExpertFp8 {
+  bool on = false;
+  at::Tensor key1, key3, key2;
+};
+
 // rows [M, d]; counts [El] integer (any device; the sum must be M); w1, w3 [El, f, d]; w2 [El, d, f].
-// fp8: the three forward GEMMs in FP8 (fp8GroupedLinear) where the grouped path runs and d and f are
-// multiples of 16; elsewhere bf16, one log line per process saying why.
+// fp8.on: the three forward GEMMs in FP8 where the grouped path runs and d and f are multiples of 16;
+// elsewhere bf16, one log line per process saying why.
 at::Tensor runExperts(const at::Tensor& rows, const at::Tensor& counts, const at::Tensor& w1, const at::Tensor& w3,
-                      const at::Tensor& w2, ExpertGemm how = ExpertGemm::Auto, bool fp8 = false);
+                      const at::Tensor& w2, ExpertGemm how = ExpertGemm::Auto, const ExpertFp8& fp8 = {});
 
 // The same with the counts on the host (expert parallel knows them there).
 at::Tensor runExperts(const at::Tensor& rows, const std::vector<int64_t>& counts, const at::Tensor& w1,
                       const at::Tensor& w3, const at::Tensor& w2, ExpertGemm how = ExpertGemm::Auto,
-                      bool fp8 = false);
+                      const ExpertFp8& fp8 = {});
 
 // y [M, out] = x · w[g]ᵀ for the rows of group g, the forward GEMM in FP8: x and w cast to E4M3 with
 // one scale per row of x and per output feature of each expert (the only scaling the grouped kernel
 // takes, whatever the --fp8 recipe), at::_scaled_grouped_mm with fast accumulation (as the dense
 // FP8 linears' forward); w's codes come from the step's FP8 weight cache when one is open, keyed by
-// w. Backward is the bf16 grouped path's (input and weight gradients in bf16 grouped GEMMs): FP8
-// input gradients ran at half the bf16 rate at OLMoE's shape on an H200 (without fast accumulation),
-// and the weight gradient's FP8 kernel needs every group's rows a multiple of 16. x bf16 [M, in], w
-// bf16 [El, out, in], offs int32 [El] (row ends) on x's device. CUDA sm_90 with LibTorch 2.8+ only.
-at::Tensor fp8GroupedLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& offs);
+// `key` (w's parameter; undefined: not cached). Backward is the bf16 grouped path's (input and weight gradients in bf16
+// grouped GEMMs): FP8 input gradients ran at half the bf16 rate at OLMoE's shape on an H200 (without fast
+// accumulation), and the weight gradient's FP8 kernel needs every group's rows a multiple of 16. x bf16 [M, in], w bf16
+// [El, out, in], offs int32 [El] (row ends) on x's device. CUDA sm_90 with LibTorch 2.8+ only.
+at::Tensor fp8GroupedLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& offs,
+                            const at::Tensor& key = {});
 
 // An integer tensor's values on the host as int64 (a device-to-host copy for a CUDA tensor).
 std::vector<int64_t> hostCounts(const at::Tensor& t);

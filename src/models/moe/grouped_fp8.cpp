@@ -14,20 +14,24 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // w [El, out, in] as E4M3 codes [El · out, in] with one factor per output feature of each expert:
-// from the step's cache when one is open (fp8_weight_cache.h), else cast now.
-kernels::Fp8Codes weightCodes(const at::Tensor& w) {
+// from the step's cache under `key` when one is open (fp8_weight_cache.h), else cast now.
+kernels::Fp8Codes weightCodes(const at::Tensor& w, const at::Tensor& key) {
   const auto use = tp::detail::WeightUse::RowsForward;
-  if (auto hit = tp::detail::cachedWeight(w, use)) return *hit;
+  if (key.defined()) {
+    if (auto hit = tp::detail::cachedWeight(key, use)) return *hit;
+  }
   at::NoGradGuard ng;
   auto q = kernels::fp8Quantize(w.detach().reshape({-1, w.size(2)}), fp8::Format::E4M3, fp8::Axis::Rows);
-  tp::detail::keepWeight(w, use, q);
+  if (key.defined()) tp::detail::keepWeight(key, use, q);
   return q;
 }
 
 struct Fp8GroupedLinear : torch::autograd::Function<Fp8GroupedLinear> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& offs) {
+  // key by pointer: not an input of the function (no autograd edge to the parameter), read here only.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w, const at::Tensor& offs,
+                            const at::Tensor* key) {
     const auto qx = kernels::fp8Quantize(x, fp8::Format::E4M3, fp8::Axis::Rows);
-    const auto qw = weightCodes(w);
+    const auto qw = weightCodes(w, *key);
     const int64_t el = w.size(0), out = w.size(1), in = w.size(2);
     auto y = compat::scaledGroupedMm(qx.codes, qx.scaleInv, qw.codes.view({el, out, in}), qw.scaleInv.view({el, out}),
                                      offs, x.scalar_type(), /*fastAccum=*/true);
@@ -46,14 +50,14 @@ struct Fp8GroupedLinear : torch::autograd::Function<Fp8GroupedLinear> {
     at::Tensor gx, gw;
     if (ctx->needs_input_grad(0)) gx = compat::groupedMm(gy, w, offs);
     if (ctx->needs_input_grad(1)) gw = compat::groupedMm(gy.t(), x, offs);
-    return {gx, gw, at::Tensor()};
+    return {gx, gw, at::Tensor(), at::Tensor()};
   }
 };
 
 }  // namespace
 
-at::Tensor fp8GroupedLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& offs) {
-  return Fp8GroupedLinear::apply(x, w, offs);
+at::Tensor fp8GroupedLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& offs, const at::Tensor& key) {
+  return Fp8GroupedLinear::apply(x, w, offs, &key);
 }
 
 }  // namespace tessera::models::moe_detail
