@@ -65,7 +65,8 @@ Prediction predictMemory(const Workload& w, const Layout& l, const Cluster& c) {
     }
     const double inFlight = l.pp > 1 ? sched->peakInFlight[r] : 1;
     act = inFlight * blocksMax * blockActivationBytes(w, l);
-    if (last) act += t * (w.model.vocab / static_cast<double>(l.tp)) * 2 * 2;  // bf16 logits and their gradient
+    // bf16 logits; their gradient is written over them (GPU runs' fused loss: vocab.h, gradInLogits).
+    if (last) act += t * (w.model.vocab / static_cast<double>(l.tp)) * 2;
     Prediction p;
     const bool sharded = l.sharding != Sharding::Ddp && dataRanks(l) > 1;
     const int shard = shardGroup(l, c);
@@ -75,7 +76,11 @@ Prediction predictMemory(const Workload& w, const Layout& l, const Cluster& c) {
     if (sharded && !l.keepGathered) gathered = std::min(gathered, 3.0 * params / std::max(1.0, blocksMax) * 2);
     double grads = own * 4;                                                   // float32 gradients (FSDP: the shard)
     if (sharded && micro > 1 && !l.shardedAccumulation) grads += params * 4;  // FSDP's local accumulation
-    if (w.fp8) gathered += params * 2;                                        // FP8 codes and their transposes
+    // FP8 codes and their transposes: every weight's for the step where they are cached (DDP, or FSDP
+    // with units kept: parallel/tensor/fp8_weight_cache.h); else cast per unit as it runs, so the gathered
+    // units' only.
+    const double codes = params * 2;
+    if (w.fp8) gathered += sharded && !l.keepGathered ? std::min(codes, 3.0 * codes / std::max(1.0, blocksMax)) : codes;
     p.paramsGiB = (gathered + grads) / kGiB;
     p.activationsGiB = act / kGiB;
     p.buffersGiB = 1.0;  // cuBLAS workspaces, NCCL buffers, the allocator's slack
