@@ -55,8 +55,6 @@ void probe(const tessera::Context& ctx) {
     long long got = gathered[i].item<int64_t>();
     TESSERA_CHECK(got == i, "rank {}: all-gather of ranks gave {} at [{}], want {}", r, got, i, i);
   }
-
-  world->barrier()->wait();
 }
 
 // The first IPv4 address `host` resolves to, "?" if none.
@@ -118,10 +116,14 @@ int main() {
     auto ctx = tessera::init();
     rank = ctx.launch.rank;
     probe(ctx);
+    // This process's connections are listed before the last barrier: no peer can pass it, exit and
+    // leave its sockets half closed (not ESTABLISHED) before this rank has entered it.
+    const std::string at = where(ctx);
+    ctx.world->barrier()->wait();
     const auto& l = ctx.launch;
     std::printf("PROBE launcher=%s rank=%d world=%d local_rank=%d local_world=%d hosts_store=%d prefix=%s %sok\n",
                 l.launcher.c_str(), l.rank, l.worldSize, l.localRank, l.localWorldSize, l.hostsStore ? 1 : 0,
-                l.storePrefix.c_str(), where(ctx).c_str());
+                l.storePrefix.c_str(), at.c_str());
     std::fflush(stdout);
     return 0;
   } catch (const std::exception& e) {
