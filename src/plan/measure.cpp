@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <set>
 #include <tuple>
 
@@ -24,7 +25,6 @@ namespace tessera::plan {
 kernels::Fp8QuantizeOptions transposedCodes();  // x's codes and their transpose
 
 namespace {
-
 
 at::Device measureDevice() { return torch::cuda::is_available() ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU); }
 
@@ -116,6 +116,24 @@ void measureGemms(const MeasureOptions& o, const at::Device& dev, Calibration& c
   }
 }
 
+// Forward and backward milliseconds of attn(q, k, v) on random bf16 q of `qShape` and k, v of `kvShape`:
+// the forward timed without autograd, the backward as forward + backward (from a random gradient)
+// less the forward.
+std::pair<double, double> timeAttention(
+    const at::Device& dev, at::IntArrayRef qShape, at::IntArrayRef kvShape,
+    const std::function<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&)>& attn) {
+  auto q = at::randn(qShape, bf16(dev)).requires_grad_(true);
+  auto k = at::randn(kvShape, bf16(dev)).requires_grad_(true);
+  auto v = at::randn(kvShape, bf16(dev)).requires_grad_(true);
+  auto g = at::randn(qShape, bf16(dev));
+  const double f = timeMs(dev, [&] {
+    at::NoGradGuard ng;
+    attn(q, k, v);
+  });
+  const double fb = timeMs(dev, [&] { attn(q, k, v).backward(g); });
+  return {f, std::max(fb - f, 0.0)};
+}
+
 // Context parallel's attention as rank 0 of a group of `cp` plays it: its two query chunks of s/(2 cp)
 // positions against the gathered keys up to theirs, through the kernel it picks (sequence-first [s/cp,
 // b, heads, hd] as the Llama hands them over). The communicator moves no data (comm/fake: the gather
@@ -124,16 +142,9 @@ void measureCpAttention(const at::Device& dev, int64_t b, int64_t h, int64_t kv,
                         Calibration& c) {
   const CommPtr group = makeFakeCommunicator(0, cp, dev, "plan-cp");
   const int64_t local = s / cp;
-  auto q = at::randn({local, b, h, hd}, bf16(dev)).requires_grad_(true);
-  auto k = at::randn({local, b, kv, hd}, bf16(dev)).requires_grad_(true);
-  auto v = at::randn({local, b, kv, hd}, bf16(dev)).requires_grad_(true);
-  auto g = at::randn({local, b, h, hd}, bf16(dev));
-  const double f = timeMs(dev, [&] {
-    at::NoGradGuard ng;
-    cp::attention(q, k, v, group);
-  });
-  const double fb = timeMs(dev, [&] { cp::attention(q, k, v, group).backward(g); });
-  AttentionSample a{b, h, kv, s, hd, f, std::max(fb - f, 0.0)};
+  const auto [f, bwd] = timeAttention(dev, {local, b, h, hd}, {local, b, kv, hd},
+                                      [&](auto& q, auto& k, auto& v) { return cp::attention(q, k, v, group); });
+  AttentionSample a{b, h, kv, s, hd, f, bwd};
   a.cp = cp;
   c.cpAttention.push_back(a);
 }
@@ -148,16 +159,9 @@ void measureAttention(const MeasureOptions& o, const at::Device& dev, Calibratio
         if (!done.insert({h, kv, hd, s}).second) continue;
         // Enough sequences for 16k tokens: a short sequence alone measures launch latency, not work.
         const int64_t b = std::max<int64_t>(1, 16384 / s);
-        auto q = at::randn({b, h, s, hd}, bf16(dev)).requires_grad_(true);
-        auto k = at::randn({b, kv, s, hd}, bf16(dev)).requires_grad_(true);
-        auto v = at::randn({b, kv, s, hd}, bf16(dev)).requires_grad_(true);
-        auto g = at::randn({b, h, s, hd}, bf16(dev));
-        const double f = timeMs(dev, [&] {
-          at::NoGradGuard ng;
-          causalSelfAttention(q, k, v);
-        });
-        const double fb = timeMs(dev, [&] { causalSelfAttention(q, k, v).backward(g); });
-        c.attention.push_back({b, h, kv, s, hd, f, std::max(fb - f, 0.0)});
+        const auto [f, bwd] = timeAttention(dev, {b, h, s, hd}, {b, kv, s, hd},
+                                            [](auto& q, auto& k, auto& v) { return causalSelfAttention(q, k, v); });
+        c.attention.push_back({b, h, kv, s, hd, f, bwd});
         if (dev.is_cuda()) measureCpAttention(dev, b, h, kv, s, hd, 1, c);
       }
     }

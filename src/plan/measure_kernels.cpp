@@ -19,7 +19,6 @@ kernels::Fp8QuantizeOptions transposedCodes();  // measure.cpp
 
 namespace {
 
-
 double kernelMs(const at::Device& dev, const std::function<void()>& f, int reps) {
   f();
   synchronizeDevice(dev);
