@@ -128,8 +128,7 @@ std::vector<int64_t> hostCounts(const at::Tensor& t) {
 }
 
 at::Tensor runExperts(const at::Tensor& rows, const at::Tensor& counts, const at::Tensor& w1, const at::Tensor& w3,
-                      const at::Tensor& w2, ExpertGemm how, const ExpertFp8& fp8In) {
-  auto fp8 = fp8In;
+                      const at::Tensor& w2, ExpertGemm how, const ExpertFp8& fp8) {
   TESSERA_CHECK(rows.dim() == 2 && w1.dim() == 3 && w1.sizes() == w3.sizes() && w2.dim() == 3 &&
                     w2.size(0) == w1.size(0) && w1.size(2) == rows.size(1) && w2.size(1) == rows.size(1) &&
                     w2.size(2) == w1.size(1) && counts.dim() == 1 && counts.size(0) == w1.size(0),
@@ -150,13 +149,14 @@ at::Tensor runExperts(const at::Tensor& rows, const at::Tensor& counts, const at
     const auto why = blocker(x, a, b, c);
     if (why.empty()) {
       sayOnce("grouped GEMMs (at::_grouped_mm; no host read of the counts)");
+      ExpertFp8 use = fp8;
       if (fp8.on) {
         const auto no = fp8Blocker(x, a);
         sayOnce(no.empty() ? "forward GEMMs in FP8 (at::_scaled_grouped_mm, E4M3, rowwise scales)"
                            : fmt::format("forward GEMMs in bf16, not FP8: {}", no));
-        fp8.on = no.empty();
+        use.on = no.empty();
       }
-      return grouped(x, counts, a, b, c, fp8);
+      return grouped(x, counts, a, b, c, use);
     }
     TESSERA_CHECK(how != ExpertGemm::Grouped, "moe experts: grouped GEMMs asked for on rows [{}], but {}",
                   fmt::join(rows.sizes(), ", "), why);
