@@ -3,7 +3,8 @@
 beside train_gpt on the same shape, batch and GPUs (bench/moe/run.sh).
 
 The model: token embedding, L blocks of [RMSNorm -> attention (GQA, RoPE with rotate-half, optional q/k RMSNorm
-over the whole q and k projections in float32 as OLMoE, SDPA causal) -> residual; RMSNorm -> MoE -> residual],
+in float32 over the whole q and k projections as OLMoE or over each head before RoPE as Qwen3, heads of
+--head-dim where given, SDPA causal) -> residual; RMSNorm -> MoE -> residual],
 final RMSNorm, an untied head, cross-entropy in float32.
 The MoE: a bias-free router in float32 (softmax over all experts, top-k, the chosen probabilities renormalised only
 with --norm-topk on), routed SwiGLU experts held as 3D weights w1, w3 [El, f, d] and w2 [El, d, f] and run as three
@@ -60,6 +61,7 @@ def parse():
     ap.add_argument("--layers", type=int, default=16)
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--kv-heads", type=int, default=16)
+    ap.add_argument("--head-dim", type=int, default=0, help="a head's width (0: d / heads)")
     ap.add_argument("--experts", type=int, default=64)
     ap.add_argument("--topk", type=int, default=8)
     ap.add_argument("--expert-ffn", type=int, default=1024)
@@ -68,7 +70,8 @@ def parse():
     ap.add_argument("--batch", type=int, default=1, help="sequences per rank per step")
     ap.add_argument("--ep", type=int, default=0, help="expert-parallel ranks (0: the world)")
     ap.add_argument("--norm-topk", choices=("on", "off"), default="off")
-    ap.add_argument("--qk-norm", choices=("none", "whole"), default="none")
+    ap.add_argument("--qk-norm", choices=("none", "whole", "per-head"), default="none",
+                    help="q/k RMSNorm: over the whole projections (OLMoE) or over each head (Qwen3)")
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--norm-eps", type=float, default=1e-5)
     ap.add_argument("--routing", choices=("real", "balanced", "both"), default="both")

@@ -22,6 +22,11 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight, self.eps)
 
 
+def head_dim(a):
+    """The width of a head: --head-dim where given (Qwen3-30B-A3B: 128 with d / heads = 64), else d / heads."""
+    return a.head_dim or a.d // a.heads
+
+
 def rotate(x, cos, sin):  # x [B, H, T, hd]; cos, sin [T, hd] float32 (rotate-half, as Hugging Face's Llama)
     h = x.shape[-1] // 2
     xf = x.float()
@@ -34,26 +39,31 @@ class AttentionPart(nn.Module):
 
     def __init__(self, a):
         super().__init__()
-        d, self.h, self.kv, self.hd = a.d, a.heads, a.kv_heads, a.d // a.heads
+        d, self.h, self.kv, self.hd = a.d, a.heads, a.kv_heads, head_dim(a)
         self.eps = a.norm_eps
         self.norm = RMSNorm(d, a.norm_eps)
         self.wq = nn.Linear(d, self.h * self.hd, bias=False)
         self.wk = nn.Linear(d, self.kv * self.hd, bias=False)
         self.wv = nn.Linear(d, self.kv * self.hd, bias=False)
         self.wo = nn.Linear(self.h * self.hd, d, bias=False)
-        self.qk = a.qk_norm == "whole"
-        if self.qk:  # OLMoE: RMSNorm over the whole q projection and the whole k projection, float32
+        self.qk = a.qk_norm
+        if self.qk == "whole":  # OLMoE: RMSNorm over the whole q projection and the whole k projection, float32
             self.q_norm = RMSNorm(self.h * self.hd, a.norm_eps)
             self.k_norm = RMSNorm(self.kv * self.hd, a.norm_eps)
+        elif self.qk == "per-head":  # Qwen3: RMSNorm over each head's hd values (one weight of hd), before RoPE
+            self.q_norm = RMSNorm(self.hd, a.norm_eps)
+            self.k_norm = RMSNorm(self.hd, a.norm_eps)
 
     def forward(self, x, cos, sin):
         b, t, _ = x.shape
         hx = self.norm(x)
         q, k, v = self.wq(hx), self.wk(hx), self.wv(hx)
-        if self.qk:
+        if self.qk == "whole":
             q, k = self.q_norm(q), self.k_norm(k)
-        q = q.view(b, t, self.h, self.hd).transpose(1, 2)
-        k = k.view(b, t, self.kv, self.hd).transpose(1, 2)
+        q, k = q.view(b, t, self.h, self.hd), k.view(b, t, self.kv, self.hd)
+        if self.qk == "per-head":
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
         v = v.view(b, t, self.kv, self.hd).transpose(1, 2)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         gqa = dict(enable_gqa=True) if self.kv != self.h else {}
@@ -191,7 +201,7 @@ class Model(nn.Module):
         self.blocks = nn.ModuleList([Block(a, ep, ep_rank, ep_group) for _ in range(a.layers)])
         self.norm = RMSNorm(a.d, a.norm_eps)
         self.head = nn.Linear(a.d, a.vocab, bias=False)
-        hd = a.d // a.heads
+        hd = head_dim(a)
         inv = 1.0 / a.rope_theta ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd)
         ang = torch.outer(torch.arange(a.seq_len, dtype=torch.float32), inv)
         ang = torch.cat([ang, ang], dim=-1)
@@ -227,8 +237,9 @@ def init_weights(model, seed, ep_rank):
 
 def flops_per_token(a):
     """train_gpt's flopsPerToken (src/models/config.cpp) for this shape: active parameters."""
-    hd = a.d // a.heads
+    hd = head_dim(a)
     q, kv = a.heads * hd, a.kv_heads * hd
-    attention = a.d * q * 2 + 2 * a.d * kv + 2 * a.d + (q + kv if a.qk_norm == "whole" else 0)
+    norms = {"whole": q + kv, "per-head": 2 * hd}.get(a.qk_norm, 0)
+    attention = a.d * q * 2 + 2 * a.d * kv + 2 * a.d + norms
     block = attention + a.experts * a.d + 3 * a.d * a.topk * a.expert_ffn
     return 6.0 * (a.layers * block + a.vocab * a.d) + 12.0 * a.layers * a.heads * hd * a.seq_len

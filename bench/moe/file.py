@@ -21,6 +21,23 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 import results  # noqa: E402  (bench/results.py: the one writer)
 
 WARM = 3
+# Per model: its title, its full depth, the shape both sides ran and what each side left out of the real model.
+MODELS = {
+    "olmoe-1b-7b": dict(
+        title="OLMoE-1B-7B shape", layers=16,
+        shape="d 2048, {L} blocks, 16 heads, 16 kv heads, 64 experts top 8 of FFN 1024, vocab 50304 untied, "
+              "q/k norm {qk}",
+        model_note="no auxiliary load-balancing or z-loss (OLMoE trains with 0.01 and 0.001: left out on both sides), "
+                   "no shared expert, top-8 probabilities not renormalised, dropless, softmax router in float32, "
+                   "untied 50304-token head, RoPE theta 10000."),
+    "qwen3-30b-a3b": dict(
+        title="Qwen3-30B-A3B shape", layers=48,
+        shape="d 2048, {L} blocks, 32 heads of 128, 4 kv heads, 128 experts top 8 of FFN 768, vocab 151936 untied, "
+              "q/k norm {qk}, RoPE theta 1e6",
+        model_note="no auxiliary load-balancing loss (Qwen3-MoE trains with 0.001: left out on both sides), no "
+                   "shared expert, top-8 probabilities renormalised (norm_topk_prob), dropless, softmax router in "
+                   "float32, untied 151936-token head, RMSNorm eps 1e-6."),
+}
 
 
 def median(xs):
@@ -79,7 +96,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("logs")
     ap.add_argument("--results", default=os.path.join(HERE, "..", "results"))
-    ap.add_argument("--run", default="olmoe-1b-7b")
+    ap.add_argument("--run", default=None, help="the run's name (default: the model's)")
     ap.add_argument("--machine", required=True)
     ap.add_argument("--environment", default="")
     ap.add_argument("--command", required=True)
@@ -89,7 +106,10 @@ def main():
     read = lambda name, default="": open(os.path.join(L, name)).read().strip() if os.path.exists(  # noqa: E731
         os.path.join(L, name)) else default
     settings = dict(kv.split("=", 1) for kv in read("settings.txt").split() if "=" in kv)
-    layers = int(settings.get("LAYERS", 16))
+    name = settings.get("MODEL", "olmoe-1b-7b")
+    spec = MODELS[name]
+    full = spec["layers"]
+    layers = int(settings.get("LAYERS", full))
     qk = settings.get("QK_NORM", "whole")
 
     rows = [r for p in sorted(glob.glob(os.path.join(L, "tessera-*.jsonl"))) for r in [tessera_row(p)] if r]
@@ -107,7 +127,7 @@ def main():
             r["vs_pytorch"] = round(r["tokens_per_s"] / ref["tokens_per_s"], 3)
             r["mem_vs_pytorch"] = round(r["peak_mem_gib"] / ref["peak_mem_gib"], 3)
     rows.sort(key=lambda r: (r["gpus"], not r["system"].startswith("tessera"), r["system"]))
-    model = "olmoe-1b-7b" if layers == 16 else f"olmoe-1b-7b, {layers} of 16 layers"
+    model = name if layers == full else f"{name}, {layers} of {full} layers"
     gpus = max(r["gpus"] for r in rows)
 
     tables, notes = [], []
@@ -131,22 +151,23 @@ def main():
         notes.append(f"Issue 54 asks for 4 GPUs; this run had {gpus} (ep = the GPUs, one sequence per GPU)"
                      + (": no expert parallelism, and the anchor's FSDP2 spans one rank (its all-gathers are local "
                         "bf16 copies of the weights)." if gpus == 1 else "."))
-    if layers != 16:
-        notes.append(f"{layers} of OLMoE's 16 blocks: on one GPU, 16 blocks' fp32 weights, gradients and Adam "
-                     "moments (6.9 B parameters, 110 GB) leave too little room for the activations.")
+    if layers != full:
+        notes.append(f"{layers} of the model's {full} blocks: the fp32 weights, gradients and Adam moments of all "
+                     f"of them (16 bytes a parameter) leave too little room for the activations on {gpus} GPU"
+                     f"{'s' if gpus > 1 else ''}.")
     notes += [
         "Routing: real (the router's top 8) and balanced (token i of a rank's batch -> experts (i k + j) mod E, "
         "weighted by the router's probabilities of those: train_gpt --moe-force-balanced, the anchor's --routing "
         "balanced); vs_pytorch and mem_vs_pytorch compare rows of the same routing. load_max_over_mean: per step "
         "the worst layer's max / mean expert load over all ranks (train_gpt: the median over the timed steps).",
-        f"Both systems: q/k norm {qk} ({'OLMoE' + chr(39) + 's whole-projection RMSNorm in float32' if qk == 'whole' else 'OLMoE has whole q/k RMSNorm; left out on both sides'}), "
-        "no auxiliary load-balancing or z-loss (OLMoE trains with 0.01 and 0.001: left out on both sides), "
-        "no shared expert, top-8 probabilities not renormalised, dropless, softmax router in float32, "
-        "untied 50304-token head, RoPE theta 10000.",
-        "MFU on active parameters: train_gpt's flopsPerToken, 6 x (L x active block parameters + V x d) + 12 x L x "
-        "d x T per token, active block parameters = attention + norms + router (E x d) + the 8 chosen experts' "
-        "3 x d x f; the flop_convention column's 'block parameters' are these active ones.",
-        "train_gpt: --model olmoe-1b-7b --num-layers L --qk-norm Q --moe-norm-topk off --moe-aux-loss-coeff 0 "
+        f"Both systems: q/k norm {qk} (RMSNorm in float32 "
+        + {"whole": "over the whole q and k projections, OLMoE's", "per-head": "over each head before RoPE, Qwen3's",
+           "none": "left out on both sides"}.get(qk, qk) + "), " + spec["model_note"],
+        "MFU on active parameters: train_gpt's flopsPerToken, 6 x (L x active block parameters + V x d) + 12 x L x H "
+        "x hd x T per token (H heads of hd), active block parameters = attention + norms + router (E x d) + the 8 "
+        "chosen experts' 3 x d x f; the flop_convention column's 'block parameters' are these active ones.",
+        f"train_gpt: --model {name} --num-layers L --qk-norm Q "
+        + ("--moe-norm-topk off " if name == "olmoe-1b-7b" else "") + "--moe-aux-loss-coeff 0 "
         "--moe-z-loss-coeff 0 --moe-shared-expert-intermediate-size 0 --moe-first-dense-layers 0 --untie-embeddings "
         "--seq-len 4096 --precision bf16 --recompute none --batch <gpus> --ep <gpus> [--dp-mode fsdp] "
         "[--moe-force-balanced], synthetic "
@@ -163,11 +184,11 @@ def main():
     ]
     where = "on one GPU (ep 1)" if gpus == 1 else f"expert parallel over {gpus} GPUs"
     notes += a.note
-    run = dict(run=a.run, title=f"OLMoE-1B-7B shape{'' if layers == 16 else f' ({layers} of 16 blocks)'} {where}: "
+    run = dict(run=a.run or name, title=f"{spec['title']}{'' if layers == full else f' ({layers} of {full} blocks)'} {where}: "
                                 "train_gpt beside a torchtitan-style PyTorch MoE",
                date=read("date.txt") or None, machine=a.machine, environment=a.environment, command=a.command,
-               config=f"{model}: d 2048, {layers} blocks, 16 heads, 16 kv heads, 64 experts top 8 of FFN 1024, vocab "
-                      f"50304 untied, q/k norm {qk}, seq 4096, bf16 over fp32 weights, AdamW, clip 1.0, no recompute; "
+               config=f"{model}: " + spec["shape"].format(L=layers, qk=qk) + ", seq 4096, bf16 over fp32 weights, "
+                      "AdamW, clip 1.0, no recompute; "
                       "one sequence per GPU a step (global batch = the GPUs)",
                method="train_gpt: 3 warm-ups then the median of the timed steps of its JSONL log; the anchor: 3 "
                       "warm-ups (2 more before its balanced steps) then the median of 10 steps, the device "

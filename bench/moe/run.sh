@@ -6,19 +6,22 @@
 # On NCCL with two GPUs; with fewer on the CPU over Gloo (TESSERA_BACKEND=gloo; a GPU build made without Gloo
 # cannot: then run `check` alone on a CPU build into the same LOGS), which the check's log and the filed run say
 # (CHECK_NOTE: words added to that). Then the benchmark, on NPROC GPUs (all
-# of this machine's): an OLMoE-1B-7B shape (d 2048, LAYERS blocks, 16 heads, 16 kv heads, 64 experts top 8 of
-# expert FFN 1024, no shared expert, top-k probabilities not renormalised, no auxiliary losses, vocabulary 50304
-# untied, q/k norm QK_NORM, seq 4096, bf16 over fp32 weights, no recompute, one sequence per GPU a step):
+# of this machine's): MODEL's shape, LAYERS blocks, seq 4096, bf16 over fp32 weights, no recompute, one sequence per
+# GPU a step, no auxiliary losses, no shared expert, untied head — olmoe-1b-7b (d 2048, 16 heads, 16 kv heads, 64
+# experts top 8 of expert FFN 1024, top-k probabilities not renormalised, vocabulary 50304, q/k norm QK_NORM) or
+# qwen3-30b-a3b (d 2048, 32 heads of 128, 4 kv heads, 128 experts top 8 of 768 renormalised, vocabulary 151936,
+# per-head q/k norm, RoPE theta 1e6):
 # train_gpt --ep NPROC --dp-mode fsdp (ep 1 on one GPU; and in DDP with DDP=1) with real routing and with
 # --moe-force-balanced, beside bench/moe/anchor.py (torchtitan-style PyTorch MoE: grouped_mm, all_to_all_single
 # EP, FSDP2, compiled blocks) with real and with forced-balanced routing (the same rule).
 # Then `file`: bench/moe/file.py files the run RUN of suite moe (bench/results/moe.{json,md}).
 #   bench/moe/run.sh BUILD LOGS [check] [tessera] [pytorch] [file]   (default: all four)
 # Sections may run in separate calls on the same LOGS; `file` alone files what LOGS holds, on any machine.
-# Env: NPROC (this machine's GPUs), LAYERS (16; 8 on one GPU, where 16 blocks' fp32 weights, gradients and Adam
-# moments of 6.9 B parameters leave too little room), QK_NORM (whole, OLMoE's; none), STEPS (12 timed after 3
+# Env: NPROC (this machine's GPUs), MODEL (olmoe-1b-7b | qwen3-30b-a3b), LAYERS (olmoe: 16, 8 on one GPU; qwen3: 24
+# of 48 on 4 GPUs, 12 on 2, 6 on 1: what fp32 weights, gradients and Adam moments leave room for), QK_NORM (the
+# preset's: whole for OLMoE, per-head for Qwen3; none), STEPS (12 timed after 3
 # warm-ups), DDP (1: also the DDP row), FP8 (1: also --fp8 tensorwise FSDP rows, with and without --fp8-experts), COMPILE (1), CHECK_TOL (1e-4),
-# RUN_TIMEOUT (s per run, 300), BUDGET_S (0 = none), PYTHON, RESULTS (bench/results), RUN (olmoe-1b-7b), COMMAND
+# RUN_TIMEOUT (s per run, 300), BUDGET_S (0 = none), PYTHON, RESULTS (bench/results), RUN (MODEL), COMMAND
 # (the command the filed run names),
 # NOTE (a note of the filed run).
 # Exit status 0 when the check passed and every run of this call produced its row.
@@ -40,9 +43,14 @@ has() { [[ " ${SECTIONS[*]} " == *" $1 "* ]]; }
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 N=${NPROC:-$GPUS}
 ((N < 1)) && N=1
-LAYERS=${LAYERS:-$( ((N >= 2)) && echo 16 || echo 8)}
-QK_NORM=${QK_NORM:-whole} STEPS=${STEPS:-12} DDP=${DDP:-1} FP8=${FP8:-0} COMPILE=${COMPILE:-1} CHECK_TOL=${CHECK_TOL:-1e-4}
-RUN_TIMEOUT=${RUN_TIMEOUT:-300} BUDGET_S=${BUDGET_S:-0} PY=${PYTHON:-python3} RUN=${RUN:-olmoe-1b-7b}
+MODEL=${MODEL:-olmoe-1b-7b}
+case $MODEL in  # the blocks that fit N GPUs' fp32 weights, gradients and Adam moments (16 bytes a parameter)
+  olmoe-1b-7b) LAYERS=${LAYERS:-$( ((N >= 2)) && echo 16 || echo 8)} QK_NORM=${QK_NORM:-whole} ;;
+  qwen3-30b-a3b) LAYERS=${LAYERS:-$((N >= 4 ? 24 : N >= 2 ? 12 : 6))} QK_NORM=${QK_NORM:-per-head} ;;
+  *) echo "moe/run.sh: MODEL=$MODEL (olmoe-1b-7b qwen3-30b-a3b)" >&2; exit 2 ;;
+esac
+STEPS=${STEPS:-12} DDP=${DDP:-1} FP8=${FP8:-0} COMPILE=${COMPILE:-1} CHECK_TOL=${CHECK_TOL:-1e-4}
+RUN_TIMEOUT=${RUN_TIMEOUT:-300} BUDGET_S=${BUDGET_S:-0} PY=${PYTHON:-python3} RUN=${RUN:-$MODEL}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 mkdir -p "$LOGS"
 rc=0 logs=()
@@ -52,7 +60,7 @@ torchrun_cmd
 if has tessera || has pytorch; then  # the benchmark's machine (a check alone may run elsewhere: its backend says where)
   machine "$N" >"$LOGS/machine.txt"
   PYTHON=$PY environment >"$LOGS/environment.txt"
-  echo "LAYERS=$LAYERS QK_NORM=$QK_NORM STEPS=$STEPS NPROC=$N COMPILE=$COMPILE" >"$LOGS/settings.txt"
+  echo "MODEL=$MODEL LAYERS=$LAYERS QK_NORM=$QK_NORM STEPS=$STEPS NPROC=$N COMPILE=$COMPILE" >"$LOGS/settings.txt"
   date -u "+%Y-%m-%d %H:%M UTC" >"$LOGS/date.txt"
 fi
 if has tessera || has check; then
@@ -110,9 +118,17 @@ sys.exit(0 if ok else 1)
 EOF
 fi
 
-SHAPE=(--model olmoe-1b-7b --num-layers "$LAYERS" --qk-norm "$QK_NORM" --moe-norm-topk off --moe-aux-loss-coeff 0
-       --moe-z-loss-coeff 0 --moe-shared-expert-intermediate-size 0 --moe-first-dense-layers 0 --untie-embeddings
-       --seq-len 4096 --precision bf16 --recompute none)
+# Both sides: no auxiliary losses, no shared expert, no dense first layers, an untied head, seq 4096, bf16 over fp32.
+SHAPE=(--model "$MODEL" --num-layers "$LAYERS" --qk-norm "$QK_NORM" --moe-aux-loss-coeff 0 --moe-z-loss-coeff 0
+       --moe-shared-expert-intermediate-size 0 --moe-first-dense-layers 0 --untie-embeddings --seq-len 4096
+       --precision bf16 --recompute none)
+if [ "$MODEL" = olmoe-1b-7b ]; then  # the preset's shape; top-8 probabilities not renormalised (OLMoE's config)
+  SHAPE+=(--moe-norm-topk off)
+  ANCHOR=(--norm-topk off)
+else  # Qwen3-30B-A3B: heads of 128 (not d / heads = 64), per-head q/k norm, top-8 of 128 renormalised, theta 1e6
+  ANCHOR=(--heads 32 --kv-heads 4 --head-dim 128 --experts 128 --expert-ffn 768 --vocab 151936 --norm-topk on
+          --rope-theta 1e6 --norm-eps 1e-6)
+fi
 if ((N >= 2)); then TNAME=(tessera-ep$N-fsdp tessera-ep$N-ddp) PNAME=pytorch-ep$N-fsdp; else TNAME=(tessera-single-fsdp tessera-single) PNAME=pytorch-single; fi
 EP=()  # expert parallel over every GPU (none on one)
 ((N >= 2)) && EP=(--ep "$N")
@@ -135,7 +151,7 @@ fi
 if has pytorch; then
   anchor() {  # anchor NAME COMPILE
     budget_run "$1" "${TORCHRUN[@]}" --nproc_per_node="$N" "$HERE/anchor.py" --layers "$LAYERS" --qk-norm "$QK_NORM" \
-      --norm-topk off --batch 1 --steps 10 --warmup 3 --routing both --compile "$2" --system "$1"
+      "${ANCHOR[@]}" --batch 1 --steps 10 --warmup 3 --routing both --compile "$2" --system "$1"
   }
   anchor "$PNAME" "$COMPILE" ||
     { [ "$COMPILE" = 1 ] && [ -z "${budget_skipped:-}" ] && anchor "${PNAME/pytorch-/pytorch-eager-}" 0; }
@@ -147,7 +163,7 @@ fi
 if has file; then
   mach=$(cat "$LOGS/machine.txt" 2>/dev/null || machine "$N")
   envir=$(cat "$LOGS/environment.txt" 2>/dev/null || PYTHON=$PY environment)
-  settings=$(cat "$LOGS/settings.txt" 2>/dev/null || echo "LAYERS=$LAYERS QK_NORM=$QK_NORM STEPS=$STEPS NPROC=$N")
+  settings=$(cat "$LOGS/settings.txt" 2>/dev/null || echo "MODEL=$MODEL LAYERS=$LAYERS QK_NORM=$QK_NORM STEPS=$STEPS NPROC=$N")
   cmd=${COMMAND:-$settings DDP=$DDP FP8=$FP8 bench/moe/run.sh $BUILD $LOGS ${SECTIONS[*]}}
   "$PY" "$HERE/file.py" "$LOGS" --results "${RESULTS:-$HERE/../results}" --run "$RUN" --machine "$mach" \
     --environment "$envir" --command "$cmd" ${NOTE:+--note "$NOTE"} || rc=1

@@ -108,7 +108,8 @@ SUITES = {
                            "tokens_per_s", "peak_mem_gib"]}),
     "moe": dict(
         title="Mixture of experts and expert parallelism beside a torchtitan-style PyTorch MoE",
-        about="An OLMoE-1B-7B-shaped MoE (64 experts, top 8, seq 4096) trained by `train_gpt --ep N` (FSDP and DDP) "
+        about="OLMoE-1B-7B- and Qwen3-30B-A3B-shaped MoEs (64 experts top 8; 128 experts top 8, cut to the blocks "
+              "that fit; seq 4096) trained by `train_gpt --ep N` (FSDP and DDP) "
               "beside a torchtitan-style PyTorch MoE (`torch._grouped_mm` experts, `all_to_all_single` expert "
               "parallel, FSDP2, compiled blocks) with real and forced-balanced routing; MFU on active parameters, "
               "expert-load spread; a loss check of `--ep 2` against one rank first. A `-fp8` row ran `--fp8 tensorwise` "
