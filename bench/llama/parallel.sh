@@ -12,7 +12,7 @@
 # PP_B (16), MB (16), STEPS (10 after 3 warm-ups), RECOMPUTE (none|selective|full, both sides), COMPILED,
 # EAGER (1; 0: no eager rows in single, dp, fsdp), DATA (train_gpt's Megatron prefix; default synthetic tokens),
 # RUN_TIMEOUT (s per run, 150), BUDGET_S (0 = none: runs are cut or skipped so the results are written), PYTHON,
-# RESULTS (bench/results), SUITE (scale; fp8 for the fp8 section alone), RUN (MODEL[-tT]-SECTIONS: a later run of
+# RESULTS (bench/results), SUITE (scale; fp8 for the fp8 section alone), RUN (MODEL[-tT][-accumA]-SECTIONS: a later run of
 # that name on the same machine replaces it). Exit status 0 when every run produced its row.
 set -uo pipefail
 BUILD=${1:?build dir}
@@ -153,7 +153,7 @@ for s in single dp fsdp tp pp 3d fp8; do [[ " ${SECTIONS[*]} " == *" $s "* ]] &&
 suite=scale
 [ "${SECTIONS[*]}" = fp8 ] && suite=fp8
 "$PY" "$HERE/../results.py" gpt "${logs[@]}" --suite "${SUITE:-$suite}" \
-  --run "${RUN:-$MODEL${T:+-t$T}-$(IFS=-; echo "${ordered[*]}")}" --model "$MODEL" ${T:+--seq-len "$T"} \
+  --run "${RUN:-$MODEL${T:+-t$T}${ACCUM:+-accum$ACCUM}-$(IFS=-; echo "${ordered[*]}")}" --model "$MODEL" ${T:+--seq-len "$T"} \
   --precision "${PRECISION[1]:-fp32}" --fp8 "${FP8_RECIPE:-tensorwise}" \
   --results "${RESULTS:-$HERE/../results}" --machine "$(PYTHON=$PY machine "$N")" --environment "$(PYTHON=$PY environment)" \
   --command "NPROC=$N MODEL=$MODEL${T:+ T=$T}${LAYERS:+ LAYERS=$LAYERS}${ACCUM:+ ACCUM=$ACCUM} RECOMPUTE=$RECOMPUTE COMPILED=$COMPILED EAGER=$EAGER B=$B TP_B=$TP_B PP_B=$PP_B MB=$MB STEPS=$STEPS${LAYOUTS_3D:+ LAYOUTS_3D=\"$LAYOUTS_3D\"}${FP8_LAYOUT:+ FP8_LAYOUT=$FP8_LAYOUT}${FP8_RECIPE:+ FP8_RECIPE=$FP8_RECIPE} bench/llama/parallel.sh $BUILD $LOGS ${SECTIONS[*]}" \
