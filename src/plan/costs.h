@@ -18,6 +18,11 @@ struct PassCost {
   PassCost scaled(double k) const;
 };
 
+// Throws tessera::Error naming the model when the cost model cannot cost it: a mixture-of-experts
+// model (its routed experts, their grouped GEMMs and expert parallelism's exchanges are not costed
+// yet; a dense answer would be silently wrong).
+void requireCostable(const Workload& w);
+
 struct Collectives {
   const Cluster& cluster;
   // ms of one collective of `bytes` (all-gather / reduce-scatter: the gathered size; all-reduce:

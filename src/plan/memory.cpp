@@ -49,6 +49,7 @@ std::shared_ptr<const ScheduleInfo> scheduleFor(const Layout& l) {
 }
 
 Prediction predictMemory(const Workload& w, const Layout& l, const Cluster& c) {
+  requireCostable(w);
   const Stages st = stagesOf(w, l);
   const int64_t micro = l.microBatches;
   const double t = static_cast<double>(tokensPerMicro(w, l));

@@ -13,7 +13,16 @@
 
 namespace tessera::plan {
 
+void requireCostable(const Workload& w) {
+  TESSERA_CHECK(w.model.moe.experts == 0,
+                "plan: the model has {} experts (top {}): the cost model does not cost mixture-of-experts layers or "
+                "expert parallelism yet, and a dense model's answer would be wrong; choose --layout and --ep by hand "
+                "(docs/design/plan.md)",
+                w.model.moe.experts, w.model.moe.topK);
+}
+
 std::string refusal(const Workload& w, const Layout& l, const Cluster& c, const Calibration& cal) {
+  requireCostable(w);
   const auto& m = w.model;
   if (l.gpus() != c.gpus) return fmt::format("dp·tp·pp·cp = {}, not the cluster's {} GPUs", l.gpus(), c.gpus);
   if (!tpFits(m, l.tp)) {

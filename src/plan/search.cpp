@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "plan/costs.h"
 #include "tessera/common/error.h"
 
 namespace tessera::plan {
@@ -61,6 +62,7 @@ void layoutsFor(const Workload& w, const Cluster& c, int64_t mb, const SearchOpt
 
 SearchResult search(const Workload& w, const Cluster& c, const Calibration& cal, const SearchOptions& o) {
   TESSERA_CHECK(c.gpus >= 1 && c.gpusPerNode >= 1, "plan: a cluster of {} GPUs, {} per node", c.gpus, c.gpusPerNode);
+  requireCostable(w);
   SearchResult r;
   for (RecomputeMode rc : o.recompute) {
     Workload work = w;

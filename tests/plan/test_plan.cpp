@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "tessera/common/error.h"
 #include "tessera/parallel/pipeline/simulate.h"
@@ -196,6 +198,29 @@ TEST(PlanPredict, RefusalsNameTheirReason) {
   EXPECT_NE(refusal(big, parseLayout("dp=1,mb=8,m=1"), clusterOf(cal, 1), cal).find("GiB per GPU of 80"),
             std::string::npos);
   EXPECT_THROW(predict(big, parseLayout("dp=1,mb=8,m=1"), clusterOf(cal, 1), cal), Error);
+}
+
+TEST(PlanPredict, MixtureOfExpertsModelsAreRefusedByName) {
+  // Costed as their dense shape they would get a confident, wrong answer; every entry point refuses.
+  const Calibration cal = madeUp();
+  Workload w = tinyWork(8);
+  w.model = models::presetConfig("moe-tiny");
+  const Layout l = parseLayout("dp=2,mb=4,m=1");
+  const Cluster c = clusterOf(cal, 2);
+  for (const auto& call :
+       std::vector<std::function<void()>>{[&] { refusal(w, l, c, cal); }, [&] { predict(w, l, c, cal); },
+                                          [&] { predictMemory(w, l, c); }, [&] { search(w, c, cal); }}) {
+    try {
+      call();
+      ADD_FAILURE() << "an MoE workload was planned";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the model has " + std::to_string(w.model.moe.experts) + " experts"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  w.model.moe.experts = 0;  // the same model made dense is planned
+  EXPECT_EQ(refusal(w, l, c, cal), "");
 }
 
 TEST(PlanSearch, RanksWhatFitsAndRefusesTheRest) {

@@ -7,7 +7,8 @@
 // ahead, TP + SP's gathers and reduce-scatters in the critical path, CP's K/V gathers, pipeline
 // stages simulated from their schedule tables with parallel/pipeline/simulate.h). What it leaves
 // out and how well it matches measured runs: docs/design/plan.md. Local; pure functions.
-// Errors: an invalid layout → tessera::Error with refusal()'s reason.
+// Errors: an invalid layout → tessera::Error with refusal()'s reason; a mixture-of-experts model →
+// tessera::Error naming its experts (not costed yet), from every function here and from search().
 #include <string>
 #include <vector>
 
