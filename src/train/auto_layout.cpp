@@ -46,8 +46,6 @@ void chooseLayout(Config& o, const Context& ctx) {
                 "train_gpt: --layout auto needs --plan-calibration FILE (bench/plan/calibration.json of a checkout, "
                 "or one written by tessera-plan calibrate on this machine's GPU)");
   TESSERA_CHECK(o.optim.batch > 0, "train_gpt: --layout auto needs --batch (the global batch it plans for)");
-  TESSERA_CHECK(o.model.cfg.moe.experts == 0,
-                "train_gpt: --layout auto does not plan mixture-of-experts models yet (give --layout and --ep)");
   const plan::Calibration cal = plan::loadCalibration(o.parallel.planCalibration, deviceName(ctx.device));
   plan::Workload w;
   w.model = o.model.cfg;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # train_gpt --layout auto on 4 CPU ranks (Gloo, under mpirun): a calibration of this CPU made by
 # tessera_plan, the layout it chooses applied exactly (the same losses, bitwise, as the explicit
-# flags of that layout), and the errors without --plan-calibration and for a card it lacks.
+# flags of that layout), and the errors without --plan-calibration, for a card it lacks and for a
+# mixture-of-experts model (which the cost model refuses by name).
 #   layout_auto_test.sh TRAIN_GPT TESSERA_PLAN LINK_JSON
 set -euo pipefail
 TRAIN=$1 PLAN=$2 LINK=$3
@@ -10,11 +11,11 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK"
 fail() { echo "layout_auto_test: FAIL: $*" >&2; exit 1; }
-run() {  # run LOG train_gpt-args...
+run() {  # run LOG train_gpt-args... (MODEL: llama-tiny)
   local log=$1
   shift
   TESSERA_BACKEND=gloo timeout 120 mpirun --allow-run-as-root --oversubscribe -np 4 -x TESSERA_BACKEND "$TRAIN" \
-    --model llama-tiny --batch 8 --steps 3 --seed 7 "$@" >"$log" 2>&1
+    --model "${MODEL:-llama-tiny}" --batch 8 --steps 3 --seed 7 "$@" >"$log" 2>&1
 }
 "$PLAN" calibrate --out cal.json --models llama-tiny --tp 1 2 4 --tokens 32 128 --seqs 32 64 --intra-link "$LINK" \
   >calibrate.log 2>&1 || { cat calibrate.log; fail "tessera_plan calibrate"; }
@@ -47,4 +48,7 @@ grep -q -- "--layout auto needs --plan-calibration" nocal.log ||
 sed 's/"card": "CPU"/"card": "Some GPU"/' cal.json >other.json
 if run other.log --layout auto --plan-calibration other.json; then fail "a calibration of another card was used"; fi
 grep -q "no entry for card 'CPU' (it has: Some GPU)" other.log || { cat other.log; fail "no error naming the card"; }
+if MODEL=moe-tiny run moe.log --layout auto --plan-calibration cal.json; then fail "an MoE model was planned"; fi
+grep -q "the model has 8 experts (top 2): the cost model does not cost mixture-of-experts" moe.log ||
+  { cat moe.log; fail "no error naming the experts"; }
 echo "layout_auto_test: passed (${flags[*]})"
